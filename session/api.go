@@ -1,0 +1,98 @@
+package session
+
+// This file fixes the exported API of the session core that the gateway and
+// the node agent program against. Keep it stable; internals are free.
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// Config configures a Manager. Build it with DefaultConfig (and ApplyEnv),
+// then adjust; zero durations and sizes are replaced by the defaults.
+type Config struct {
+	Logger *slog.Logger
+
+	// Shell is the shell used as `<Shell> -c <command>`; empty means
+	// ResolveShell(os.Getenv("SHELL"), os.Getenv("PATH")).
+	Shell string
+
+	DefaultYieldMs        int           // 10000, clamped 10..120000
+	DefaultTimeoutSec     int           // 1800; <= 0 means the default
+	MaxOutputChars        int           // 200000 retained chars per session
+	PendingMaxOutputChars int           // 30000 unread chars per stream
+	JobTTL                time.Duration // finished-session retention, 30 min, clamped 1 min..3 h
+	InputWaitIdle         time.Duration // 15 s, clamped 1 s..10 min
+	KillGrace             time.Duration // SIGTERM→SIGKILL grace, 5 s
+	MaxFinished           int           // 50 finished sessions kept
+	MaxFinishedChars      int           // 2000000 chars of output across finished sessions
+	DrainWait             time.Duration // bounded wait for pipes after exit, 2 s
+
+	NotifyOnExit             bool // default true
+	NotifyOnExitEmptySuccess bool // default false
+
+	// OnExit is called once for every backgrounded session that exits, in
+	// its own goroutine, never under a Manager lock.
+	OnExit func(protocol.ExitEvent)
+	// OnAcknowledged is called when a poll delivered a session's terminal
+	// status, so a still-queued exit notification can be dropped.
+	OnAcknowledged func(scopeKey, sessionID string)
+}
+
+// ExecRequest is one exec call as the session core sees it: host
+// resolution, policy and environment filtering have already happened.
+type ExecRequest struct {
+	// Command is the command text as the caller wrote it (shown in list,
+	// used for names).
+	Command string
+	// Argv, when set, is spawned instead of [shell, "-c", Command]
+	// (sandbox runtimes, approved argv).
+	Argv []string
+	// Workdir is the working directory; empty means the process cwd. A
+	// missing or non-directory workdir gives a failed result and nothing runs.
+	Workdir string
+	// Env is the complete environment (KEY=VALUE). nil means os.Environ().
+	// OPENCLAW_SHELL=exec is always added, and TERM for PTYs when unset.
+	Env []string
+
+	YieldMs    *float64 // nil → Config.DefaultYieldMs; clamped 10..120000
+	Background bool     // background at once
+	TimeoutSec *float64 // nil → Config.DefaultTimeoutSec; <= 0 → none
+	PTY        bool
+
+	// Synchronous runs in the foreground until exit, ignoring YieldMs and
+	// Background (process tool denied); Warnings should say so.
+	Synchronous bool
+
+	ScopeKey   string   // sessionKey that may see the session via process
+	Warnings   []string // prefixed to the result text
+	NotifyOff  bool     // no exec.exit notification for this session
+	OnExitHook func(protocol.ExitEvent)
+}
+
+// Blocker is an active gateway-host process that blocks a safe restart.
+type Blocker struct {
+	SessionID string `json:"sessionId"`
+	ScopeKey  string `json:"sessionKey"`
+	PID       int    `json:"pid"`
+	Command   string `json:"command"`
+	Removed   bool   `json:"removed"` // hidden by remove, process still alive
+	StartedAt int64  `json:"startedAt"`
+}
+
+// The Manager's methods (implemented in manager.go):
+//
+//	func DefaultConfig() Config
+//	func (c *Config) ApplyEnv(getenv func(string) string) // OPENCLAW_BASH_* / PI_BASH_* overrides, clamped
+//	func NewManager(cfg Config) (*Manager, error)
+//	func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, error)
+//	func (m *Manager) Process(ctx context.Context, scopeKey string, args protocol.ProcessArgs) protocol.Result
+//	func (m *Manager) Has(scopeKey, sessionID string) bool
+//	func (m *Manager) Blockers() []Blocker
+//	func (m *Manager) Close(ctx context.Context) error
+//	func ListText(sessions []protocol.Details) string // the text of process list for these entries
+//	func ResolveShell(shellEnv, pathEnv string) string
+var _ = context.Background
