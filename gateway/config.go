@@ -1,0 +1,462 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/hashicorp/go-multierror"
+)
+
+// Config is the gateway configuration: the JSON file of DESIGN.md §4 with
+// OpenClaw's key names, overridden by EXECMESH_* environment variables.
+// Build it with DefaultConfig or LoadConfig; every default and clamp lives
+// in DefaultConfig and Validate.
+type Config struct {
+	StateDir string        `json:"stateDir,omitempty"`
+	Gateway  GatewayConfig `json:"gateway"`
+	NATS     NATSConfig    `json:"nats"`
+	Tools    ToolsConfig   `json:"tools"`
+	Agents   AgentsConfig  `json:"agents"`
+	Sandbox  SandboxConfig `json:"sandbox"`
+}
+
+// GatewayConfig holds the HTTP listener and its authentication.
+type GatewayConfig struct {
+	Listen string     `json:"listen"`
+	Auth   AuthConfig `json:"auth"`
+	// DrainTimeoutMs is how long SIGTERM waits for active gateway-host
+	// background sessions before ending them (0: end them at once).
+	DrainTimeoutMs int `json:"drainTimeoutMs"`
+}
+
+// AuthConfig holds the bearer token. An empty token disables auth, which is
+// only allowed on loopback listeners.
+type AuthConfig struct {
+	Token string `json:"token,omitempty"`
+}
+
+// NATSConfig says where the bus is: an external cluster (URL) or the
+// embedded server (Listen).
+type NATSConfig struct {
+	URL          string `json:"url,omitempty"`    // comma-separated server URLs; empty = embedded server
+	Listen       string `json:"listen,omitempty"` // embedded server client address
+	Prefix       string `json:"prefix"`           // subject prefix
+	CredsFile    string `json:"credsFile,omitempty"`
+	NKeySeedFile string `json:"nkeySeedFile,omitempty"`
+	TLSCAFile    string `json:"tlsCaFile,omitempty"`
+	Replicas     int    `json:"replicas"` // JetStream stream/bucket replicas
+}
+
+// ToolsConfig is the `tools` section.
+type ToolsConfig struct {
+	Allow    []string       `json:"allow,omitempty"`
+	Deny     []string       `json:"deny,omitempty"`
+	Elevated ElevatedConfig `json:"elevated"`
+	Exec     ExecConfig     `json:"exec"`
+}
+
+// ElevatedConfig gates `elevated: true` runs.
+type ElevatedConfig struct {
+	Enabled bool `json:"enabled"`
+	// AllowFrom lists the agent ids allowed to run elevated ("*" = all).
+	// Empty means every agent, once Enabled.
+	AllowFrom []string `json:"allowFrom,omitempty"`
+}
+
+// ExecConfig is `tools.exec`.
+type ExecConfig struct {
+	Host                     string   `json:"host"`
+	Security                 string   `json:"security,omitempty"`
+	Ask                      string   `json:"ask,omitempty"`
+	Node                     string   `json:"node,omitempty"`
+	BackgroundMs             int      `json:"backgroundMs,omitempty"` // 0: OPENCLAW_BASH_YIELD_MS or 10000
+	TimeoutSec               int      `json:"timeoutSec"`
+	CleanupMs                int      `json:"cleanupMs,omitempty"` // 0: OPENCLAW_BASH_JOB_TTL_MS or 30 min
+	NotifyOnExit             bool     `json:"notifyOnExit"`
+	NotifyOnExitEmptySuccess bool     `json:"notifyOnExitEmptySuccess"`
+	ApprovalRunningNoticeMs  int      `json:"approvalRunningNoticeMs"`
+	ApprovalTimeoutMs        int      `json:"approvalTimeoutMs"`
+	KillGraceMs              int      `json:"killGraceMs"`
+	PathPrepend              []string `json:"pathPrepend,omitempty"`
+	SafeBins                 []string `json:"safeBins,omitempty"`
+	SafeBinTrustedDirs       []string `json:"safeBinTrustedDirs,omitempty"`
+}
+
+// AgentsConfig is `agents`.
+type AgentsConfig struct {
+	List []AgentConfig `json:"list,omitempty"`
+}
+
+// AgentConfig is one `agents.list[]` entry.
+type AgentConfig struct {
+	ID    string           `json:"id"`
+	Tools AgentToolsConfig `json:"tools"`
+}
+
+// AgentToolsConfig holds the per-agent tool settings.
+type AgentToolsConfig struct {
+	Deny     []string             `json:"deny,omitempty"`
+	Elevated *AgentElevatedConfig `json:"elevated,omitempty"`
+	Exec     AgentExecConfig      `json:"exec"`
+}
+
+// AgentElevatedConfig overrides tools.elevated for one agent.
+type AgentElevatedConfig struct {
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// AgentExecConfig overrides tools.exec for one agent.
+type AgentExecConfig struct {
+	Node     string `json:"node,omitempty"`
+	Host     string `json:"host,omitempty"`
+	Security string `json:"security,omitempty"`
+	Ask      string `json:"ask,omitempty"`
+}
+
+// SandboxConfig is `sandbox`.
+type SandboxConfig struct {
+	Mode      string            `json:"mode"`
+	Network   bool              `json:"network"`
+	Workspace string            `json:"workspace,omitempty"`
+	ROBinds   []string          `json:"roBinds,omitempty"`
+	RWBinds   []string          `json:"rwBinds,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+}
+
+// Defaults and clamps, in one place.
+const (
+	DefaultListen        = "127.0.0.1:8420"
+	DefaultNATSListen    = "127.0.0.1:4222"
+	DefaultPrefix        = "execmesh"
+	MinYieldMs           = 10
+	MaxYieldMs           = 120000
+	DefaultTimeoutSec    = 1800
+	MinCleanupMs         = 60 * 1000
+	MaxCleanupMs         = 3 * 60 * 60 * 1000
+	DefaultNoticeMs      = 10000
+	DefaultApprovalMs    = 30 * 60 * 1000
+	DefaultKillGraceMs   = 5000
+	MaxPayloadBytes      = 2 << 20
+	DefaultSessionKey    = "agent:main:main"
+	DefaultAgentID       = "main"
+	authFailureLimit     = 10
+	authFailureWindowSec = 60
+)
+
+// DefaultConfig returns a fresh configuration with every default set.
+func DefaultConfig() Config {
+	return Config{
+		StateDir: defaultStateDir(),
+		Gateway:  GatewayConfig{Listen: DefaultListen},
+		NATS:     NATSConfig{Listen: DefaultNATSListen, Prefix: DefaultPrefix, Replicas: 1},
+		Tools: ToolsConfig{
+			Exec: ExecConfig{
+				Host:                    "auto",
+				TimeoutSec:              DefaultTimeoutSec,
+				NotifyOnExit:            true,
+				ApprovalRunningNoticeMs: DefaultNoticeMs,
+				ApprovalTimeoutMs:       DefaultApprovalMs,
+				KillGraceMs:             DefaultKillGraceMs,
+			},
+		},
+		Sandbox: SandboxConfig{Mode: "off"},
+	}
+}
+
+func defaultStateDir() string {
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return ".execmesh"
+	}
+	return filepath.Join(home, ".execmesh")
+}
+
+// envOverrides are the EXECMESH_* variables. Pointers: an unset variable
+// leaves the file's value alone.
+type envOverrides struct {
+	StateDir      *string `env:"STATE_DIR"`
+	Listen        *string `env:"LISTEN"`
+	Token         *string `env:"GATEWAY_TOKEN"`
+	DrainTimeout  *int    `env:"DRAIN_TIMEOUT_MS"`
+	NATSURL       *string `env:"NATS_URL"`
+	NATSListen    *string `env:"NATS_LISTEN"`
+	NATSPrefix    *string `env:"NATS_PREFIX"`
+	NATSCreds     *string `env:"NATS_CREDS"`
+	NATSNKey      *string `env:"NATS_NKEY_SEED"`
+	NATSTLSCA     *string `env:"NATS_TLS_CA"`
+	NATSReplicas  *int    `env:"NATS_REPLICAS"`
+	ExecHost      *string `env:"EXEC_HOST"`
+	ExecSecurity  *string `env:"EXEC_SECURITY"`
+	ExecAsk       *string `env:"EXEC_ASK"`
+	ExecNode      *string `env:"EXEC_NODE"`
+	BackgroundMs  *int    `env:"EXEC_BACKGROUND_MS"`
+	TimeoutSec    *int    `env:"EXEC_TIMEOUT_SEC"`
+	CleanupMs     *int    `env:"EXEC_CLEANUP_MS"`
+	NotifyOnExit  *bool   `env:"EXEC_NOTIFY_ON_EXIT"`
+	KillGraceMs   *int    `env:"EXEC_KILL_GRACE_MS"`
+	ElevatedOn    *bool   `env:"ELEVATED_ENABLED"`
+	SandboxMode   *string `env:"SANDBOX_MODE"`
+	SandboxNet    *bool   `env:"SANDBOX_NETWORK"`
+	SandboxWSpace *string `env:"SANDBOX_WORKSPACE"`
+}
+
+// LoadConfig builds the configuration: DefaultConfig, then the JSON file at
+// path (if path is not empty), then EXECMESH_* variables from environ (nil
+// means os.Environ()). The result is validated; every bad key is reported.
+func LoadConfig(path string, environ map[string]string) (Config, error) {
+	cfg := DefaultConfig()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("config: %w", err)
+		}
+		if err := decodeConfigInto(&cfg, data); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	if err := applyEnv(&cfg, environ); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// DecodeConfig decodes a JSON config document onto the defaults and
+// validates it (used by `execmesh config set` before it writes).
+func DecodeConfig(data []byte) (Config, error) {
+	cfg := DefaultConfig()
+	if err := decodeConfigInto(&cfg, data); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
+}
+
+func decodeConfigInto(cfg *Config, data []byte) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(cfg); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("invalid value for %s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+		}
+		if strings.HasPrefix(err.Error(), "json: unknown field ") {
+			return fmt.Errorf("unknown key %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		}
+		return fmt.Errorf("invalid JSON: %w", err)
+	}
+	return nil
+}
+
+func applyEnv(cfg *Config, environ map[string]string) error {
+	var o envOverrides
+	opts := env.Options{Prefix: "EXECMESH_"}
+	if environ != nil {
+		opts.Environment = environ
+	}
+	if err := env.ParseWithOptions(&o, opts); err != nil {
+		return fmt.Errorf("environment: %w", err)
+	}
+	set := func(dst *string, v *string) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setInt := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setBool := func(dst *bool, v *bool) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&cfg.StateDir, o.StateDir)
+	set(&cfg.Gateway.Listen, o.Listen)
+	set(&cfg.Gateway.Auth.Token, o.Token)
+	setInt(&cfg.Gateway.DrainTimeoutMs, o.DrainTimeout)
+	set(&cfg.NATS.URL, o.NATSURL)
+	set(&cfg.NATS.Listen, o.NATSListen)
+	set(&cfg.NATS.Prefix, o.NATSPrefix)
+	set(&cfg.NATS.CredsFile, o.NATSCreds)
+	set(&cfg.NATS.NKeySeedFile, o.NATSNKey)
+	set(&cfg.NATS.TLSCAFile, o.NATSTLSCA)
+	setInt(&cfg.NATS.Replicas, o.NATSReplicas)
+	set(&cfg.Tools.Exec.Host, o.ExecHost)
+	set(&cfg.Tools.Exec.Security, o.ExecSecurity)
+	set(&cfg.Tools.Exec.Ask, o.ExecAsk)
+	set(&cfg.Tools.Exec.Node, o.ExecNode)
+	setInt(&cfg.Tools.Exec.BackgroundMs, o.BackgroundMs)
+	setInt(&cfg.Tools.Exec.TimeoutSec, o.TimeoutSec)
+	setInt(&cfg.Tools.Exec.CleanupMs, o.CleanupMs)
+	setBool(&cfg.Tools.Exec.NotifyOnExit, o.NotifyOnExit)
+	setInt(&cfg.Tools.Exec.KillGraceMs, o.KillGraceMs)
+	setBool(&cfg.Tools.Elevated.Enabled, o.ElevatedOn)
+	set(&cfg.Sandbox.Mode, o.SandboxMode)
+	setBool(&cfg.Sandbox.Network, o.SandboxNet)
+	set(&cfg.Sandbox.Workspace, o.SandboxWSpace)
+	return nil
+}
+
+// Allowed values.
+var (
+	hostValues     = []string{"auto", "sandbox", "gateway", "node"}
+	securityValues = []string{"deny", "allowlist", "full"}
+	askValues      = []string{"off", "on-miss", "always"}
+	sandboxModes   = []string{"off", "bwrap"}
+	toolNames      = []string{"exec", "process", "apply_patch"}
+)
+
+// Validate checks every key and clamps the numeric ones into range. Errors
+// name the key; all of them are reported at once.
+func (c *Config) Validate() error {
+	var errs *multierror.Error
+	bad := func(key, format string, args ...any) {
+		errs = multierror.Append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	oneOf := func(key, v string, allowed []string, emptyOK bool) {
+		if v == "" && emptyOK {
+			return
+		}
+		if !slices.Contains(allowed, v) {
+			bad(key, "invalid value %q (allowed: %s)", v, strings.Join(allowed, ", "))
+		}
+	}
+	if strings.TrimSpace(c.StateDir) == "" {
+		bad("stateDir", "must not be empty")
+	}
+	if _, _, err := net.SplitHostPort(c.Gateway.Listen); err != nil {
+		bad("gateway.listen", "invalid address %q: %v", c.Gateway.Listen, err)
+	}
+	if c.Gateway.DrainTimeoutMs < 0 {
+		bad("gateway.drainTimeoutMs", "must not be negative")
+	}
+	if c.NATS.URL == "" {
+		if _, _, err := net.SplitHostPort(c.NATS.Listen); err != nil {
+			bad("nats.listen", "invalid address %q: %v", c.NATS.Listen, err)
+		}
+	}
+	if !validToken(c.NATS.Prefix) {
+		bad("nats.prefix", "invalid subject prefix %q (letters, digits, '-' and '_' only)", c.NATS.Prefix)
+	}
+	if c.NATS.Replicas < 1 || c.NATS.Replicas > 5 {
+		bad("nats.replicas", "must be between 1 and 5, got %d", c.NATS.Replicas)
+	}
+	for i, t := range c.Tools.Deny {
+		oneOf(fmt.Sprintf("tools.deny[%d]", i), t, toolNames, false)
+	}
+	for i, t := range c.Tools.Allow {
+		oneOf(fmt.Sprintf("tools.allow[%d]", i), t, toolNames, false)
+	}
+	e := &c.Tools.Exec
+	oneOf("tools.exec.host", e.Host, hostValues, false)
+	oneOf("tools.exec.security", e.Security, securityValues, true)
+	oneOf("tools.exec.ask", e.Ask, askValues, true)
+	// backgroundMs and cleanupMs stay 0 when unset so that the
+	// OPENCLAW_BASH_* environment overrides can apply (spec §3.2).
+	if e.BackgroundMs < 0 {
+		bad("tools.exec.backgroundMs", "must not be negative")
+	} else if e.BackgroundMs > 0 {
+		e.BackgroundMs = clamp(e.BackgroundMs, MinYieldMs, MaxYieldMs)
+	}
+	if e.TimeoutSec < 0 {
+		bad("tools.exec.timeoutSec", "must not be negative")
+	} else if e.TimeoutSec == 0 {
+		e.TimeoutSec = DefaultTimeoutSec
+	}
+	if e.CleanupMs < 0 {
+		bad("tools.exec.cleanupMs", "must not be negative")
+	} else if e.CleanupMs > 0 {
+		e.CleanupMs = clamp(e.CleanupMs, MinCleanupMs, MaxCleanupMs)
+	}
+	if e.ApprovalRunningNoticeMs < 0 {
+		e.ApprovalRunningNoticeMs = 0
+	}
+	if e.ApprovalTimeoutMs <= 0 {
+		e.ApprovalTimeoutMs = DefaultApprovalMs
+	}
+	if e.KillGraceMs < 0 {
+		bad("tools.exec.killGraceMs", "must not be negative")
+	}
+	for i, p := range e.PathPrepend {
+		if !filepath.IsAbs(strings.TrimSpace(p)) {
+			bad(fmt.Sprintf("tools.exec.pathPrepend[%d]", i), "%q is not an absolute directory", p)
+		}
+	}
+	seen := map[string]bool{}
+	for i, a := range c.Agents.List {
+		key := fmt.Sprintf("agents.list[%d]", i)
+		if !validAgentID(a.ID) {
+			bad(key+".id", "invalid agent id %q (lower-case letters, digits, '-' and '_')", a.ID)
+		} else if seen[a.ID] {
+			bad(key+".id", "duplicate agent id %q", a.ID)
+		}
+		seen[a.ID] = true
+		for j, t := range a.Tools.Deny {
+			oneOf(fmt.Sprintf("%s.tools.deny[%d]", key, j), t, toolNames, false)
+		}
+		oneOf(key+".tools.exec.host", a.Tools.Exec.Host, hostValues, true)
+		oneOf(key+".tools.exec.security", a.Tools.Exec.Security, securityValues, true)
+		oneOf(key+".tools.exec.ask", a.Tools.Exec.Ask, askValues, true)
+	}
+	oneOf("sandbox.mode", c.Sandbox.Mode, sandboxModes, false)
+	if c.Sandbox.Workspace == "" {
+		c.Sandbox.Workspace = filepath.Join(c.StateDir, "workspace")
+	}
+	if err := errs.ErrorOrNil(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	return nil
+}
+
+// Agent returns the agents.list entry for id, if any.
+func (c *Config) Agent(id string) (AgentConfig, bool) {
+	for _, a := range c.Agents.List {
+		if a.ID == id {
+			return a, true
+		}
+	}
+	return AgentConfig{}, false
+}
+
+func clamp(v, lo, hi int) int {
+	return max(lo, min(v, hi))
+}
+
+func validToken(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func validAgentID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || (i > 0 && (r == '-' || r == '_'))
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

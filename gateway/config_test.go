@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	path := writeConfig(t, `{"stateDir":"/tmp/x","gateway":{"listen":"127.0.0.1:9000","auth":{"token":"file"}},
+		"tools":{"exec":{"host":"gateway","timeoutSec":60,"notifyOnExit":false,"pathPrepend":["/opt/bin"]}},
+		"agents":{"list":[{"id":"main","tools":{"exec":{"node":"build-1"}}}]}}`)
+	cfg, err := LoadConfig(path, map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Gateway.Listen != "127.0.0.1:9000" || cfg.Gateway.Auth.Token != "file" || cfg.Tools.Exec.TimeoutSec != 60 ||
+		cfg.Tools.Exec.NotifyOnExit || cfg.Tools.Exec.Host != "gateway" || cfg.Agents.List[0].Tools.Exec.Node != "build-1" {
+		t.Fatalf("file values not applied: %+v", cfg)
+	}
+	// Defaults survive where the file is silent.
+	if cfg.NATS.Prefix != DefaultPrefix || cfg.Tools.Exec.KillGraceMs != DefaultKillGraceMs || cfg.Sandbox.Mode != "off" {
+		t.Fatalf("defaults lost: %+v", cfg)
+	}
+	cfg, err = LoadConfig(path, map[string]string{
+		"EXECMESH_GATEWAY_TOKEN":       "env",
+		"EXECMESH_LISTEN":              "127.0.0.1:9001",
+		"EXECMESH_EXEC_TIMEOUT_SEC":    "90",
+		"EXECMESH_EXEC_NOTIFY_ON_EXIT": "true",
+		"EXECMESH_SANDBOX_MODE":        "bwrap",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Gateway.Auth.Token != "env" || cfg.Gateway.Listen != "127.0.0.1:9001" || cfg.Tools.Exec.TimeoutSec != 90 ||
+		!cfg.Tools.Exec.NotifyOnExit || cfg.Sandbox.Mode != "bwrap" {
+		t.Fatalf("env did not override the file: %+v", cfg)
+	}
+	if cfg.Tools.Exec.Host != "gateway" {
+		t.Fatalf("unset env var changed a file value: %q", cfg.Tools.Exec.Host)
+	}
+}
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	cases := []struct {
+		name, body string
+		env        map[string]string
+		want       []string
+	}{
+		{"bad host", `{"tools":{"exec":{"host":"mars"}}}`, nil, []string{`tools.exec.host: invalid value "mars"`}},
+		{"bad type", `{"tools":{"exec":{"timeoutSec":"long"}}}`, nil, []string{"tools.exec.timeoutSec"}},
+		{"unknown key", `{"tools":{"exec":{"hots":"gateway"}}}`, nil, []string{`unknown key "hots"`}},
+		{"bad sandbox mode", `{"sandbox":{"mode":"docker"}}`, nil, []string{`sandbox.mode: invalid value "docker"`}},
+		{"bad deny", `{"tools":{"deny":["bash"]}}`, nil, []string{"tools.deny[0]"}},
+		{"bad agent", `{"agents":{"list":[{"id":"Main!"}]}}`, nil, []string{"agents.list[0].id"}},
+		{"several at once", `{"tools":{"exec":{"host":"mars","security":"yolo"}}}`, nil, []string{"tools.exec.host", "tools.exec.security"}},
+		{"bad env value", `{}`, map[string]string{"EXECMESH_EXEC_TIMEOUT_SEC": "soon"}, []string{"EXEC_TIMEOUT_SEC"}},
+		{"bad env enum", `{}`, map[string]string{"EXECMESH_EXEC_ASK": "sometimes"}, []string{"tools.exec.ask"}},
+		{"malformed", `{"tools":`, nil, []string{"invalid JSON"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := c.env
+			if env == nil {
+				env = map[string]string{}
+			}
+			_, err := LoadConfig(writeConfig(t, c.body), env)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigClamps(t *testing.T) {
+	cfg, err := DecodeConfig([]byte(`{"tools":{"exec":{"backgroundMs":5,"cleanupMs":999999999}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tools.Exec.BackgroundMs != MinYieldMs || cfg.Tools.Exec.CleanupMs != MaxCleanupMs {
+		t.Fatalf("clamps: %+v", cfg.Tools.Exec)
+	}
+}

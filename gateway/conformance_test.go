@@ -1,0 +1,253 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/execmesh/execmesh/protocol"
+)
+
+type resultsFixture struct {
+	Cases []struct {
+		Name  string `json:"name"`
+		Calls []struct {
+			Tool   string           `json:"tool"`
+			Args   map[string]any   `json:"args"`
+			Result *protocol.Result `json:"result"`
+			Error  string           `json:"error"`
+		} `json:"calls"`
+	} `json:"cases"`
+}
+
+// designDiffers names the results.json scenarios where DESIGN.md §7 pins a
+// different answer; they are covered by their own tests below.
+var designDiffers = map[string]string{
+	"legacy timeout parameter is rejected; cwd is ignored": "DESIGN.md §3.1/§7: timeout (seconds) is accepted and cwd is rejected with a hint (TestExecTimeoutParamAndCwdHint)",
+}
+
+// replay holds the placeholder bindings of one scenario.
+type replay struct {
+	t    *testing.T
+	tg   *testGateway
+	sids map[string]string // <sid>, <sid2>, … → real ids
+}
+
+var placeholderRe = regexp.MustCompile(`<(sid\d*|pid|ms|cwd|duration)>`)
+
+// pattern turns an expected text with placeholders into an anchored regexp.
+func (r *replay) pattern(expected string) *regexp.Regexp {
+	var b strings.Builder
+	b.WriteString(`^`)
+	last := 0
+	for _, m := range placeholderRe.FindAllStringSubmatchIndex(expected, -1) {
+		b.WriteString(regexp.QuoteMeta(expected[last:m[0]]))
+		name := expected[m[2]:m[3]]
+		switch {
+		case strings.HasPrefix(name, "sid"):
+			if id, ok := r.sids["<"+name+">"]; ok {
+				b.WriteString(regexp.QuoteMeta(id))
+			} else {
+				b.WriteString(`(?P<` + name + `>[a-z]+(?:-[a-z0-9]+)+)`)
+			}
+		case name == "cwd":
+			b.WriteString(regexp.QuoteMeta(r.tg.cwd))
+		case name == "duration":
+			b.WriteString(`(?:n/a|\d+ms|(?:\d+[dhms]){1,2})`)
+		default:
+			b.WriteString(`\d+`)
+		}
+		last = m[1]
+	}
+	b.WriteString(regexp.QuoteMeta(expected[last:]))
+	b.WriteString(`$`)
+	return regexp.MustCompile(`(?s)` + b.String())
+}
+
+// match compares an actual string with an expected one, binding new
+// session ids.
+func (r *replay) match(path, expected, actual string) error {
+	re := r.pattern(expected)
+	m := re.FindStringSubmatch(actual)
+	if m == nil {
+		return fmt.Errorf("%s:\n got  %q\n want %q", path, actual, expected)
+	}
+	for i, name := range re.SubexpNames() {
+		if name != "" {
+			r.sids["<"+name+">"] = m[i]
+		}
+	}
+	return nil
+}
+
+// matchValue compares JSON values; placeholder strings match numbers too.
+func (r *replay) matchValue(path string, want, got any) error {
+	switch w := want.(type) {
+	case string:
+		if w == "<ms>" || w == "<pid>" {
+			if _, ok := got.(float64); !ok {
+				return fmt.Errorf("%s: want a number, got %#v", path, got)
+			}
+			return nil
+		}
+		g, ok := got.(string)
+		if !ok {
+			return fmt.Errorf("%s: want string %q, got %#v", path, w, got)
+		}
+		return r.match(path, w, g)
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s: want object, got %#v", path, got)
+		}
+		for k, wv := range w {
+			gv, ok := g[k]
+			if !ok {
+				return fmt.Errorf("%s.%s: missing (want %#v)", path, k, wv)
+			}
+			if err := r.matchValue(path+"."+k, wv, gv); err != nil {
+				return err
+			}
+		}
+		for k := range g {
+			if _, ok := w[k]; !ok {
+				return fmt.Errorf("%s.%s: unexpected key (value %#v)", path, k, g[k])
+			}
+		}
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return fmt.Errorf("%s: want %d elements, got %#v", path, len(w), got)
+		}
+		for i := range w {
+			if err := r.matchValue(fmt.Sprintf("%s[%d]", path, i), w[i], g[i]); err != nil {
+				return err
+			}
+		}
+	default:
+		wb, _ := json.Marshal(want)
+		gb, _ := json.Marshal(got)
+		if string(wb) != string(gb) {
+			return fmt.Errorf("%s: want %s, got %s", path, wb, gb)
+		}
+	}
+	return nil
+}
+
+// listStatus returns the status of every listed session of the scope.
+func (r *replay) listStatus() map[string]map[string]any {
+	res := r.tg.invoke("process", map[string]any{"action": "list"}, "")
+	out := map[string]map[string]any{}
+	sessions, _ := res.Details["sessions"].([]any)
+	for _, s := range sessions {
+		m := s.(map[string]any)
+		out[m["sessionId"].(string)] = m
+	}
+	return out
+}
+
+// settle waits, like the fixture generator did, until the sessions an
+// expected answer talks about reached the state it shows.
+func (r *replay) settle(args map[string]any, want *protocol.Result) {
+	if want == nil {
+		return
+	}
+	status, _ := want.Details["status"].(string)
+	action, _ := args["action"].(string)
+	sidKey, _ := args["sessionId"].(string)
+	sid := r.sids[sidKey]
+	switch {
+	case action == "list":
+		for _, s := range want.Details["sessions"].([]any) {
+			m := s.(map[string]any)
+			id := r.sids[m["sessionId"].(string)]
+			wantStatus := m["status"].(string)
+			checkFor(r.t, 10*time.Second, func() error {
+				if got := r.listStatus()[id]; got == nil || got["status"] != wantStatus {
+					return fmt.Errorf("session %s not %s yet", id, wantStatus)
+				}
+				return nil
+			})
+		}
+	case sid != "" && (action == "poll" || action == "log") && (status == "completed" || status == "failed"):
+		checkFor(r.t, 10*time.Second, func() error {
+			if got := r.listStatus()[sid]; got != nil && got["status"] == "running" {
+				return fmt.Errorf("session %s still running", sid)
+			}
+			return nil
+		})
+	case sid != "" && action == "poll" && status == "running":
+		if agg, _ := want.Details["aggregated"].(string); agg != "" {
+			checkFor(r.t, 10*time.Second, func() error {
+				if got := r.listStatus()[sid]; got == nil || !strings.Contains(fmt.Sprint(got["tail"]), strings.TrimSpace(agg)) {
+					return fmt.Errorf("session %s has not printed %q yet", sid, agg)
+				}
+				return nil
+			})
+		}
+	}
+}
+
+// TestResultsConformance replays results.json (OpenClaw's own answers)
+// through POST /tools/invoke.
+func TestResultsConformance(t *testing.T) {
+	data, err := os.ReadFile(conformanceFile(t, "results.json"))
+	if err != nil {
+		t.Fatalf("conformance fixtures missing (../shared/conformance): %v", err)
+	}
+	var fx resultsFixture
+	if err := json.Unmarshal(data, &fx); err != nil {
+		t.Fatal(err)
+	}
+	tg := startGateway(t, nil)
+	// The 126 scenario runs ./not-executable.sh from the default cwd.
+	if err := os.WriteFile(tg.cwd+"/not-executable.sh", []byte("#!/bin/sh\necho no\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range fx.Cases {
+		t.Run(sc.Name, func(t *testing.T) {
+			if why, ok := designDiffers[sc.Name]; ok {
+				t.Skip(why)
+			}
+			r := &replay{t: t, tg: tg, sids: map[string]string{}}
+			for i, c := range sc.Calls {
+				args := map[string]any{}
+				for k, v := range c.Args {
+					if s, ok := v.(string); ok && k == "sessionId" {
+						if real, ok := r.sids[s]; ok {
+							v = real
+						}
+					}
+					args[k] = v
+				}
+				r.settle(c.Args, c.Result)
+				got := tg.invokeRaw(c.Tool, args, "")
+				where := fmt.Sprintf("call %d %s %v", i, c.Tool, c.Args)
+				if c.Error != "" {
+					if got.Status != 400 || got.Error == nil || got.Error.Message != c.Error {
+						t.Fatalf("%s: want 400 %q, got %d %s", where, c.Error, got.Status, got.Raw)
+					}
+					continue
+				}
+				if got.Status != 200 || got.Result == nil {
+					t.Fatalf("%s: status %d %s", where, got.Status, got.Raw)
+				}
+				if err := r.match(where+" text", c.Result.Text(), got.Result.Text()); err != nil {
+					t.Fatal(err)
+				}
+				var wantD, gotD any
+				wb, _ := json.Marshal(c.Result.Details)
+				gb, _ := json.Marshal(got.Result.Details)
+				_ = json.Unmarshal(wb, &wantD)
+				_ = json.Unmarshal(gb, &gotD)
+				if err := r.matchValue(where+" details", wantD, gotD); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

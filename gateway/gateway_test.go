@@ -1,0 +1,411 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/execmesh/execmesh/protocol"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(m.Run())
+}
+
+func TestInvokeShapesAndStatusCodes(t *testing.T) {
+	tg := startGateway(t, func(c *Config, _ *Options) { c.Tools.Deny = []string{"process"} })
+	cases := []struct {
+		name       string
+		method     string
+		path       string
+		body       string
+		wantStatus int
+		wantText   string // substring of result text or error message
+	}{
+		{"nested shape", "POST", "/tools/invoke", `{"tool":"exec","args":{"command":"echo nested"}}`, 200, "nested"},
+		{"flat shape", "POST", "/tools/invoke", `{"tool":"exec","command":"echo flat","yieldMs":1000}`, 200, "flat"},
+		{"flat shape with sessionKey", "POST", "/tools/invoke", `{"tool":"exec","command":"echo k","sessionKey":"agent:main:other"}`, 200, "k"},
+		{"malformed JSON", "POST", "/tools/invoke", `{"tool":`, 400, "malformed JSON"},
+		{"body not an object", "POST", "/tools/invoke", `[1,2]`, 400, "must be a JSON object"},
+		{"args not an object", "POST", "/tools/invoke", `{"tool":"exec","args":"echo"}`, 400, `"args" must be a JSON object`},
+		{"missing tool", "POST", "/tools/invoke", `{"args":{}}`, 400, `"tool" is required`},
+		{"tool not a string", "POST", "/tools/invoke", `{"tool":5}`, 400, `"tool" must be a string`},
+		{"unknown tool", "POST", "/tools/invoke", `{"tool":"browser","args":{}}`, 404, "Tool not available: browser"},
+		{"denied tool", "POST", "/tools/invoke", `{"tool":"process","args":{"action":"list"}}`, 404, "Tool not available: process"},
+		{"wrong field type", "POST", "/tools/invoke", `{"tool":"exec","args":{"command":"echo","pty":"yes"}}`, 400, `exec parameter "pty" must be a boolean`},
+		{"unknown parameter hint", "POST", "/tools/invoke", `{"tool":"exec","args":{"command":"pwd","cwd":"/"}}`, 400, `exec parameter "cwd" is unsupported; use "workdir" instead`},
+		{"empty command", "POST", "/tools/invoke", `{"tool":"exec","args":{"command":""}}`, 400, "Provide a command to start."},
+		{"bad sessionKey", "POST", "/tools/invoke", `{"tool":"exec","args":{"command":"echo"},"sessionKey":"bogus key"}`, 400, "invalid sessionKey"},
+		{"both shapes", "POST", "/tools/invoke", `{"tool":"exec","args":{"command":"echo"},"command":"x"}`, 400, "not both"},
+		{"wrong method", "GET", "/tools/invoke", ``, 405, "method GET not allowed"},
+		{"unknown path", "GET", "/nope", ``, 404, "not found"},
+		{"healthz", "GET", "/healthz", ``, 200, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := tg.do(c.method, c.path, []byte(c.body), nil)
+			if r.Status != c.wantStatus {
+				t.Fatalf("status %d, want %d: %s", r.Status, c.wantStatus, r.Raw)
+			}
+			var text string
+			switch {
+			case r.Result != nil:
+				text = r.Result.Text()
+			case r.Error != nil:
+				text = r.Error.Message
+				if r.OK {
+					t.Fatal("ok=true with an error")
+				}
+			}
+			if !strings.Contains(text, c.wantText) {
+				t.Fatalf("text %q does not contain %q", text, c.wantText)
+			}
+		})
+	}
+	t.Run("3 MB body is 413 and the gateway keeps working", func(t *testing.T) {
+		big := `{"tool":"exec","args":{"command":"echo ` + strings.Repeat("x", 3<<20) + `"}}`
+		r := tg.do("POST", "/tools/invoke", []byte(big), nil)
+		if r.Status != http.StatusRequestEntityTooLarge || r.Error == nil || r.Error.Type != protocol.ErrTooLarge {
+			t.Fatalf("got %d %s", r.Status, r.Raw[:min(len(r.Raw), 200)])
+		}
+		if res := tg.invoke("exec", map[string]any{"command": "echo still-up"}, ""); res.Text() != "still-up" {
+			t.Fatalf("after 413: %q", res.Text())
+		}
+	})
+	t.Run("process denied makes exec synchronous with a warning", func(t *testing.T) {
+		res := tg.invoke("exec", map[string]any{"command": "sleep 0.3; echo late", "background": true}, "")
+		if res.Status() != "completed" || res.Text() != warnBackgroundDisabled+"\n\nlate" {
+			t.Fatalf("got %s %q", res.Status(), res.Text())
+		}
+	})
+}
+
+func TestAuth(t *testing.T) {
+	tg := startGateway(t, func(c *Config, _ *Options) { c.Gateway.Auth.Token = "s3cret" })
+	body := []byte(`{"tool":"exec","args":{"command":"echo ok"}}`)
+	if r := tg.do("POST", "/tools/invoke", body, nil); r.Status != 200 {
+		t.Fatalf("with token: %d %s", r.Status, r.Raw)
+	}
+	if r := tg.do("GET", "/healthz", nil, http.Header{"Authorization": {"Bearer nope"}}); r.Status != 200 {
+		t.Fatalf("healthz needs no token: %d", r.Status)
+	}
+	for i := 0; i < authFailureLimit; i++ {
+		r := tg.do("POST", "/tools/invoke", body, http.Header{"Authorization": {"Bearer wrong"}})
+		if r.Status != http.StatusUnauthorized || r.Error.Type != protocol.ErrUnauthorized {
+			t.Fatalf("attempt %d: %d %s", i, r.Status, r.Raw)
+		}
+	}
+	req, _ := http.NewRequest("POST", tg.srv.URL+"/tools/invoke", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer wrong")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("after %d failures: %d Retry-After=%q", authFailureLimit, res.StatusCode, res.Header.Get("Retry-After"))
+	}
+}
+
+func TestRefuseNonLoopbackWithoutToken(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.Gateway.Listen = "0.0.0.0:8420"
+	_, err := New(t.Context(), cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), "gateway.listen") {
+		t.Fatalf("want a refusal naming gateway.listen, got %v", err)
+	}
+}
+
+// TestSecurityViolations covers spec §23.8 case 81.
+func TestSecurityViolations(t *testing.T) {
+	tg := startGateway(t, nil)
+	cases := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"PATH": "/x"}, "Security Violation: Custom 'PATH' variable is forbidden during host execution."},
+		{map[string]string{"LD_PRELOAD": "x"}, "Security Violation: Environment variable 'LD_PRELOAD' is forbidden during host execution."},
+		{map[string]string{"PATH": "x", "LD_PRELOAD": "y"}, "Security Violation: Custom 'PATH' variable is forbidden during host execution (blocked override keys: LD_PRELOAD, PATH)."},
+		{map[string]string{"BAD-KEY": "1"}, "Security Violation: invalid non-portable override keys: BAD-KEY."},
+	}
+	marker := filepath.Join(tg.cwd, "ran")
+	for _, c := range cases {
+		r := tg.invokeRaw("exec", map[string]any{"command": "touch " + marker, "env": c.env, "host": "gateway"}, "")
+		if r.Status != 400 || r.Error == nil || r.Error.Message != c.want || r.Error.Type != protocol.ErrSecurityViolation {
+			t.Errorf("env %v: got %d %s", c.env, r.Status, r.Raw)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a refused command ran")
+	}
+	// host=sandbox (sandbox mode off) accepts the same env, PATH applied inside.
+	res := tg.invoke("exec", map[string]any{"command": "echo $PATH; echo ${LD_PRELOAD-unset}", "env": map[string]string{"PATH": "/x"}, "host": "sandbox"}, "")
+	if !strings.HasPrefix(res.Text(), "/x:") {
+		t.Fatalf("sandbox PATH not applied: %q", res.Text())
+	}
+}
+
+// TestPathPrepend covers spec §23.5 case 51.
+func TestPathPrepend(t *testing.T) {
+	tg := startGateway(t, func(c *Config, o *Options) {
+		c.Tools.Exec.PathPrepend = []string{"/custom/bin", "/opt/oss/bin"}
+		o.Environ = []string{"PATH=/usr/bin", "SHELL=/bin/sh"}
+	})
+	res := tg.invoke("exec", map[string]any{"command": "echo $PATH"}, "")
+	if res.Text() != "/custom/bin:/opt/oss/bin:/usr/bin" {
+		t.Fatalf("PATH = %q", res.Text())
+	}
+}
+
+func TestLoginShellPathMerged(t *testing.T) {
+	tg := startGateway(t, func(c *Config, o *Options) {
+		o.Environ = []string{"PATH=/usr/bin:/bin", "SHELL=/bin/sh"}
+		o.LoginShellPath = func() string { return "/login/bin:/usr/bin" }
+	})
+	if res := tg.invoke("exec", map[string]any{"command": "echo $PATH"}, ""); res.Text() != "/login/bin:/usr/bin:/bin" {
+		t.Fatalf("PATH = %q", res.Text())
+	}
+}
+
+// TestScopeIsolation covers spec §23.5 case 49.
+func TestScopeIsolation(t *testing.T) {
+	tg := startGateway(t, nil)
+	a := tg.invoke("exec", map[string]any{"command": "sleep 30", "background": true}, "agent:alpha:main")
+	sid := a.SessionID()
+	if sid == "" {
+		t.Fatalf("no session id: %v", a.Details)
+	}
+	listB := tg.invoke("process", map[string]any{"action": "list"}, "agent:beta:main")
+	if strings.Contains(listB.Text(), sid) {
+		t.Fatalf("beta sees alpha's session: %q", listB.Text())
+	}
+	for _, action := range []string{"poll", "kill", "remove", "log"} {
+		res := tg.invoke("process", map[string]any{"action": action, "sessionId": sid}, "agent:beta:main")
+		if res.Status() != "failed" {
+			t.Fatalf("beta %s alpha's session: %s %q", action, res.Status(), res.Text())
+		}
+	}
+	listA := tg.invoke("process", map[string]any{"action": "list"}, "agent:alpha:main")
+	if !strings.Contains(listA.Text(), sid+" running") {
+		t.Fatalf("alpha's session disturbed: %q", listA.Text())
+	}
+	tg.invoke("process", map[string]any{"action": "kill", "sessionId": sid}, "agent:alpha:main")
+}
+
+// TestExitNotification covers spec §23.5 cases 50 and 90 through the events API.
+func TestExitNotification(t *testing.T) {
+	tg := startGateway(t, nil)
+	res := tg.invoke("exec", map[string]any{"command": "printf '  line1\\n\\n line2  '; exit 2", "background": true}, "")
+	sid := res.SessionID()
+	r := tg.do("GET", "/v1/events?sessionKey=agent:main:main&waitMs=10000", nil, nil)
+	var got struct{ Events []protocol.SystemEvent }
+	if err := json.Unmarshal(r.Raw, &got); err != nil || len(got.Events) != 1 {
+		t.Fatalf("events: %s (%v)", r.Raw, err)
+	}
+	ev := got.Events[0]
+	want := fmt.Sprintf("Exec completed (%s, code 2) :: line1 line2", sid[:8])
+	if ev.Text != want || ev.Kind != protocol.EventExecExit || ev.ContextKey != "exec:"+sid || ev.SessionKey != DefaultSessionKey {
+		t.Fatalf("event %+v, want text %q", ev, want)
+	}
+	// Reading acknowledged it.
+	r = tg.do("GET", "/v1/events?sessionKey=agent:main:main", nil, nil)
+	if !strings.Contains(string(r.Raw), `"events":[]`) {
+		t.Fatalf("event delivered twice: %s", r.Raw)
+	}
+}
+
+// A poll that delivered the terminal status drops the queued notification.
+func TestTerminalPollAcknowledgesEvent(t *testing.T) {
+	tg := startGateway(t, nil)
+	res := tg.invoke("exec", map[string]any{"command": "echo bye; exit 1", "background": true}, "")
+	sid := res.SessionID()
+	poll := tg.invoke("process", map[string]any{"action": "poll", "sessionId": sid, "timeout": 10000}, "")
+	if poll.Status() != "completed" {
+		t.Fatalf("poll: %s %q", poll.Status(), poll.Text())
+	}
+	r := tg.do("GET", "/v1/events?sessionKey=agent:main:main&waitMs=300", nil, nil)
+	if !strings.Contains(string(r.Raw), `"events":[]`) {
+		t.Fatalf("event not suppressed by the terminal poll: %s", r.Raw)
+	}
+}
+
+func TestEventStream(t *testing.T) {
+	tg := startGateway(t, nil)
+	req, _ := http.NewRequest("GET", tg.srv.URL+"/v1/events/stream?sessionKey=agent:main:main", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if ct := res.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	out := tg.invoke("exec", map[string]any{"command": "echo streamed; exit 3", "background": true}, "")
+	sid := out.SessionID()
+	buf := make([]byte, 4096)
+	var seen strings.Builder
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && !strings.Contains(seen.String(), "data: ") {
+		n, err := res.Body.Read(buf)
+		seen.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	if !strings.Contains(seen.String(), "event: exec.exit") || !strings.Contains(seen.String(), "Exec completed ("+sid[:8]+", code 3) :: streamed") {
+		t.Fatalf("stream: %q", seen.String())
+	}
+}
+
+func TestHostResolution(t *testing.T) {
+	cases := []struct {
+		configured, requested string
+		sandbox, elevated     bool
+		want, err             string
+	}{
+		{"auto", "", false, false, "gateway", ""},
+		{"auto", "", true, false, "sandbox", ""},
+		{"auto", "gateway", false, false, "gateway", ""},
+		{"auto", "node", false, false, "node", ""},
+		{"auto", "sandbox", false, false, "sandbox", ""},
+		{"auto", "gateway", true, false, "", "exec host not allowed (requested gateway; configured host is auto; set tools.exec.host=gateway to allow this override)."},
+		{"auto", "node", true, false, "", "exec host not allowed (requested node; configured host is auto; set tools.exec.host=node to allow this override)."},
+		{"sandbox", "gateway", false, false, "", "exec host not allowed (requested gateway; configured host is sandbox; set tools.exec.host=gateway or auto to allow this override)."},
+		{"gateway", "node", false, false, "", "exec host not allowed (requested node; configured host is gateway; set tools.exec.host=node or auto to allow this override)."},
+		{"gateway", "gateway", false, false, "gateway", ""},
+		{"sandbox", "", true, true, "gateway", ""},
+		{"node", "", false, true, "node", ""},
+	}
+	for _, c := range cases {
+		got, err := resolveHost(c.configured, c.requested, c.sandbox, c.elevated)
+		if c.err != "" {
+			if err == nil || err.Error() != c.err {
+				t.Errorf("%+v: err %v, want %q", c, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%+v: got %q %v", c, got, err)
+		}
+	}
+	if _, err := parseRequestedHost("mars"); err == nil || err.Error() != `Invalid exec host "mars". Allowed values: auto, sandbox, gateway, node.` {
+		t.Errorf("invalid host: %v", err)
+	}
+}
+
+// TestHostNotAllowedOverHTTP checks the error reaches the caller as a 400.
+func TestHostNotAllowedOverHTTP(t *testing.T) {
+	tg := startGateway(t, func(c *Config, _ *Options) { c.Tools.Exec.Host = "gateway" })
+	r := tg.invokeRaw("exec", map[string]any{"command": "echo", "host": "node"}, "")
+	if r.Status != 400 || r.Error.Type != protocol.ErrHostNotAllowed || !strings.HasPrefix(r.Error.Message, "exec host not allowed (requested node;") {
+		t.Fatalf("%d %s", r.Status, r.Raw)
+	}
+	r = tg.invokeRaw("exec", map[string]any{"command": "echo", "host": "mars"}, "")
+	if r.Status != 400 || !strings.Contains(r.Error.Message, `Invalid exec host "mars"`) {
+		t.Fatalf("%d %s", r.Status, r.Raw)
+	}
+}
+
+func TestSecurityAskTightenOnly(t *testing.T) {
+	if got := minSecurity("allowlist", "full"); got != "allowlist" {
+		t.Errorf("minSecurity(allowlist, full) = %s", got)
+	}
+	if got := minSecurity("full", "allowlist"); got != "allowlist" {
+		t.Errorf("minSecurity(full, allowlist) = %s", got)
+	}
+	if got := maxAsk("off", "always"); got != "always" {
+		t.Errorf("maxAsk(off, always) = %s", got)
+	}
+	if got := minSecurity("full", "bogus"); got != "full" {
+		t.Errorf("invalid value must be ignored, got %s", got)
+	}
+	tg := startGateway(t, nil) // full/off
+	r := tg.invokeRaw("exec", map[string]any{"command": "echo hi", "security": "deny"}, "")
+	if r.Status != 400 || r.Error.Message != "exec denied: host=gateway security=deny" {
+		t.Fatalf("per-call deny: %d %s", r.Status, r.Raw)
+	}
+}
+
+func TestElevatedGates(t *testing.T) {
+	tg := startGateway(t, nil)
+	r := tg.invokeRaw("exec", map[string]any{"command": "echo hi", "elevated": true}, "")
+	if r.Status != 400 || !strings.Contains(r.Error.Message, "Failing gates: enabled (tools.elevated.enabled") ||
+		!strings.Contains(r.Error.Message, "Context: session=agent:main:main") {
+		t.Fatalf("%d %s", r.Status, r.Raw)
+	}
+	tg2 := startGateway(t, func(c *Config, _ *Options) {
+		c.Tools.Elevated.Enabled = true
+		c.Tools.Elevated.AllowFrom = []string{"ops"}
+	})
+	r = tg2.invokeRaw("exec", map[string]any{"command": "echo hi", "elevated": true}, "")
+	if r.Status != 400 || !strings.Contains(r.Error.Message, "Failing gates: allowFrom") {
+		t.Fatalf("%d %s", r.Status, r.Raw)
+	}
+	if res := tg2.invoke("exec", map[string]any{"command": "echo hi", "elevated": true}, "agent:ops:main"); res.Text() != "hi" {
+		t.Fatalf("allowed agent: %q", res.Text())
+	}
+}
+
+func TestSessionExecDefaults(t *testing.T) {
+	tg := startGateway(t, nil)
+	r := tg.do("PUT", "/v1/sessions/agent:main:main/exec", []byte(`{"security":"deny"}`), nil)
+	if r.Status != 200 {
+		t.Fatalf("put: %d %s", r.Status, r.Raw)
+	}
+	if r := tg.invokeRaw("exec", map[string]any{"command": "echo"}, ""); r.Status != 400 || !strings.Contains(r.Error.Message, "security=deny") {
+		t.Fatalf("defaults not applied: %d %s", r.Status, r.Raw)
+	}
+	// Other sessionKeys are unaffected.
+	if res := tg.invoke("exec", map[string]any{"command": "echo other"}, "agent:main:other"); res.Text() != "other" {
+		t.Fatalf("other key: %q", res.Text())
+	}
+	// Loosening is not possible: full stays allowlist-bounded by config.
+	if r := tg.do("PUT", "/v1/sessions/agent:main:main/exec", []byte(`{"host":"mars"}`), nil); r.Status != 400 {
+		t.Fatalf("bad host accepted: %d", r.Status)
+	}
+	if r := tg.do("PUT", "/v1/sessions/agent:main:main/exec", []byte(`{"bogus":1}`), nil); r.Status != 400 {
+		t.Fatalf("unknown field accepted: %d", r.Status)
+	}
+	if r := tg.do("GET", "/v1/sessions/nonsense/exec", nil, nil); r.Status != 400 {
+		t.Fatalf("bad key: %d", r.Status)
+	}
+	r = tg.do("GET", "/v1/sessions/agent:main:main/exec", nil, nil)
+	if r.Status != 200 || !strings.Contains(string(r.Raw), `"security":"deny"`) {
+		t.Fatalf("get: %d %s", r.Status, r.Raw)
+	}
+}
+
+func TestExecTimeoutParamAndCwdHint(t *testing.T) {
+	tg := startGateway(t, nil)
+	res := tg.invoke("exec", map[string]any{"command": "echo start; sleep 5", "timeout": 1}, "")
+	if res.Status() != "failed" || !strings.HasPrefix(res.Text(), "start\n\nCommand timed out after 1 seconds.") {
+		t.Fatalf("timeout (seconds): %s %q", res.Status(), res.Text())
+	}
+	r := tg.invokeRaw("exec", map[string]any{"command": "pwd", "cwd": "/"}, "")
+	if r.Status != 400 || r.Error.Message != `exec parameter "cwd" is unsupported; use "workdir" instead` {
+		t.Fatalf("cwd: %d %s", r.Status, r.Raw)
+	}
+}
+
+func TestToolsDenyExecKeepsProcess(t *testing.T) {
+	tg := startGateway(t, nil)
+	res := tg.invoke("exec", map[string]any{"command": "sleep 30", "background": true}, "")
+	sid := res.SessionID()
+	cfg := tg.g.Config()
+	cfg.Tools.Deny = []string{"exec"}
+	tg.g.cfgMu.Lock()
+	tg.g.cfg = cfg
+	tg.g.cfgMu.Unlock()
+	if r := tg.invokeRaw("exec", map[string]any{"command": "echo"}, ""); r.Status != 404 {
+		t.Fatalf("denied exec: %d", r.Status)
+	}
+	if res := tg.invoke("process", map[string]any{"action": "kill", "sessionId": sid}, ""); res.Status() != "completed" {
+		t.Fatalf("process on a running session: %s %q", res.Status(), res.Text())
+	}
+}

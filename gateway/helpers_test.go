@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// testGateway is a gateway served over a real HTTP listener.
+type testGateway struct {
+	t     *testing.T
+	g     *Gateway
+	srv   *httptest.Server
+	token string
+	cwd   string
+}
+
+// startGateway builds a gateway with a temp state dir, security=full and
+// ask=off (so commands run without approvals) unless mutate changes it.
+func startGateway(t *testing.T, mutate func(*Config, *Options)) *testGateway {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.Tools.Exec.Security = "full"
+	cfg.Tools.Exec.Ask = "off"
+	cfg.Tools.Exec.KillGraceMs = 1000
+	cwd := t.TempDir()
+	opts := Options{
+		Cwd:            cwd,
+		Environ:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + cwd, "SHELL=/bin/sh", "LANG=C"},
+		Getenv:         func(string) string { return "" },
+		LoginShellPath: func() string { return "" },
+	}
+	if mutate != nil {
+		mutate(&cfg, &opts)
+	}
+	g, err := New(t.Context(), cfg, opts)
+	if err != nil {
+		t.Fatalf("gateway.New: %v", err)
+	}
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Close(ctx); err != nil {
+			t.Errorf("gateway.Close: %v", err)
+		}
+	})
+	return &testGateway{t: t, g: g, srv: srv, token: cfg.Gateway.Auth.Token, cwd: cwd}
+}
+
+// response is a decoded /tools/invoke answer.
+type response struct {
+	Status int
+	OK     bool             `json:"ok"`
+	Result *protocol.Result `json:"result"`
+	Error  *protocol.Error  `json:"error"`
+	Raw    []byte
+}
+
+func (tg *testGateway) do(method, path string, body []byte, header http.Header) *response {
+	tg.t.Helper()
+	req, err := http.NewRequest(method, tg.srv.URL+path, bytes.NewReader(body))
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if tg.token != "" && req.Header.Get("Authorization") == "" {
+		req.Header.Set("Authorization", "Bearer "+tg.token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	r := &response{Status: res.StatusCode, Raw: raw}
+	if len(raw) > 0 && raw[0] == '{' {
+		if err := json.Unmarshal(raw, r); err != nil {
+			tg.t.Fatalf("decode %s: %v", raw, err)
+		}
+	}
+	return r
+}
+
+// invoke calls a tool and fails the test unless the answer is 200.
+func (tg *testGateway) invoke(tool string, args any, sessionKey string) protocol.Result {
+	tg.t.Helper()
+	r := tg.invokeRaw(tool, args, sessionKey)
+	if r.Status != http.StatusOK || r.Result == nil {
+		tg.t.Fatalf("%s %v: status %d: %s", tool, args, r.Status, r.Raw)
+	}
+	return *r.Result
+}
+
+func (tg *testGateway) invokeRaw(tool string, args any, sessionKey string) *response {
+	tg.t.Helper()
+	body := map[string]any{"tool": tool, "args": args}
+	if sessionKey != "" {
+		body["sessionKey"] = sessionKey
+	}
+	b, _ := json.Marshal(body)
+	return tg.do("POST", "/tools/invoke", b, nil)
+}
+
+// checkFor retries f until it returns nil or the time is up.
+func checkFor(t *testing.T, total time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(total)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("condition not met after %v: %v", total, err)
+}
+
+// conformanceFile returns a fixture path in ../shared/conformance.
+func conformanceFile(t *testing.T, name string) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "..", "shared", "conformance", name)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// Effective hosts.
+const (
+	hostSandbox = "sandbox"
+	hostGateway = "gateway"
+	hostNode    = "node"
+)
+
+// configuredHost is the agent's tools.exec.host, else the global one.
+func configuredHost(cfg *Config, agentID string) string {
+	if a, ok := cfg.Agent(agentID); ok && a.Tools.Exec.Host != "" {
+		return a.Tools.Exec.Host
+	}
+	if cfg.Tools.Exec.Host == "" {
+		return "auto"
+	}
+	return cfg.Tools.Exec.Host
+}
+
+// parseRequestedHost normalises a per-call host; "" and "auto" mean "not
+// requested".
+func parseRequestedHost(v string) (string, error) {
+	h := strings.ToLower(strings.TrimSpace(v))
+	if h == "" || h == "auto" {
+		return "", nil
+	}
+	if !slices.Contains(hostValues, h) {
+		return "", protocol.Errorf(protocol.ErrInvalidRequest, "Invalid exec host %q. Allowed values: auto, sandbox, gateway, node.", v)
+	}
+	return h, nil
+}
+
+// resolveHost applies spec §4: a requested host may differ from the
+// configured one only when that is auto, and then not gateway or node
+// while a sandbox runtime is active. elevated moves everything but node to
+// the gateway. The result is the effective host: sandbox, gateway or node.
+func resolveHost(configured, requested string, sandboxAvailable, elevated bool) (string, error) {
+	if requested != "" && requested != configured {
+		allowed := configured == "auto" && !(sandboxAvailable && (requested == hostGateway || requested == hostNode))
+		if !allowed {
+			var list []string
+			switch {
+			case configured == "auto" && sandboxAvailable:
+				list = []string{requested}
+			default:
+				list = []string{requested, "auto"}
+			}
+			return "", protocol.Errorf(protocol.ErrHostNotAllowed,
+				"exec host not allowed (requested %s; configured host is %s; set tools.exec.host=%s to allow this override).",
+				requested, configured, strings.Join(list, " or "))
+		}
+	}
+	selected := configured
+	if requested != "" {
+		selected = requested
+	}
+	if elevated && selected != hostNode {
+		selected = hostGateway
+	}
+	if selected == "auto" {
+		if sandboxAvailable {
+			return hostSandbox, nil
+		}
+		return hostGateway, nil
+	}
+	return selected, nil
+}
+
+// Security and ask orders (spec §5.1).
+var (
+	securityRank = map[string]int{"deny": 0, "allowlist": 1, "full": 2}
+	askRank      = map[string]int{"off": 0, "on-miss": 1, "always": 2}
+)
+
+// minSecurity returns the stricter of two security modes; invalid values
+// are ignored.
+func minSecurity(a, b string) string {
+	ra, okA := securityRank[a]
+	rb, okB := securityRank[b]
+	switch {
+	case !okA:
+		return b
+	case !okB:
+		return a
+	case rb < ra:
+		return b
+	}
+	return a
+}
+
+// maxAsk returns the stricter of two ask modes; invalid values are ignored.
+func maxAsk(a, b string) string {
+	ra, okA := askRank[a]
+	rb, okB := askRank[b]
+	switch {
+	case !okA:
+		return b
+	case !okB:
+		return a
+	case rb > ra:
+		return b
+	}
+	return a
+}
+
+// elevatedError names the failing gate (spec §5.3).
+func elevatedError(gate, runtime, sessionKey string) error {
+	lines := []string{fmt.Sprintf("elevated is not available right now (runtime=%s).", runtime)}
+	switch gate {
+	case "enabled":
+		lines = append(lines, "Failing gates: enabled (tools.elevated.enabled / agents.list[].tools.elevated.enabled)")
+	default:
+		lines = append(lines, "Failing gates: allowFrom (tools.elevated.allowFrom / agents.list[].tools.elevated.allowFrom)")
+	}
+	lines = append(lines,
+		fmt.Sprintf("Context: session=%s", sessionKey),
+		"Fix-it keys:",
+		"- tools.elevated.enabled",
+		"- tools.elevated.allowFrom",
+		"- agents.list[].tools.elevated.enabled",
+	)
+	return protocol.Errorf(protocol.ErrHostNotAllowed, "%s", strings.Join(lines, "\n"))
+}
+
+// checkElevated applies the elevated gates for agentID.
+func checkElevated(cfg *Config, agentID, sessionKey string) error {
+	runtime := "direct"
+	if cfg.Sandbox.Mode != "off" {
+		runtime = "sandboxed"
+	}
+	enabled := cfg.Tools.Elevated.Enabled
+	if a, ok := cfg.Agent(agentID); ok && a.Tools.Elevated != nil && a.Tools.Elevated.Enabled != nil {
+		enabled = enabled && *a.Tools.Elevated.Enabled
+	}
+	if !enabled {
+		return elevatedError("enabled", runtime, sessionKey)
+	}
+	if from := cfg.Tools.Elevated.AllowFrom; len(from) > 0 && !slices.Contains(from, "*") && !slices.Contains(from, agentID) {
+		return elevatedError("allowFrom", runtime, sessionKey)
+	}
+	return nil
+}

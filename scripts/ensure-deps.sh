@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the tests and `make run` need beyond Go modules:
+# bubblewrap (sandbox tests) and iproute2 (multi-host namespace tests).
+# Debian/Ubuntu only; without root it says what is missing and goes on.
+set -u
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "ensure-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null 2>&1 || true
+  if ! apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1; then
+    echo "ensure-deps: WARNING: could not install ${missing[*]}; the tests that need them will skip and say so" >&2
+  fi
+else
+  echo "ensure-deps: WARNING: missing ${missing[*]} (install the Debian packages as root); the tests that need them will skip and say so" >&2
+fi
+exit 0
