@@ -3,8 +3,11 @@ package protocol
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,12 +16,15 @@ import (
 // ExecArgs are the parameters of the exec tool. Optional numbers are
 // pointers so that "absent" and "zero" stay distinct.
 type ExecArgs struct {
-	Command    string            `json:"command"`
-	Workdir    string            `json:"workdir,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	YieldMs    *float64          `json:"yieldMs,omitempty"`
-	Background bool              `json:"background,omitempty"`
+	Command string            `json:"command"`
+	Workdir string            `json:"workdir,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// YieldMs is the foreground wait before backgrounding; the session
+	// core clamps it to 10..120000.
+	YieldMs    *float64 `json:"yieldMs,omitempty"`
+	Background bool     `json:"background,omitempty"`
 	// Timeout is in seconds; nil means the configured default, 0 none.
+	// Decoding refuses negative values and clamps huge ones to 2^31-1.
 	Timeout  *float64 `json:"timeout,omitempty"`
 	PTY      bool     `json:"pty,omitempty"`
 	Elevated *bool    `json:"elevated,omitempty"`
@@ -141,6 +147,53 @@ func splitObject(tool string, raw []byte) (map[string]json.RawMessage, error) {
 
 func isNull(v json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }
 
+// maxNumber bounds every numeric parameter. A larger value (up to JSON's
+// 1e308, or beyond, which parses as infinity) is clamped rather than
+// refused: it means "as long as possible", and 2^31-1 seconds or
+// milliseconds is that, while still converting safely to a time.Duration.
+const maxNumber = math.MaxInt32
+
+// jsonNumber parses a JSON number. Numbers too large for a float64 come
+// back as ±Inf, which the caller clamps. ok is false for anything that is
+// not a number, strings included.
+func jsonNumber(v json.RawMessage) (f float64, ok bool) {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 || !(v[0] == '-' || v[0] >= '0' && v[0] <= '9') {
+		return 0, false
+	}
+	// v is a value of a document json.Unmarshal accepted, so it is JSON
+	// number syntax, which ParseFloat reads exactly.
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
+	}
+	return f, true
+}
+
+// intString parses the integer strings the process poll timeout accepts:
+// optional spaces, at most one sign, decimal digits ("2000", "+2000"). Not
+// "1e3", "0x10" or "2_000". Values beyond int64 are clamped.
+func intString(s string) (float64, bool) {
+	s = strings.TrimSpace(s)
+	digits := s
+	if len(s) > 0 && (s[0] == '+' || s[0] == '-') {
+		digits = s[1:]
+	}
+	if digits == "" {
+		return 0, false
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimPrefix(s, "+"), 10, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
+	}
+	return float64(n), true
+}
+
 func typeErr(tool, name string, k paramKind) *Error {
 	return Errorf(ErrInvalidRequest, "%s parameter %q must be %s", tool, name, k)
 }
@@ -159,32 +212,27 @@ func decodeValue(tool, name string, k paramKind, v json.RawMessage, dst any) err
 			return typeErr(tool, name, k)
 		}
 	case kNumber:
-		var f float64
-		if err := json.Unmarshal(v, &f); err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		f, ok := jsonNumber(v)
+		if !ok {
 			return typeErr(tool, name, k)
 		}
+		f = max(-maxNumber, min(f, maxNumber))
 		*(dst.(**float64)) = &f
 	case kInt, kIntOrIntString:
-		var f float64
-		if err := json.Unmarshal(v, &f); err != nil {
+		f, ok := jsonNumber(v)
+		if !ok {
 			var s string
 			if k != kIntOrIntString || json.Unmarshal(v, &s) != nil {
 				return typeErr(tool, name, k)
 			}
-			s = strings.TrimSpace(s)
-			n, perr := strconv.ParseInt(strings.TrimPrefix(s, "+"), 10, 64)
-			if perr != nil || strings.HasPrefix(s, "+-") {
+			if f, ok = intString(s); !ok {
 				return typeErr(tool, name, k)
 			}
-			f = float64(n)
 		}
 		if f < 0 {
 			return Errorf(ErrInvalidRequest, "%s parameter %q must not be negative", tool, name)
 		}
-		if f > math.MaxInt32 {
-			f = math.MaxInt32
-		}
-		n := int(math.Floor(f))
+		n := int(math.Floor(min(f, maxNumber)))
 		*(dst.(**int)) = &n
 	case kStringMap:
 		var m map[string]json.RawMessage
@@ -192,9 +240,13 @@ func decodeValue(tool, name string, k paramKind, v json.RawMessage, dst any) err
 			return typeErr(tool, name, k)
 		}
 		out := make(map[string]string, len(m))
-		for key, raw := range m {
+		// Sorted, so that with several bad values the error is always
+		// about the same one.
+		for _, key := range slices.Sorted(maps.Keys(m)) {
+			raw := m[key]
 			var s string
-			if err := json.Unmarshal(raw, &s); err != nil {
+			// Unmarshal leaves s alone for null; null is not a string.
+			if err := json.Unmarshal(raw, &s); err != nil || isNull(raw) {
 				return Errorf(ErrInvalidRequest, "%s parameter %q: value of %q must be a string", tool, name, key)
 			}
 			out[key] = s
@@ -208,7 +260,7 @@ func decodeValue(tool, name string, k paramKind, v json.RawMessage, dst any) err
 		out := make([]string, 0, len(l))
 		for i, raw := range l {
 			var s string
-			if err := json.Unmarshal(raw, &s); err != nil {
+			if err := json.Unmarshal(raw, &s); err != nil || isNull(raw) {
 				return Errorf(ErrInvalidRequest, "%s parameter %q: element %d must be a string", tool, name, i)
 			}
 			out = append(out, s)
@@ -275,6 +327,13 @@ func DecodeExecArgs(raw []byte) (ExecArgs, error) {
 		if err := decodeValue(ToolExec, name, k, v, dst); err != nil {
 			return ExecArgs{}, err
 		}
+	}
+	if a.Timeout != nil && *a.Timeout < 0 {
+		name := "timeout"
+		if fields["timeout"] == nil || isNull(fields["timeout"]) {
+			name = "timeoutSeconds"
+		}
+		return ExecArgs{}, Errorf(ErrInvalidRequest, "exec parameter %q must not be negative (0 disables the timeout)", name)
 	}
 	if strings.TrimSpace(a.Command) == "" {
 		return ExecArgs{}, Errorf(ErrInvalidRequest, "Provide a command to start.")
