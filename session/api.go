@@ -4,7 +4,6 @@ package session
 // the node agent program against. Keep it stable; internals are free.
 
 import (
-	"context"
 	"log/slog"
 	"time"
 
@@ -82,17 +81,3 @@ type Blocker struct {
 	Removed   bool   `json:"removed"` // hidden by remove, process still alive
 	StartedAt int64  `json:"startedAt"`
 }
-
-// The Manager's methods (implemented in manager.go):
-//
-//	func DefaultConfig() Config
-//	func (c *Config) ApplyEnv(getenv func(string) string) // OPENCLAW_BASH_* / PI_BASH_* overrides, clamped
-//	func NewManager(cfg Config) (*Manager, error)
-//	func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, error)
-//	func (m *Manager) Process(ctx context.Context, scopeKey string, args protocol.ProcessArgs) protocol.Result
-//	func (m *Manager) Has(scopeKey, sessionID string) bool
-//	func (m *Manager) Blockers() []Blocker
-//	func (m *Manager) Close(ctx context.Context) error
-//	func ListText(sessions []protocol.Details) string // the text of process list for these entries
-//	func ResolveShell(shellEnv, pathEnv string) string
-var _ = context.Background

@@ -1,0 +1,333 @@
+package session
+
+import (
+	"bytes"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The output sanitizer turns raw process output into the text agents see.
+// It is a streaming state machine, one per output stream, so escape
+// sequences and UTF-8 characters may be split across reads in any way and
+// the result is the same as for the whole stream at once:
+//
+//   - ANSI/VT control sequences are removed: CSI (ESC [ or 0x9B) with its
+//     parameters, intermediates and final byte; OSC (ESC ] or 0x9D) up to BEL
+//     or ST; DCS, SOS, PM and APC strings (ESC P/X/^/_ or 0x90/0x98/0x9E/0x9F)
+//     up to ST; two-byte escapes (ESC 7, ESC =, ESC M, …) and escapes with
+//     intermediates such as the charset selects ESC ( B and ESC # 8. As in a
+//     VT500 parser, CAN and SUB cancel a sequence, ESC inside a sequence
+//     starts a new one, and C0 controls inside a sequence are still emitted.
+//   - Other C0 and C1 control characters, DEL included, become the text
+//     \xNN (two lower-case hex digits); TAB, LF and CR are kept.
+//   - Unicode format characters (category Cf) are dropped, as OpenClaw does.
+//   - Invalid UTF-8 becomes U+FFFD, one per byte that cannot start a valid
+//     sequence (Go's decoding rule); an incomplete sequence at the end of a
+//     read is held back until the next read completes or invalidates it.
+//
+// The sanitizer also reports, per write, the cursor-position requests
+// (ESC[6n, ESC[?6n) it removed and the last cursor-key mode switch
+// (ESC[?1h application, ESC[?1l normal) it saw.
+
+// Parser states.
+const (
+	stGround    uint8 = iota
+	stEscape          // after ESC
+	stEscInter        // ESC and intermediate bytes, waiting for the final byte
+	stCSI             // control sequence
+	stOSC             // operating system command: ends with BEL or ST
+	stString          // DCS, SOS, PM or APC: ends with ST
+	stOSCEsc          // ESC inside an OSC
+	stStringEsc       // ESC inside a DCS/SOS/PM/APC string
+)
+
+// cursorMode is a PTY session's cursor-key mode (DECCKM), which decides the
+// bytes send-keys uses for arrows, Home and End.
+type cursorMode uint8
+
+const (
+	cursorUnknown cursorMode = iota // PTY session before any DECCKM switch
+	cursorNormal
+	cursorApplication
+)
+
+func (m cursorMode) String() string {
+	switch m {
+	case cursorNormal:
+		return "normal"
+	case cursorApplication:
+		return "application"
+	}
+	return "unknown"
+}
+
+// maxCSIParams bounds the parameter bytes kept for DSR/DECCKM detection;
+// longer parameter strings are skipped without being interpreted.
+const maxCSIParams = 16
+
+// sanitizer is the per-stream state. Its zero value is ready to use.
+type sanitizer struct {
+	state uint8
+
+	carry  [utf8.UTFMax]byte // incomplete UTF-8 sequence at the end of the last write
+	ncarry int
+
+	params    [maxCSIParams]byte
+	nparams   int
+	paramsBad bool // overflowed, or intermediates seen: not a sequence we act on
+
+	// Results of the last write.
+	units    int        // UTF-16 units appended to dst
+	nonASCII bool       // dst got a byte >= 0x80
+	dsr      int        // cursor-position requests removed
+	mode     cursorMode // last cursor-key mode switch, cursorUnknown if none
+}
+
+// write appends the sanitized form of src to dst and returns it. It
+// allocates nothing beyond growing dst.
+func (z *sanitizer) write(dst, src []byte) []byte {
+	z.units, z.nonASCII, z.dsr, z.mode = 0, false, 0, cursorUnknown
+	if z.ncarry > 0 {
+		// Finish the held-back character with the first bytes of src. A
+		// small buffer suffices: a rune is at most 4 bytes.
+		var small [2 * utf8.UTFMax]byte
+		n := copy(small[:], z.carry[:z.ncarry])
+		k := copy(small[n:], src)
+		joined := small[:n+k]
+		carried := z.ncarry
+		z.ncarry = 0
+		i := 0
+		for i < carried {
+			if !utf8.FullRune(joined[i:]) {
+				// Still incomplete: all of src is part of this character.
+				z.ncarry = copy(z.carry[:], joined[i:])
+				return dst
+			}
+			r, size := utf8.DecodeRune(joined[i:])
+			dst = z.step(dst, r, joined[i:i+size])
+			i += size
+		}
+		src = src[i-carried:]
+	}
+	for i := 0; i < len(src); {
+		if z.state == stGround {
+			// Fast path: printable ASCII, TAB, LF and CR pass unchanged.
+			j := i
+			for j < len(src) && plainASCII(src[j]) {
+				j++
+			}
+			if j > i {
+				dst = append(dst, src[i:j]...)
+				z.units += j - i
+				i = j
+				continue
+			}
+		}
+		c := src[i]
+		if c < utf8.RuneSelf {
+			dst = z.step(dst, rune(c), src[i:i+1])
+			i++
+			continue
+		}
+		if !utf8.FullRune(src[i:]) {
+			z.ncarry = copy(z.carry[:], src[i:])
+			break
+		}
+		r, size := utf8.DecodeRune(src[i:])
+		dst = z.step(dst, r, src[i:i+size])
+		i += size
+	}
+	return dst
+}
+
+// flush ends the stream: a held-back incomplete character is invalid.
+func (z *sanitizer) flush(dst []byte) []byte {
+	z.units, z.nonASCII, z.dsr, z.mode = 0, false, 0, cursorUnknown
+	carry := z.carry
+	n := z.ncarry
+	z.ncarry = 0
+	for i := 0; i < n; i++ {
+		dst = z.step(dst, utf8.RuneError, carry[i:i+1])
+	}
+	return dst
+}
+
+func plainASCII(c byte) bool {
+	return (c >= 0x20 && c < 0x7f) || c == '\n' || c == '\t' || c == '\r'
+}
+
+// step feeds one character (raw is its encoding) to the state machine.
+func (z *sanitizer) step(dst []byte, r rune, raw []byte) []byte {
+	for {
+		switch z.state {
+		case stGround:
+			return z.ground(dst, r, raw)
+
+		case stEscape:
+			switch {
+			case r == '[':
+				z.startCSI()
+			case r == ']':
+				z.state = stOSC
+			case r == 'P' || r == 'X' || r == '^' || r == '_':
+				z.state = stString
+			case r >= 0x20 && r <= 0x2F:
+				z.state = stEscInter
+			case r >= 0x30 && r <= 0x7E:
+				z.state = stGround // two-byte escape sequence: done
+			case r == 0x1B, r == 0x7F:
+				// ESC ESC restarts the escape; DEL is ignored.
+			case r == 0x18 || r == 0x1A:
+				z.state = stGround
+			case r < 0x20:
+				return z.control(dst, r)
+			default:
+				// Not an escape sequence after all: the character is text.
+				z.state = stGround
+				continue
+			}
+			return dst
+
+		case stEscInter:
+			switch {
+			case r >= 0x20 && r <= 0x2F, r == 0x7F:
+			case r >= 0x30 && r <= 0x7E:
+				z.state = stGround
+			case r == 0x1B:
+				z.state = stEscape
+			case r == 0x18 || r == 0x1A:
+				z.state = stGround
+			case r < 0x20:
+				return z.control(dst, r)
+			default:
+				z.state = stGround
+				continue
+			}
+			return dst
+
+		case stCSI:
+			switch {
+			case r >= 0x30 && r <= 0x3F:
+				if z.nparams < len(z.params) {
+					z.params[z.nparams] = byte(r)
+					z.nparams++
+				} else {
+					z.paramsBad = true
+				}
+			case r >= 0x20 && r <= 0x2F:
+				z.paramsBad = true // intermediates: not DSR or DECCKM
+			case r >= 0x40 && r <= 0x7E:
+				z.finishCSI(byte(r))
+				z.state = stGround
+			case r == 0x1B:
+				z.state = stEscape
+			case r == 0x18 || r == 0x1A:
+				z.state = stGround
+			case r == 0x7F:
+			case r < 0x20:
+				return z.control(dst, r)
+			default:
+				z.state = stGround
+				continue
+			}
+			return dst
+
+		case stOSC, stString:
+			switch {
+			case r == 0x07 && z.state == stOSC, r == 0x9C, r == 0x18, r == 0x1A:
+				z.state = stGround
+			case r == 0x1B:
+				if z.state == stOSC {
+					z.state = stOSCEsc
+				} else {
+					z.state = stStringEsc
+				}
+			}
+			return dst
+
+		case stOSCEsc, stStringEsc:
+			if r == '\\' {
+				z.state = stGround // ESC \ is the string terminator
+				return dst
+			}
+			// The ESC ended the string and begins a new escape sequence.
+			z.state = stEscape
+		}
+	}
+}
+
+func (z *sanitizer) ground(dst []byte, r rune, raw []byte) []byte {
+	switch {
+	case r == 0x1B:
+		z.state = stEscape
+		return dst
+	case r == 0x9B:
+		z.startCSI()
+		return dst
+	case r == 0x9D:
+		z.state = stOSC
+		return dst
+	case r == 0x90 || r == 0x98 || r == 0x9E || r == 0x9F:
+		z.state = stString
+		return dst
+	case r < 0x20 || (r >= 0x7F && r <= 0x9F):
+		return z.control(dst, r)
+	case r == utf8.RuneError && len(raw) == 1:
+		z.units++
+		z.nonASCII = true
+		return append(dst, "\uFFFD"...)
+	case r >= utf8.RuneSelf && unicode.Is(unicode.Cf, r):
+		return dst // format characters are dropped
+	}
+	z.units += runeUnits(r)
+	if r >= utf8.RuneSelf {
+		z.nonASCII = true
+	}
+	return append(dst, raw...)
+}
+
+// control emits a control character: TAB, LF and CR as they are, anything
+// else as \xNN.
+func (z *sanitizer) control(dst []byte, r rune) []byte {
+	if r == '\t' || r == '\n' || r == '\r' {
+		z.units++
+		return append(dst, byte(r))
+	}
+	const hex = "0123456789abcdef"
+	z.units += 4
+	return append(dst, '\\', 'x', hex[(r>>4)&0xF], hex[r&0xF])
+}
+
+func (z *sanitizer) startCSI() {
+	z.state = stCSI
+	z.nparams = 0
+	z.paramsBad = false
+}
+
+// finishCSI interprets the two kinds of control sequence the session core
+// acts on: cursor-position requests (answered on PTYs) and DECCKM.
+func (z *sanitizer) finishCSI(final byte) {
+	if z.paramsBad || (final != 'n' && final != 'h' && final != 'l') {
+		return
+	}
+	p := z.params[:z.nparams]
+	if final == 'n' {
+		if string(p) == "6" || string(p) == "?6" {
+			z.dsr++
+		}
+		return
+	}
+	if len(p) < 2 || p[0] != '?' {
+		return
+	}
+	// DECSET/DECRST may carry several modes: ESC[?1;1049h.
+	for _, field := range bytes.Split(p[1:], []byte{';'}) {
+		if string(field) == "1" {
+			if final == 'h' {
+				z.mode = cursorApplication
+			} else {
+				z.mode = cursorNormal
+			}
+		}
+	}
+}

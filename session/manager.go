@@ -1,0 +1,735 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"golang.org/x/sys/unix"
+
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// ErrClosed is returned by Exec once Close has begun. Its protocol type is
+// "unavailable" and it is retryable: another instance may take the call.
+var ErrClosed error = &protocol.Error{Type: protocol.ErrUnavailable, Message: "the session manager is shutting down", Retryable: true}
+
+// errEmptyCommand is exec's answer to an empty command.
+var errEmptyCommand error = protocol.Errorf(protocol.ErrInvalidRequest, "Provide a command to start.")
+
+// Manager runs commands and keeps them as sessions. It is safe for
+// concurrent use. Create it with NewManager and release it with Close.
+type Manager struct {
+	cfg       Config
+	log       *slog.Logger
+	shell     string
+	shellArgs []string
+	instance  string // random id of this Manager in session markers
+	selfPID   int
+	selfPGID  int
+
+	root       context.Context // parent of every session context
+	cancelRoot context.CancelCauseFunc
+	hurry      chan struct{} // closed when Close's context ends: SIGKILL without grace
+	resched    chan struct{} // wakes the janitor after retention changed
+	sigchld    chan os.Signal
+	closeDone  chan struct{}
+	wg         sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	seq      uint64
+	sessions map[string]*session // running (foreground too) and retained finished sessions
+	removed  map[string]*session // removed while their process still runs
+	leaders  map[int]bool        // pids of leaders not yet waited for
+	finished []*session          // retained sessions in completion order
+	finChars int                 // output chars held by finished sessions
+}
+
+// NewManager returns a Manager for cfg. Zero values in cfg are replaced by
+// the defaults and out-of-range values clamped (see DefaultConfig).
+//
+// NewManager makes the calling process a child subreaper
+// (PR_SET_CHILD_SUBREAPER), so that processes which escape a command's
+// process group stay below this process and can be ended with their
+// session. The setting is process-wide and is never reverted.
+func NewManager(cfg Config) (*Manager, error) {
+	cfg = cfg.normalized()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	shell := cfg.Shell
+	if shell == "" {
+		shell = ResolveShell(os.Getenv("SHELL"), os.Getenv("PATH"))
+	}
+	var tag [4]byte
+	_, _ = rand.Read(tag[:])
+	m := &Manager{
+		cfg:       cfg,
+		log:       log,
+		shell:     shell,
+		shellArgs: shellArgs(shell),
+		instance:  hex.EncodeToString(tag[:]),
+		selfPID:   os.Getpid(),
+		selfPGID:  syscall.Getpgrp(),
+		hurry:     make(chan struct{}),
+		resched:   make(chan struct{}, 1),
+		sigchld:   make(chan os.Signal, 1),
+		closeDone: make(chan struct{}),
+		sessions:  map[string]*session{},
+		removed:   map[string]*session{},
+		leaders:   map[int]bool{},
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		// Without it, escapees of killed trees move to init; everything
+		// else works.
+		log.Warn("cannot become a child subreaper; setsid escapees of killed commands may survive", "err", err)
+	}
+	m.root, m.cancelRoot = context.WithCancelCause(context.Background())
+	signal.Notify(m.sigchld, syscall.SIGCHLD)
+	m.wg.Go(m.janitor)
+	return m, nil
+}
+
+// Exec runs one command (an exec tool call whose policy checks already
+// passed). It returns when the command ends within the yield window (a
+// completed or failed result), when the window passes or Background is set
+// (a running result naming the session), or, for Synchronous requests,
+// when the command ends. A non-zero exit, a timeout, an invalid workdir or
+// a spawn error is a normal result with details.status "failed" or
+// "completed"; the error is non-nil only for an empty command, after Close,
+// and when ctx ends before a foreground command finished (the command is
+// then stopped).
+func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, error) {
+	if strings.TrimSpace(req.Command) == "" {
+		return protocol.Result{}, errEmptyCommand
+	}
+	startedAt := time.Now()
+	warningText := ""
+	if w := strings.Join(req.Warnings, "\n"); strings.TrimSpace(w) != "" {
+		warningText = w + "\n\n"
+	}
+	cwd, ok := resolveWorkdir(req.Workdir)
+	if !ok {
+		return unavailableWorkdirResult(cwd, warningText, startedAt), nil
+	}
+
+	s, err := m.register(req, cwd, startedAt)
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	argv := req.Argv
+	if len(argv) == 0 {
+		argv = append(append([]string{m.shell}, m.shellArgs...), req.Command)
+	}
+	warning, err := s.spawn(argv, m.sessionEnv(req.Env, s), m.cfg.DrainWait)
+	if warning != "" {
+		req.Warnings = append(slices.Clip(req.Warnings), warning)
+		warningText = strings.Join(req.Warnings, "\n") + "\n\n"
+	}
+	if err != nil {
+		m.unregister(s)
+		s.cancel(errExited)
+		s.log.Info("spawn failed", "err", err)
+		return runtimeErrorResult(warningText, "Error: "+err.Error(), cwd, startedAt), nil
+	}
+	m.started(s)
+
+	// The settled outcome wins over a yield that fires at the same time.
+	switch {
+	case req.Synchronous:
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return m.abort(ctx, s)
+		}
+	case req.Background:
+		if s.markBackgrounded() {
+			return s.runningResult(warningText), nil
+		}
+		<-s.done
+	default:
+		t := time.NewTimer(yieldWindow(req.YieldMs, m.cfg.DefaultYieldMs))
+		defer t.Stop()
+		select {
+		case <-s.done:
+		case <-t.C:
+			if s.markBackgrounded() {
+				return s.runningResult(warningText), nil
+			}
+			<-s.done
+		case <-ctx.Done():
+			return m.abort(ctx, s)
+		}
+	}
+	return s.foregroundResult(warningText), nil
+}
+
+// abort stops a foreground command whose caller went away.
+func (m *Manager) abort(ctx context.Context, s *session) (protocol.Result, error) {
+	s.requestStop(errAborted)
+	return protocol.Result{}, fmt.Errorf("exec %s aborted: %w", s.id, context.Cause(ctx))
+}
+
+// register creates a session with a fresh id and reserves the id. The
+// session owns one count of m.wg from here on.
+func (m *Manager) register(req ExecRequest, cwd string, startedAt time.Time) (*session, error) {
+	sec, timeout, hasTimeout := resolveTimeout(req.TimeoutSec, m.cfg.DefaultTimeoutSec)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	m.seq++
+	s := &session{
+		m:             m,
+		id:            newSessionID(m.takenLocked),
+		command:       req.Command,
+		scopeKey:      req.ScopeKey,
+		cwd:           cwd,
+		startedAt:     startedAt,
+		seq:           m.seq,
+		pty:           req.PTY,
+		continuation:  !req.Synchronous,
+		notify:        m.cfg.NotifyOnExit && !req.NotifyOff,
+		emptySuccess:  m.cfg.NotifyOnExitEmptySuccess,
+		hook:          req.OnExitHook,
+		termDone:      make(chan struct{}),
+		done:          make(chan struct{}),
+		out:           newOutputBuffer(m.cfg.MaxOutputChars, m.cfg.PendingMaxOutputChars),
+		lastOutput:    startedAt,
+		noOutputPolls: -1,
+	}
+	if hasTimeout {
+		s.timeoutSec = sec
+	}
+	s.marker = m.instance + "/" + s.id
+	s.log = m.log.With("session", s.id)
+	if req.PTY {
+		s.mode = cursorUnknown
+	} else {
+		s.mode = cursorNormal
+	}
+	// The session's context ends on kill, timeout, abort or Close; each
+	// then ends the process tree.
+	s.ctx, s.cancel = context.WithCancelCause(m.root)
+	if hasTimeout {
+		var cancelTimeout context.CancelFunc
+		var ctx context.Context
+		ctx, cancelTimeout = context.WithTimeoutCause(s.ctx, timeout, errTimedOut)
+		parentCancel := s.cancel
+		s.ctx = ctx
+		s.cancel = func(cause error) { parentCancel(cause); cancelTimeout() }
+	}
+	m.sessions[s.id] = s
+	m.wg.Add(1)
+	return s, nil
+}
+
+// unregister forgets a session whose spawn failed.
+func (m *Manager) unregister(s *session) {
+	m.mu.Lock()
+	if m.sessions[s.id] == s {
+		delete(m.sessions, s.id)
+	}
+	m.mu.Unlock()
+	close(s.termDone)
+	m.wg.Done()
+}
+
+// started publishes a spawned session and starts its goroutines.
+func (m *Manager) started(s *session) {
+	var buf [512]byte
+	if p, ok := readProcStat(s.pid, buf[:]); ok {
+		s.leaderStart = p.start
+	}
+	m.mu.Lock()
+	m.leaders[s.pid] = true
+	m.mu.Unlock()
+	s.log.Debug("started", "pid", s.pid, "pty", s.pty, "cwd", s.cwd)
+	s.stopTerm = context.AfterFunc(s.ctx, func() { m.terminate(s) })
+	if s.ptmx != nil {
+		m.wg.Go(s.readPTY)
+	}
+	go func() {
+		defer m.wg.Done() // the count taken by register
+		s.run()
+	}()
+}
+
+// takenLocked reports whether an id is in use: running, retained, or
+// removed but still running. Caller holds m.mu.
+func (m *Manager) takenLocked(id string) bool {
+	_, a := m.sessions[id]
+	_, b := m.removed[id]
+	return a || b
+}
+
+// sessionEnv builds the command's environment.
+func (m *Manager) sessionEnv(env []string, s *session) []string {
+	if env == nil {
+		env = os.Environ()
+	}
+	out := make([]string, 0, len(env)+3)
+	hasTERM := false
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case envShellMarker, envSessionMarker:
+			continue // set below
+		case envTERM:
+			hasTERM = true
+		}
+		out = append(out, kv)
+	}
+	out = append(out, envShellMarker+"="+envShellMarkerValue, envSessionMarker+"="+s.marker)
+	if s.pty && !hasTERM {
+		out = append(out, envTERM+"="+defaultTERM)
+	}
+	return out
+}
+
+// finishSession records the exit of a session, retains it when it was
+// backgrounded, and emits its exit event.
+func (m *Manager) finishSession(s *session, state *os.ProcessState, waitErr, cause error) {
+	now := time.Now()
+	s.mu.Lock()
+	s.res = s.classifyLocked(state, waitErr, cause, now)
+	s.exited = true
+	s.endedAt = now
+	s.out.frozen = true
+	s.stdinClosed = true
+	if s.wake != nil {
+		close(s.wake)
+		s.wake = nil
+	}
+	close(s.done)
+	backgrounded, removed := s.backgrounded, s.removed
+	res := s.res
+	s.mu.Unlock()
+	s.log.Debug("exited", "status", res.status, "reason", res.reason, "signal", res.signal)
+
+	m.mu.Lock()
+	delete(m.leaders, s.pid)
+	if removed {
+		delete(m.removed, s.id)
+	} else if m.sessions[s.id] == s {
+		if backgrounded {
+			m.retainLocked(s, now)
+		} else {
+			delete(m.sessions, s.id) // foreground sessions are not kept
+		}
+	}
+	m.mu.Unlock()
+	if backgrounded {
+		m.emitExit(s)
+	}
+}
+
+// retainLocked keeps a finished background session and evicts the oldest
+// ones beyond the limits. Caller holds m.mu.
+func (m *Manager) retainLocked(s *session, now time.Time) {
+	s.mu.Lock()
+	s.retained = true
+	s.expiresAt = now.Add(m.cfg.JobTTL)
+	chars := s.out.retainedUnits()
+	s.mu.Unlock()
+	m.finished = append(m.finished, s)
+	m.finChars += chars
+	for len(m.finished) > m.cfg.MaxFinished || (len(m.finished) > 1 && m.finChars > m.cfg.MaxFinishedChars) {
+		m.dropFinishedLocked(m.finished[0])
+	}
+	m.kickJanitor()
+}
+
+// dropFinishedLocked forgets a retained session. Caller holds m.mu.
+func (m *Manager) dropFinishedLocked(s *session) {
+	i := slices.Index(m.finished, s)
+	if i < 0 {
+		return
+	}
+	m.finished = slices.Delete(m.finished, i, i+1)
+	s.mu.Lock()
+	s.retained = false
+	m.finChars -= s.out.retainedUnits()
+	s.mu.Unlock()
+	if m.sessions[s.id] == s {
+		delete(m.sessions, s.id)
+	}
+}
+
+func (m *Manager) kickJanitor() {
+	select {
+	case m.resched <- struct{}{}:
+	default:
+	}
+}
+
+// janitor expires retained sessions with one timer set to the next expiry,
+// and reaps orphans when SIGCHLD arrives.
+func (m *Manager) janitor() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-m.root.Done():
+			return
+		case <-m.sigchld:
+			m.reap()
+			continue
+		case <-m.resched:
+		case <-timer.C:
+		}
+		if next, ok := m.sweep(time.Now()); ok {
+			timer.Reset(time.Until(next))
+		} else {
+			timer.Stop()
+		}
+	}
+}
+
+// sweep drops expired sessions and returns the next expiry. Sessions expire
+// in completion order, because the TTL is the same for all.
+func (m *Manager) sweep(now time.Time) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for len(m.finished) > 0 {
+		s := m.finished[0]
+		s.mu.Lock()
+		exp := s.expiresAt
+		s.mu.Unlock()
+		if exp.After(now) {
+			return exp, true
+		}
+		m.dropFinishedLocked(s)
+	}
+	return time.Time{}, false
+}
+
+// reap collects orphans that exited (see reapOrphans).
+func (m *Manager) reap() {
+	m.mu.Lock()
+	skip := make(map[int]bool, len(m.leaders))
+	for pid := range m.leaders {
+		skip[pid] = true
+	}
+	m.mu.Unlock()
+	if n := reapOrphans(skip); n > 0 {
+		m.log.Debug("reaped orphans", "count", n)
+	}
+}
+
+// terminate ends a session's process tree: SIGTERM (and SIGCONT, so that
+// stopped processes act on it) to every process of the tree, then SIGKILL
+// to whatever is left after KillGrace, or at once when Close's context
+// ended. It runs once per session, when the session context ends.
+func (m *Manager) terminate(s *session) {
+	defer close(s.termDone)
+	spec := s.treeSpec()
+	deadline := time.Now().Add(m.cfg.KillGrace)
+	set := m.collect(spec)
+	if err := signalProcs(set, spec.pgid, m.selfPGID, unix.SIGTERM); err != nil {
+		s.log.Warn("SIGTERM failed", "err", err)
+	}
+	_ = signalProcs(set, spec.pgid, m.selfPGID, unix.SIGCONT)
+	s.log.Debug("SIGTERM sent", "processes", len(set), "cause", context.Cause(s.ctx))
+
+	grace := time.NewTimer(m.cfg.KillGrace)
+	defer grace.Stop()
+	select {
+	case <-s.done:
+	case <-grace.C:
+	case <-m.hurry:
+	}
+	// Escapees can outlive the leader; give them the rest of the grace.
+	survivors := aliveProcs(union(m.collect(spec), set))
+	if len(survivors) > 0 && !closedChan(m.hurry) {
+		waitGone(survivors, deadline, m.hurry)
+		survivors = aliveProcs(union(m.collect(spec), survivors))
+	}
+	if len(survivors) == 0 {
+		return
+	}
+	if err := signalProcs(survivors, spec.pgid, m.selfPGID, unix.SIGKILL); err != nil {
+		s.log.Warn("SIGKILL failed", "err", err)
+	}
+	s.log.Debug("SIGKILL sent", "processes", len(survivors))
+}
+
+// collect reads /proc and returns the processes of a tree.
+func (m *Manager) collect(spec treeSpec) map[int]uint64 {
+	snap, err := readProcSnapshot(m.selfPID)
+	if err != nil {
+		m.log.Warn("cannot read /proc; signalling the process group only", "err", err)
+		return map[int]uint64{spec.leader: spec.leaderStart}
+	}
+	return snap.collect(spec)
+}
+
+func union(a, b map[int]uint64) map[int]uint64 {
+	out := make(map[int]uint64, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+func closedChan(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitGone waits until every process of set has exited, deadline passed
+// or hurry closed. It waits on pidfds, which become readable when their
+// process exits, so it returns as soon as the last one is gone.
+func waitGone(set map[int]uint64, deadline time.Time, hurry <-chan struct{}) {
+	var fds []unix.PollFd
+	for pid, start := range set {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue // gone already
+		}
+		// The pid may have been reused between the snapshot and here.
+		var buf [512]byte
+		if p, ok := readProcStat(pid, buf[:]); !ok || (start != 0 && p.start != start) {
+			unix.Close(fd)
+			continue
+		}
+		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+	}
+	defer func() {
+		for _, p := range fds {
+			unix.Close(int(p.Fd))
+		}
+	}()
+	for len(fds) > 0 {
+		left := time.Until(deadline)
+		if left <= 0 || closedChan(hurry) {
+			return
+		}
+		// Wake at least every 100 ms to notice hurry.
+		ms := int(min(left, 100*time.Millisecond) / time.Millisecond)
+		n, err := unix.Poll(fds, max(ms, 1))
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+		if n <= 0 {
+			continue
+		}
+		live := fds[:0]
+		for _, p := range fds {
+			if p.Revents != 0 {
+				unix.Close(int(p.Fd))
+				continue
+			}
+			live = append(live, p)
+		}
+		fds = live
+	}
+}
+
+// Has reports whether the process tool of scopeKey can see sessionID
+// (running or retained).
+func (m *Manager) Has(scopeKey, sessionID string) bool {
+	return m.lookup(scopeKey, sessionID) != nil
+}
+
+// lookup returns a session visible to scopeKey, or nil.
+func (m *Manager) lookup(scopeKey, id string) *session {
+	m.mu.Lock()
+	s := m.sessions[id]
+	m.mu.Unlock()
+	if s == nil || s.scopeKey != scopeKey {
+		return nil
+	}
+	return s
+}
+
+// Blockers lists the processes that block a safe restart: every running
+// session, and removed sessions whose process is still alive.
+func (m *Manager) Blockers() []Blocker {
+	m.mu.Lock()
+	candidates := make([]*session, 0, len(m.sessions)+len(m.removed))
+	for _, s := range m.sessions {
+		candidates = append(candidates, s)
+	}
+	for _, s := range m.removed {
+		candidates = append(candidates, s)
+	}
+	m.mu.Unlock()
+	var out []Blocker
+	for _, s := range candidates {
+		s.mu.Lock()
+		exited, removed := s.exited, s.removed
+		s.mu.Unlock()
+		if exited || s.pid == 0 {
+			continue
+		}
+		out = append(out, Blocker{
+			SessionID: s.id,
+			ScopeKey:  s.scopeKey,
+			PID:       s.pid,
+			Command:   s.command,
+			Removed:   removed,
+			StartedAt: s.startedAt.UnixMilli(),
+		})
+	}
+	slices.SortFunc(out, func(a, b Blocker) int { return strings.Compare(a.SessionID, b.SessionID) })
+	return out
+}
+
+// Close stops taking work and ends every process tree: SIGTERM, then
+// SIGKILL after KillGrace or as soon as ctx ends. Processes that escaped
+// sessions which already finished are ended the same way. Close waits for
+// every goroutine of the Manager; exit events of background sessions are
+// still delivered. It is idempotent; later calls wait for the first.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		select {
+		case <-m.closeDone:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	m.closed = true
+	m.mu.Unlock()
+
+	stopHurry := context.AfterFunc(ctx, func() { close(m.hurry) })
+	defer stopHurry()
+	m.log.Debug("closing")
+
+	m.cancelRoot(errShutdown) // every session context ends: trees are terminated
+	err := m.endEscapees()
+	m.wg.Wait()
+	signal.Stop(m.sigchld)
+	m.reap()
+	close(m.closeDone)
+	return err
+}
+
+// endEscapees ends processes that carry this Manager's marker but whose
+// session is over (a `setsid daemon &` left behind by a finished command).
+func (m *Manager) endEscapees() error {
+	snap, err := readProcSnapshot(m.selfPID)
+	if err != nil {
+		return fmt.Errorf("session: close: read /proc: %w", err)
+	}
+	prefix := m.instance + "/"
+	set := map[int]uint64{}
+	for _, pid := range snap.below(m.selfPID) {
+		if strings.HasPrefix(snap.marker(pid), prefix) {
+			set[pid] = snap.procs[pid].start
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	var result *multierror.Error
+	if err := signalProcs(set, 0, m.selfPGID, unix.SIGTERM); err != nil {
+		result = multierror.Append(result, err)
+	}
+	_ = signalProcs(set, 0, m.selfPGID, unix.SIGCONT)
+	waitGone(set, time.Now().Add(m.cfg.KillGrace), m.hurry)
+	if left := aliveProcs(set); len(left) > 0 {
+		if err := signalProcs(left, 0, m.selfPGID, unix.SIGKILL); err != nil {
+			result = multierror.Append(result, err)
+		}
+	}
+	if err := result.ErrorOrNil(); err != nil {
+		return fmt.Errorf("session: close: %w", err)
+	}
+	return nil
+}
+
+// emitExit delivers the exit event of a background session to OnExit and
+// the request's hook, in the session's own goroutine and under no Manager
+// lock. evMu makes a poll that delivers the terminal status meanwhile wait
+// with its acknowledgement until the event is out.
+func (m *Manager) emitExit(s *session) {
+	if m.cfg.OnExit == nil && s.hook == nil {
+		return
+	}
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
+	s.mu.Lock()
+	r := s.res
+	ev := protocol.ExitEvent{
+		SessionID:  s.id,
+		SessionKey: s.scopeKey,
+		Command:    s.command,
+		Status:     r.status,
+		ExitCode:   r.code,
+		ExitSignal: r.signal,
+		ExitReason: r.reason,
+		Tail:       s.out.tail(),
+		StartedAt:  s.startedAt.UnixMilli(),
+		EndedAt:    s.endedAt.UnixMilli(),
+	}
+	// No notification for removed sessions, for sessions whose terminal
+	// status a poll already delivered, and without a scope to notify.
+	if s.notify && !s.removed && !s.terminalPolled && strings.TrimSpace(s.scopeKey) != "" {
+		ev.Text = notifyText(s.id, r.status, r.code, r.signal, r.reason, s.out.aggregated(), s.emptySuccess)
+		ev.Notify = ev.Text != ""
+	}
+	s.mu.Unlock()
+	if m.cfg.OnExit != nil {
+		m.cfg.OnExit(ev)
+	}
+	if s.hook != nil {
+		s.hook(ev)
+	}
+}
+
+// resolveWorkdir validates the working directory: it must exist and be a
+// directory. The returned path is the real path (or, when invalid, the
+// requested one for the error text).
+func resolveWorkdir(workdir string) (string, bool) {
+	if workdir == "" {
+		cwd, err := os.Getwd()
+		if err != nil {
+			return "current working directory", false
+		}
+		workdir = cwd
+	} else if t := jsTrim(workdir); t != "" {
+		workdir = t
+	} else {
+		return workdir, false
+	}
+	fi, err := os.Stat(workdir)
+	if err != nil || !fi.IsDir() {
+		return workdir, false
+	}
+	if real, err := filepath.EvalSymlinks(workdir); err == nil {
+		if abs, err := filepath.Abs(real); err == nil {
+			return abs, true
+		}
+	}
+	if abs, err := filepath.Abs(workdir); err == nil {
+		return abs, true
+	}
+	return workdir, true
+}

@@ -1,0 +1,575 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// Process runs one process tool action for the caller identified by
+// scopeKey, which sees only the sessions it started; other sessions behave
+// as if they did not exist. Every outcome, failures included (unknown
+// action or session, stdin not writable, …), is a result with OpenClaw's
+// texts and details (spec §15). poll may wait up to 30 s (args.Timeout);
+// ctx ends the wait early.
+func (m *Manager) Process(ctx context.Context, scopeKey string, args protocol.ProcessArgs) protocol.Result {
+	if !slices.Contains(protocol.ProcessActions, args.Action) {
+		return protocol.FailedResult("Invalid process action. Expected one of: " + strings.Join(protocol.ProcessActions, ", "))
+	}
+	if args.Action == "list" {
+		return m.list(scopeKey)
+	}
+	id := args.SessionID
+	if id == "" {
+		return protocol.FailedResult("sessionId is required for this action.")
+	}
+	s := m.lookup(scopeKey, id)
+	switch args.Action {
+	case "poll":
+		return m.poll(ctx, s, id, args.Timeout)
+	case "log":
+		return m.logAction(s, id, args.Offset, args.Limit)
+	case "write", "send-keys", "submit", "paste":
+		return m.input(ctx, s, id, args)
+	case "kill":
+		return m.kill(s, id)
+	case "clear":
+		return m.clear(s, id)
+	case "remove":
+		return m.remove(s, id)
+	}
+	return protocol.FailedResult("Unknown action " + args.Action)
+}
+
+// runtimeFacts describes a running session for poll, log and list.
+type runtimeFacts struct {
+	stdinWritable   bool
+	waitingForInput bool
+	idleMs          int64
+	lastOutputAt    int64
+}
+
+// factsLocked computes runtimeFacts. Caller holds s.mu.
+func (s *session) factsLocked(now time.Time) runtimeFacts {
+	idle := max(now.Sub(s.lastOutput).Milliseconds(), 0)
+	writable := s.writableLocked()
+	return runtimeFacts{
+		stdinWritable:   writable,
+		waitingForInput: writable && time.Duration(idle)*time.Millisecond >= s.m.cfg.InputWaitIdle,
+		idleMs:          idle,
+		lastOutputAt:    s.lastOutput.UnixMilli(),
+	}
+}
+
+func (f runtimeFacts) addTo(d protocol.Details) protocol.Details {
+	d["stdinWritable"] = f.stdinWritable
+	d["waitingForInput"] = f.waitingForInput
+	d["idleMs"] = f.idleMs
+	d["lastOutputAt"] = f.lastOutputAt
+	return d
+}
+
+// writableLocked reports whether the session takes input. Only PTY
+// sessions have a stdin; pipe sessions read /dev/null.
+func (s *session) writableLocked() bool {
+	return s.ptmx != nil && !s.stdinClosed && !s.exited
+}
+
+// nameDetail adds the derived session name when there is one.
+func (s *session) nameDetail(d protocol.Details) protocol.Details {
+	if name, ok := deriveSessionName(s.command); ok {
+		d["name"] = name
+	}
+	return d
+}
+
+// finishedDetailsLocked is OpenClaw's finishedSessionDetails. Caller holds
+// s.mu.
+func (s *session) finishedDetailsLocked() protocol.Details {
+	r := s.res
+	d := protocol.Details{"status": r.status, "sessionId": s.id}
+	if r.code != nil {
+		d["exitCode"] = *r.code
+	}
+	if r.signal != "" {
+		d["exitSignal"] = r.signal
+	}
+	if r.reason != "" {
+		d["exitReason"] = r.reason
+		d["timedOut"] = isTimeoutReason(r.reason)
+		d["noOutputTimedOut"] = r.reason == reasonNoOutput
+	}
+	return s.nameDetail(d)
+}
+
+// exitLineLocked is the last line of a finished poll.
+func (s *session) exitLineLocked() string {
+	r := s.res
+	if r.stopped {
+		return "\n\nProcess stopped by request (" + exitLabel(r.code, r.signal) + ")."
+	}
+	return "\n\nProcess exited with " + exitLabel(r.code, r.signal) + "."
+}
+
+func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int) protocol.Result {
+	if s == nil {
+		return protocol.FailedResult("No session found for " + id)
+	}
+	s.mu.Lock()
+	if s.exited {
+		s.mu.Unlock()
+		return m.finishedPoll(ctx, s, id)
+	}
+	if !s.backgrounded {
+		s.mu.Unlock()
+		return protocol.FailedResult("Session " + id + " is not backgrounded.")
+	}
+	if wait := pollWait(timeout); wait > 0 {
+		// Wait for new output or the exit; never sleep-poll.
+		t := time.NewTimer(wait)
+		defer t.Stop()
+	waiting:
+		for !s.exited && !s.out.hasPending() {
+			ch := s.waitChangeLocked()
+			s.mu.Unlock()
+			select {
+			case <-ch:
+				s.mu.Lock()
+			case <-t.C:
+				s.mu.Lock()
+				break waiting
+			case <-ctx.Done():
+				s.mu.Lock()
+				break waiting
+			}
+		}
+	}
+	if s.exited {
+		s.mu.Unlock()
+		return m.finishedPoll(ctx, s, id)
+	}
+	output, dropped := s.out.drain()
+	output = jsTrim(output)
+	text := ""
+	if s.out.lostOutput() {
+		text = retentionCapNote
+	}
+	if dropped {
+		text += pollDroppedNote
+	}
+	if output == "" {
+		text += "(no new output)"
+	} else {
+		text += output
+	}
+	// retryInMs: 5 s after new output, then 10, 30, 60, 60, … s.
+	if output != "" {
+		s.noOutputPolls = -1
+	}
+	s.noOutputPolls++
+	retry := retryBackoffMs[min(s.noOutputPolls, len(retryBackoffMs)-1)]
+	if output != "" {
+		retry = retryBackoffMs[0]
+	}
+	facts := s.factsLocked(time.Now())
+	if facts.waitingForInput {
+		text += inputWaitHint(facts.idleMs)
+	} else {
+		text += "\n\nProcess still running."
+	}
+	d := protocol.Details{
+		"status":     protocol.StatusRunning,
+		"sessionId":  id,
+		"aggregated": s.out.aggregated(),
+		"retryInMs":  retry,
+	}
+	s.mu.Unlock()
+	return protocol.TextResult(text, s.nameDetail(facts.addTo(d)))
+}
+
+// finishedPoll answers a poll of an ended session: its unread output and
+// the exit line. The first such poll acknowledges the terminal status.
+func (m *Manager) finishedPoll(ctx context.Context, s *session, id string) protocol.Result {
+	s.mu.Lock()
+	if !s.retained {
+		// A foreground session, or one evicted meanwhile.
+		s.mu.Unlock()
+		return protocol.FailedResult("No session found for " + id)
+	}
+	output, dropped := s.out.drain()
+	output = jsTrim(output)
+	text := ""
+	if s.out.lostOutput() {
+		text = retentionCapNote
+	}
+	if dropped {
+		text += pollDroppedNote
+	}
+	if output == "" {
+		text += "(no new output)"
+	} else {
+		text += output
+	}
+	text = appendTimeoutGuidance(text+s.exitLineLocked(), s.res.reason)
+	d := s.finishedDetailsLocked()
+	d["aggregated"] = s.out.aggregated()
+	s.noOutputPolls = -1
+	first := !s.terminalPolled
+	s.terminalPolled = true
+	s.mu.Unlock()
+	if first && m.cfg.OnAcknowledged != nil {
+		// After the exit event, if one is being delivered (see emitExit).
+		s.evMu.Lock()
+		s.evMu.Unlock()
+		m.cfg.OnAcknowledged(s.scopeKey, s.id)
+	}
+	return protocol.TextResult(text, d)
+}
+
+func (m *Manager) logAction(s *session, id string, offset, limit *int) protocol.Result {
+	if s == nil {
+		return protocol.FailedResult("No session found for " + id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	running := !s.exited
+	if !running && !s.retained {
+		return protocol.FailedResult("No session found for " + id)
+	}
+	if running && !s.backgrounded {
+		return protocol.FailedResult("Session " + id + " is not backgrounded.")
+	}
+	off, lim := intOpt(offset), intOpt(limit)
+	effLimit, usingDefaultTail := logWindow(off, lim)
+	slice, totalLines, totalChars := sliceLogLines(s.out.aggregated(), off, effLimit)
+	text := ""
+	if s.out.lostOutput() {
+		text = retentionCapNote
+	}
+	switch {
+	case slice != "":
+		text += slice
+	case running:
+		text += "(no output yet)"
+	default:
+		text += "(no output recorded)"
+	}
+	text += defaultTailNote(totalLines, usingDefaultTail)
+	var d protocol.Details
+	if running {
+		facts := s.factsLocked(time.Now())
+		if facts.waitingForInput {
+			text += inputWaitHint(facts.idleMs)
+		}
+		d = s.nameDetail(facts.addTo(protocol.Details{"status": protocol.StatusRunning, "sessionId": id}))
+	} else {
+		if s.res.stopped {
+			text += s.exitLineLocked()
+		}
+		text = appendTimeoutGuidance(text, s.res.reason)
+		d = s.finishedDetailsLocked()
+	}
+	d["output"] = text
+	d["total"] = totalLines
+	d["totalLines"] = totalLines
+	d["totalChars"] = totalChars
+	d["truncated"] = s.out.truncated
+	return protocol.TextResult(text, d)
+}
+
+// input runs write, send-keys, submit and paste.
+func (m *Manager) input(ctx context.Context, s *session, id string, args protocol.ProcessArgs) protocol.Result {
+	if s == nil {
+		return protocol.FailedResult("No active session found for " + id)
+	}
+	s.mu.Lock()
+	switch {
+	case s.exited:
+		s.mu.Unlock()
+		return protocol.FailedResult("No active session found for " + id)
+	case !s.backgrounded:
+		s.mu.Unlock()
+		return protocol.FailedResult("Session " + id + " is not backgrounded.")
+	case !s.writableLocked():
+		s.mu.Unlock()
+		return protocol.FailedResult("Session " + id + " stdin is not writable.")
+	}
+	mode := s.mode
+	s.mu.Unlock()
+
+	var data []byte
+	var text string
+	switch args.Action {
+	case "write":
+		if args.Data != nil {
+			data = []byte(*args.Data)
+		}
+		if args.EOF {
+			// A terminal has no half-close: end of input is Ctrl-D.
+			data = append(data, 0x04)
+		}
+	case "submit":
+		data = []byte("\r")
+		text = "Submitted session " + id + " (sent CR)."
+	case "paste":
+		pasted := ""
+		if args.Text != nil {
+			pasted = *args.Text
+		}
+		data = encodePaste(pasted, args.Bracketed == nil || *args.Bracketed)
+		if len(data) == 0 {
+			return protocol.FailedResult("No paste text provided.")
+		}
+		text = "Pasted " + strconv.Itoa(utf16Len(pasted)) + " chars to session " + id + "."
+	case "send-keys":
+		if mode == cursorUnknown && hasCursorModeSensitiveKeys(args.Keys) {
+			return protocol.FailedResult("Session " + id + " cursor key mode is not known yet. Poll or log until startup output appears, then retry send-keys.")
+		}
+		literal := ""
+		if args.Literal != nil {
+			literal = *args.Literal
+		}
+		var warnings []string
+		data, warnings = encodeKeys(literal, args.Hex, args.Keys, mode)
+		if len(data) == 0 {
+			return protocol.FailedResult("No key data provided.")
+		}
+		text = sendKeysText(id, len(data), warnings)
+	}
+	if len(data) > 0 {
+		deadline := time.Now().Add(ptyWriteTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		if err := s.writePTY(data, deadline); err != nil {
+			return protocol.FailedResult("Failed to write to session " + id + ": " + err.Error())
+		}
+	}
+	if args.Action == "write" {
+		n := len(data)
+		text = "Wrote " + strconv.Itoa(n) + " bytes to session " + id + "."
+		if args.EOF {
+			n-- // the Ctrl-D is not the caller's data
+			text = "Wrote " + strconv.Itoa(n) + " bytes to session " + id + " (stdin closed)."
+			s.mu.Lock()
+			s.stdinClosed = true
+			s.mu.Unlock()
+		}
+	}
+	return protocol.TextResult(text, s.nameDetail(protocol.Details{"status": protocol.StatusRunning, "sessionId": id}))
+}
+
+func (m *Manager) kill(s *session, id string) protocol.Result {
+	if r, ok := m.checkStoppable(s, id); !ok {
+		return r
+	}
+	s.requestStop(errKilled)
+	return protocol.TextResult("Termination requested for session "+id+".", s.nameDetail(protocol.Details{"status": protocol.StatusCompleted}))
+}
+
+// checkStoppable applies kill's and remove's preconditions, and marks the
+// stop as requested by the caller.
+func (m *Manager) checkStoppable(s *session, id string) (protocol.Result, bool) {
+	if s == nil {
+		return protocol.FailedResult("No active session found for " + id), false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exited {
+		return protocol.FailedResult("No active session found for " + id), false
+	}
+	if !s.backgrounded {
+		return protocol.FailedResult("Session " + id + " is not backgrounded."), false
+	}
+	s.cancelRequested = true
+	s.noOutputPolls = -1
+	return protocol.Result{}, true
+}
+
+func (m *Manager) clear(s *session, id string) protocol.Result {
+	if s != nil {
+		m.mu.Lock()
+		s.mu.Lock()
+		finished := s.exited && s.retained
+		s.mu.Unlock()
+		if finished {
+			m.dropFinishedLocked(s)
+		}
+		m.mu.Unlock()
+		if finished {
+			return protocol.TextResult("Cleared session "+id+".", protocol.Details{"status": protocol.StatusCompleted})
+		}
+	}
+	return protocol.FailedResult("No finished session found for " + id)
+}
+
+func (m *Manager) remove(s *session, id string) protocol.Result {
+	if s == nil {
+		return protocol.FailedResult("No session found for " + id)
+	}
+	s.mu.Lock()
+	running := !s.exited
+	s.mu.Unlock()
+	if !running {
+		if m.clear(s, id).Status() == protocol.StatusCompleted {
+			return protocol.TextResult("Removed session "+id+".", protocol.Details{"status": protocol.StatusCompleted})
+		}
+		return protocol.FailedResult("No session found for " + id)
+	}
+	if r, ok := m.checkStoppable(s, id); !ok {
+		return r
+	}
+	// Hide it now; it stays a blocker until its process is gone.
+	m.mu.Lock()
+	s.mu.Lock()
+	exited := s.exited
+	if !exited {
+		s.removed = true
+	}
+	s.mu.Unlock()
+	if m.sessions[s.id] == s {
+		delete(m.sessions, s.id)
+		if !exited {
+			m.removed[s.id] = s
+		} else {
+			m.dropFinishedLocked(s)
+		}
+	}
+	m.mu.Unlock()
+	s.requestStop(errKilled)
+	return protocol.TextResult("Removed session "+id+" (termination requested).", s.nameDetail(protocol.Details{"status": protocol.StatusCompleted}))
+}
+
+// list answers process list: background sessions and retained finished
+// ones of the scope, newest first.
+func (m *Manager) list(scopeKey string) protocol.Result {
+	m.mu.Lock()
+	var visible []*session
+	for _, s := range m.sessions {
+		if s.scopeKey == scopeKey {
+			visible = append(visible, s)
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(visible, func(a, b *session) int {
+		if c := b.startedAt.Compare(a.startedAt); c != 0 {
+			return c
+		}
+		return int(b.seq) - int(a.seq)
+	})
+	now := time.Now()
+	entries := make([]protocol.Details, 0, len(visible))
+	for _, s := range visible {
+		if d := s.listEntry(now); d != nil {
+			entries = append(entries, d)
+		}
+	}
+	return protocol.TextResult(ListText(entries), protocol.Details{"status": protocol.StatusCompleted, "sessions": entries})
+}
+
+// listEntry is the list entry of a session, nil if list does not show it.
+func (s *session) listEntry(now time.Time) protocol.Details {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	finished := s.exited && s.retained
+	if !finished && (s.exited || !s.backgrounded) {
+		return nil
+	}
+	d := protocol.Details{
+		"sessionId": s.id,
+		"startedAt": s.startedAt.UnixMilli(),
+		"cwd":       s.cwd,
+		"command":   s.command,
+		"tail":      s.out.tail(),
+		"truncated": s.out.truncated,
+	}
+	if finished {
+		for k, v := range s.finishedDetailsLocked() {
+			d[k] = v
+		}
+		d["status"] = s.res.status
+		d["runtimeMs"] = s.endedAt.Sub(s.startedAt).Milliseconds()
+		d["endedAt"] = s.endedAt.UnixMilli()
+		return d
+	}
+	d["status"] = protocol.StatusRunning
+	d["runtimeMs"] = now.Sub(s.startedAt).Milliseconds()
+	d["pid"] = s.pid
+	return s.nameDetail(s.factsLocked(now).addTo(d))
+}
+
+// ListText renders the text of process list for list entries (the
+// details.sessions of list results, possibly merged from several hosts
+// and decoded from JSON), one line per session:
+//
+//	<sessionId> <status padded to 9> <runtime>[ [overall-timeout]][ [input-wait]] :: <name or command>
+func ListText(sessions []protocol.Details) string {
+	if len(sessions) == 0 {
+		return emptyListText
+	}
+	var b strings.Builder
+	for i, d := range sessions {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		name, _ := d["name"].(string)
+		command, _ := d["command"].(string)
+		label := truncateMiddle(command, 120)
+		if name != "" {
+			label = truncateMiddle(name, 80)
+		}
+		id, _ := d["sessionId"].(string)
+		status, _ := d["status"].(string)
+		runtime := "n/a"
+		if ms, ok := number(d["runtimeMs"]); ok {
+			if c, ok := compactDuration(ms); ok {
+				runtime = c
+			}
+		}
+		b.WriteString(id)
+		b.WriteByte(' ')
+		b.WriteString(padStatus(status, 9))
+		b.WriteByte(' ')
+		b.WriteString(runtime)
+		if reason, _ := d["exitReason"].(string); isTimeoutReason(reason) {
+			b.WriteString(" [" + reason + "]")
+		}
+		if waiting, _ := d["waitingForInput"].(bool); waiting {
+			b.WriteString(" [input-wait]")
+		}
+		b.WriteString(" :: ")
+		b.WriteString(label)
+	}
+	return b.String()
+}
+
+// number reads a JSON-ish number: Go integers, floats or json.Number.
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case uint64:
+		return float64(n), true
+	case float64:
+		return n, !math.IsNaN(n)
+	case float32:
+		return float64(n), true
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	}
+	return 0, false
+}
+
+// itoa is strconv.Itoa, named for brevity in result texts.
+func itoa(n int) string { return strconv.Itoa(n) }

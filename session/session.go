@@ -1,0 +1,508 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// Why a session's context ended (context.Cause).
+var (
+	errKilled   = errors.New("stopped by request")            // process kill / remove
+	errTimedOut = errors.New("timed out")                     // exec timeout
+	errAborted  = errors.New("exec call aborted")             // foreground caller went away
+	errShutdown = errors.New("session manager closed")        // Manager.Close
+	errExited   = errors.New("process exited")                // normal end of the session
+	errNoLeader = errors.New("process was never started")     // spawn failed
+	errNotPTY   = errors.New("session has no writable stdin") // internal guard
+)
+
+// exitResult is how a session ended, in OpenClaw's terms (spec §12.1).
+type exitResult struct {
+	status      string // terminal status: completed or failed
+	code        *int
+	signal      string
+	reason      string // exit, signal, overall-timeout, manual-cancel
+	failureKind string // failed runs only
+	text        string // foreground result text after warnings: output and reason
+	aggregated  string // details.aggregated of the foreground result
+	durationMs  int64
+	timedOut    bool
+	stopped     bool // ended by a kill or remove the caller asked for
+}
+
+// session is one command run. Fields above mu are set before the session
+// is published and never change afterwards.
+type session struct {
+	m            *Manager
+	id           string
+	command      string
+	scopeKey     string
+	cwd          string
+	startedAt    time.Time
+	seq          uint64 // registration order, breaks startedAt ties in list
+	pty          bool
+	timeoutSec   float64
+	continuation bool // the run could have been backgrounded (not Synchronous)
+	notify       bool // exec.exit notifications wanted
+	emptySuccess bool
+	hook         func(protocol.ExitEvent)
+	marker       string // EXECMESH_SESSION value
+	log          *slog.Logger
+
+	cmd         *exec.Cmd
+	pid         int
+	leaderStart uint64
+	ptmx        *os.File      // PTY master; nil for pipe sessions
+	stdout      *streamWriter // stdout, or the PTY's merged output
+	stderr      *streamWriter // nil for PTY sessions
+	readerDone  chan struct{} // PTY reader finished
+
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stopTerm func() bool   // unregisters the termination callback
+	termDone chan struct{} // closed when a started termination finished
+	done     chan struct{} // closed when the exit is recorded
+
+	writeMu sync.Mutex // serialises PTY writes; never held with mu
+	evMu    sync.Mutex // orders the exit event before a poll's acknowledgement
+
+	mu              sync.Mutex
+	out             outputBuffer
+	lastOutput      time.Time
+	wake            chan struct{} // closed on new output or exit; created by waiters
+	backgrounded    bool
+	removed         bool
+	stdinClosed     bool
+	mode            cursorMode
+	cancelRequested bool
+	exited          bool
+	endedAt         time.Time
+	res             exitResult
+	noOutputPolls   int // consecutive polls without new output, -1 after output
+	terminalPolled  bool
+	retained        bool
+	expiresAt       time.Time
+}
+
+// spawn starts the process. On success the output readers run.
+func (s *session) spawn(argv, env []string, drainWait time.Duration) (warning string, err error) {
+	if s.pty {
+		err := s.startPTY(argv, env)
+		if err == nil {
+			return "", nil
+		}
+		// As OpenClaw: fall back to pipes, and say so.
+		warning = fmt.Sprintf("Warning: PTY spawn failed (%v); retrying without PTY for `%s`.", err, s.command)
+		s.log.Warn("PTY spawn failed, retrying without PTY", "err", err)
+		s.pty = false
+	}
+	return warning, s.startPipes(argv, env, drainWait)
+}
+
+func (s *session) startPipes(argv, env []string, drainWait time.Duration) error {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = s.cwd
+	cmd.Env = env
+	// Stdin stays nil: the command reads /dev/null, so anything waiting
+	// for input sees EOF instead of hanging.
+	s.stdout = &streamWriter{s: s, stream: streamStdout}
+	s.stderr = &streamWriter{s: s, stream: streamStderr}
+	cmd.Stdout, cmd.Stderr = s.stdout, s.stderr
+	// Its own process group, so the tree can be signalled as one.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A grandchild that keeps the pipes open must not hold the exit
+	// report: after the process exits, Wait drains for at most this
+	// long, then closes the pipes and reports exec.ErrWaitDelay.
+	cmd.WaitDelay = drainWait
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.cmd = cmd
+	s.pid = cmd.Process.Pid
+	return nil
+}
+
+func (s *session) startPTY(argv, env []string) error {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = s.cwd
+	cmd.Env = env
+	// pty.StartWithSize sets Setsid and Setctty: the command leads its own
+	// session and process group. Setpgid must not be added (fork fails).
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: ptyCols, Rows: ptyRows})
+	if err != nil {
+		return err
+	}
+	// creack/pty used Fd(), which switched the master to blocking mode;
+	// switch it back once, so reads wait in the poller and Close
+	// interrupts them. Fd is never called again.
+	if err := syscall.SetNonblock(int(ptmx.Fd()), true); err != nil {
+		s.log.Warn("PTY master stays in blocking mode", "err", err)
+	}
+	s.cmd = cmd
+	s.ptmx = ptmx
+	s.pid = cmd.Process.Pid
+	s.stdout = &streamWriter{s: s, stream: streamStdout}
+	s.readerDone = make(chan struct{})
+	return nil
+}
+
+// readPTY copies the PTY's output until the terminal hangs up (EIO once
+// the session leader exited) or the master is closed.
+func (s *session) readPTY() {
+	defer close(s.readerDone)
+	var rb readBuffer
+	for {
+		n, err := s.ptmx.Read(rb.next())
+		if n > 0 {
+			s.stdout.consume(rb.filled(n))
+		}
+		if err != nil {
+			// EIO is the normal end of a PTY; os.ErrClosed follows our
+			// own Close after the drain wait.
+			if !errors.Is(err, syscall.EIO) && !errors.Is(err, os.ErrClosed) && !errors.Is(err, io.EOF) {
+				s.log.Debug("PTY read ended", "err", err)
+			}
+			break
+		}
+	}
+	s.stdout.finish()
+}
+
+// run owns the session after spawn: it waits for the exit, records it and
+// finishes a termination that is in progress.
+func (s *session) run() {
+	m := s.m
+	waitErr := s.cmd.Wait()
+	if s.ptmx != nil {
+		// The PTY's output can lag the exit a little; a grandchild that
+		// keeps the terminal open must not hold the report forever.
+		t := time.NewTimer(m.cfg.DrainWait)
+		select {
+		case <-s.readerDone:
+		case <-t.C:
+			_ = s.ptmx.Close()
+			<-s.readerDone
+		}
+		t.Stop()
+		// Under writeMu, so no write is in progress on a closed file.
+		s.writeMu.Lock()
+		_ = s.ptmx.Close()
+		s.writeMu.Unlock()
+	} else {
+		// exec.ErrWaitDelay only says the pipes were closed early; the
+		// exit status is in ProcessState either way.
+		s.stdout.finish()
+		s.stderr.finish()
+	}
+	if waitErr != nil && s.cmd.ProcessState == nil {
+		s.log.Warn("wait failed", "err", waitErr)
+	}
+	var cause error
+	if s.ctx.Err() != nil {
+		cause = context.Cause(s.ctx)
+	}
+	m.finishSession(s, s.cmd.ProcessState, waitErr, cause)
+	// A termination that started must finish before the session is
+	// released: escapees may still need their SIGKILL.
+	if !s.stopTerm() {
+		<-s.termDone
+	}
+	s.cancel(errExited)
+}
+
+// requestStop ends the session's process tree (see Manager.terminate).
+func (s *session) requestStop(cause error) { s.cancel(cause) }
+
+// appendOutput stores sanitized output and answers cursor-position
+// requests on PTYs. Called by one reader per stream.
+func (s *session) appendOutput(stream int, clean []byte, z *sanitizer) {
+	now := time.Now()
+	s.mu.Lock()
+	s.lastOutput = now
+	if len(clean) > 0 {
+		s.out.append(stream, clean, z.units, !z.nonASCII)
+		if s.wake != nil {
+			close(s.wake)
+			s.wake = nil
+		}
+	}
+	if z.mode != cursorUnknown && stream == streamStdout {
+		s.mode = z.mode
+	}
+	s.mu.Unlock()
+	for i := 0; i < z.dsr && s.ptmx != nil; i++ {
+		// The program asked where the cursor is; answer "top left".
+		if err := s.writePTY([]byte(esc+"[1;1R"), time.Now().Add(dsrReplyTimeout)); err != nil {
+			s.log.Debug("cursor position reply failed", "err", err)
+			break
+		}
+	}
+}
+
+// writePTY writes to the PTY master, giving up at deadline.
+func (s *session) writePTY(p []byte, deadline time.Time) error {
+	if s.ptmx == nil {
+		return errNotPTY
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	// Without a poller registration SetWriteDeadline fails; the write is
+	// then unbounded, which only happens if SetNonblock failed above.
+	_ = s.ptmx.SetWriteDeadline(deadline)
+	_, err := s.ptmx.Write(p)
+	return err
+}
+
+// waitChange returns a channel closed at the next output or exit. Caller
+// holds s.mu.
+func (s *session) waitChangeLocked() <-chan struct{} {
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+	}
+	return s.wake
+}
+
+// markBackgrounded makes a running session a background session; false if
+// it already exited (the settled outcome wins).
+func (s *session) markBackgrounded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exited {
+		return false
+	}
+	s.backgrounded = true
+	return true
+}
+
+// treeSpec describes the session's processes for signalling.
+func (s *session) treeSpec() treeSpec {
+	spec := treeSpec{leader: s.pid, leaderStart: s.leaderStart, pgid: s.pid, marker: s.marker}
+	if s.ptmx != nil {
+		spec.sid = s.pid
+	}
+	return spec
+}
+
+// classify turns a wait status and the context cause into the outcome of
+// the run. Caller holds s.mu (it reads the output).
+func (s *session) classifyLocked(state *os.ProcessState, waitErr error, cause error, now time.Time) exitResult {
+	r := exitResult{durationMs: now.Sub(s.startedAt).Milliseconds()}
+	agg := jsTrim(s.out.aggregated())
+	if state == nil {
+		// The process could not be waited for: a runtime error.
+		r.status = protocol.StatusFailed
+		r.failureKind = failureRuntimeError
+		r.aggregated = agg
+		r.text = joinFailure(agg, "Error: "+errorText(waitErr))
+		return r
+	}
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		r.signal = unix.SignalName(ws.Signal())
+		if r.signal == "" {
+			r.signal = "SIG" + strconv.Itoa(int(ws.Signal()))
+		}
+	} else {
+		c := state.ExitCode()
+		r.code = &c
+	}
+	switch {
+	case errors.Is(cause, errTimedOut):
+		r.reason = reasonTimeout
+	case errors.Is(cause, errKilled), errors.Is(cause, errAborted):
+		r.reason = reasonManualCancel
+	case r.signal != "":
+		// Shutdown kills land here too: the agent did not ask for them,
+		// so they are reported (and notified) like any other signal.
+		r.reason = reasonSignal
+	default:
+		r.reason = reasonExit
+	}
+	code := 0
+	if r.code != nil {
+		code = *r.code
+	}
+	shellFailure := code == 126 || code == 127
+	if r.reason == reasonExit && !shellFailure {
+		r.status = protocol.StatusCompleted
+		r.aggregated = agg
+		if code != 0 {
+			out := agg
+			if out == "" {
+				out = noOutputPlaceholder
+			}
+			r.aggregated = out + "\n\n(Command exited with code " + strconv.Itoa(code) + ")"
+		}
+		r.text = r.aggregated
+		if r.text == "" {
+			r.text = noOutputPlaceholder
+		}
+		return r
+	}
+	r.status = protocol.StatusFailed
+	r.aggregated = agg
+	r.timedOut = isTimeoutReason(r.reason)
+	var reasonText string
+	switch {
+	case shellFailure && code == 127:
+		r.failureKind, reasonText = failureNotFound, "Command not found"
+	case shellFailure:
+		r.failureKind, reasonText = failureNotExec, "Command not executable (permission denied)"
+	case r.reason == reasonTimeout:
+		r.failureKind = reasonTimeout
+		reasonText = "Command timed out."
+		if s.timeoutSec > 0 {
+			reasonText = "Command timed out after " + formatSeconds(s.timeoutSec) + " seconds."
+		}
+		reasonText = appendTimeoutGuidance(reasonText, r.reason)
+		if s.continuation {
+			reasonText += "\n\n" + backgroundHint
+		}
+	case r.signal != "":
+		r.failureKind, reasonText = failureSignal, "Command aborted by signal "+r.signal
+	default:
+		r.failureKind, reasonText = failureAborted, "Command aborted before exit code was captured"
+	}
+	r.text = joinFailure(agg, reasonText)
+	// A stop the caller asked for is a success of the request (DESIGN.md §7).
+	if r.reason == reasonManualCancel && s.cancelRequested {
+		r.stopped = true
+		r.status = protocol.StatusCompleted
+	}
+	return r
+}
+
+func joinFailure(aggregated, reason string) string {
+	if aggregated == "" {
+		return reason
+	}
+	return aggregated + "\n\n" + reason
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return "unknown error"
+	}
+	return err.Error()
+}
+
+// streamWriter receives one output stream of a pipe session, or the
+// output of a PTY. os/exec calls ReadFrom with the pipe (through io.Copy),
+// so reads use our buffer size and no intermediate copy.
+type streamWriter struct {
+	s      *session
+	stream int
+	z      sanitizer
+	out    []byte // sanitized output of the current read, reused
+}
+
+// Write implements io.Writer for callers that push bytes.
+func (w *streamWriter) Write(p []byte) (int, error) {
+	w.consume(p)
+	return len(p), nil
+}
+
+// ReadFrom implements io.ReaderFrom: it reads until EOF or until the pipe
+// is closed by exec's WaitDelay.
+func (w *streamWriter) ReadFrom(r io.Reader) (int64, error) {
+	var rb readBuffer
+	rb.pipe = r
+	var total int64
+	for {
+		n, err := r.Read(rb.next())
+		if n > 0 {
+			total += int64(n)
+			w.consume(rb.filled(n))
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+func (w *streamWriter) consume(p []byte) {
+	w.out = w.z.write(w.out[:0], p)
+	w.s.appendOutput(w.stream, w.out, &w.z)
+}
+
+// finish flushes an incomplete UTF-8 sequence left at the end of the
+// stream. The readers have stopped when it is called.
+func (w *streamWriter) finish() {
+	w.out = w.z.flush(w.out[:0])
+	if len(w.out) > 0 {
+		w.s.appendOutput(w.stream, w.out, &w.z)
+	}
+	w.out = nil
+}
+
+// readBuffer grows with the output rate: it starts small, so that idle
+// sessions hold little memory while blocked in a read, and doubles up to
+// readBufferSize while reads fill it. A pipe that keeps filling the
+// largest buffer gets a larger kernel buffer too.
+type readBuffer struct {
+	buf     []byte
+	pipe    io.Reader // the pipe being read, for F_SETPIPE_SZ; nil for PTYs
+	full    int       // consecutive reads that filled the largest buffer
+	widened bool
+}
+
+const initialReadBuffer = 4 << 10
+
+func (rb *readBuffer) next() []byte {
+	if rb.buf == nil {
+		rb.buf = make([]byte, initialReadBuffer)
+	}
+	return rb.buf
+}
+
+// filled records a read of n bytes and returns them.
+func (rb *readBuffer) filled(n int) []byte {
+	p := rb.buf[:n]
+	if n < len(rb.buf) {
+		rb.full = 0
+		return p
+	}
+	if len(rb.buf) < readBufferSize {
+		// Grow for the next read; p stays valid until consumed.
+		rb.buf = make([]byte, len(rb.buf)*2)
+		return p
+	}
+	if rb.full++; rb.full >= 4 && !rb.widened && rb.pipe != nil {
+		rb.widened = true
+		widenPipe(rb.pipe)
+	}
+	return p
+}
+
+// widenPipe asks for a larger pipe buffer, best effort. The pipe is reached
+// through syscall.Conn so that its file never leaves non-blocking mode
+// (File.Fd would switch it to blocking and defeat WaitDelay's close).
+func widenPipe(r io.Reader) {
+	sc, ok := r.(syscall.Conn)
+	if !ok {
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeBufferSize)
+	})
+}
