@@ -8,11 +8,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/hashicorp/go-multierror"
+
+	"github.com/execmesh/execmesh/sandbox"
 )
 
 // Config is the gateway configuration: the JSON file of DESIGN.md §4 with
@@ -20,12 +23,12 @@ import (
 // Build it with DefaultConfig or LoadConfig; every default and clamp lives
 // in DefaultConfig and Validate.
 type Config struct {
-	StateDir string        `json:"stateDir,omitempty"`
-	Gateway  GatewayConfig `json:"gateway"`
-	NATS     NATSConfig    `json:"nats"`
-	Tools    ToolsConfig   `json:"tools"`
-	Agents   AgentsConfig  `json:"agents"`
-	Sandbox  SandboxConfig `json:"sandbox"`
+	StateDir string         `json:"stateDir,omitempty"`
+	Gateway  GatewayConfig  `json:"gateway"`
+	NATS     NATSConfig     `json:"nats"`
+	Tools    ToolsConfig    `json:"tools"`
+	Agents   AgentsConfig   `json:"agents"`
+	Sandbox  sandbox.Config `json:"sandbox"`
 }
 
 // GatewayConfig holds the HTTP listener and its authentication.
@@ -121,16 +124,6 @@ type AgentExecConfig struct {
 	Ask      string `json:"ask,omitempty"`
 }
 
-// SandboxConfig is `sandbox`.
-type SandboxConfig struct {
-	Mode      string            `json:"mode"`
-	Network   bool              `json:"network"`
-	Workspace string            `json:"workspace,omitempty"`
-	ROBinds   []string          `json:"roBinds,omitempty"`
-	RWBinds   []string          `json:"rwBinds,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-}
-
 // Defaults and clamps, in one place.
 const (
 	DefaultListen        = "127.0.0.1:8420"
@@ -167,7 +160,7 @@ func DefaultConfig() Config {
 				KillGraceMs:             DefaultKillGraceMs,
 			},
 		},
-		Sandbox: SandboxConfig{Mode: "off"},
+		Sandbox: sandbox.Config{Mode: sandbox.ModeOff},
 	}
 }
 
@@ -267,7 +260,7 @@ func applyEnv(cfg *Config, environ map[string]string) error {
 		opts.Environment = environ
 	}
 	if err := env.ParseWithOptions(&o, opts); err != nil {
-		return fmt.Errorf("environment: %w", err)
+		return envError(err)
 	}
 	set := func(dst *string, v *string) {
 		if v != nil {
@@ -459,4 +452,26 @@ func validAgentID(s string) bool {
 		}
 	}
 	return true
+}
+
+// envError rewrites caarlos0/env's errors, which name Go fields, so that
+// they name the EXECMESH_* variable instead.
+func envError(err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return fmt.Errorf("environment: %w", err)
+	}
+	var errs *multierror.Error
+	t := reflect.TypeOf(envOverrides{})
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			if f, ok := t.FieldByName(pe.Name); ok {
+				errs = multierror.Append(errs, fmt.Errorf("EXECMESH_%s: invalid value: %w", f.Tag.Get("env"), pe.Err))
+				continue
+			}
+		}
+		errs = multierror.Append(errs, e)
+	}
+	return fmt.Errorf("invalid environment: %w", errs.ErrorOrNil())
 }

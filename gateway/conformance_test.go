@@ -35,6 +35,8 @@ type replay struct {
 	t    *testing.T
 	tg   *testGateway
 	sids map[string]string // <sid>, <sid2>, … → real ids
+	key  string            // sessionKey of the scenario
+	pty  bool              // the scenario runs a PTY program
 }
 
 var placeholderRe = regexp.MustCompile(`<(sid\d*|pid|ms|cwd|duration)>`)
@@ -140,7 +142,7 @@ func (r *replay) matchValue(path string, want, got any) error {
 
 // listStatus returns the status of every listed session of the scope.
 func (r *replay) listStatus() map[string]map[string]any {
-	res := r.tg.invoke("process", map[string]any{"action": "list"}, "")
+	res := r.tg.invoke("process", map[string]any{"action": "list"}, r.key)
 	out := map[string]map[string]any{}
 	sessions, _ := res.Details["sessions"].([]any)
 	for _, s := range sessions {
@@ -161,6 +163,22 @@ func (r *replay) settle(args map[string]any, want *protocol.Result) {
 	sidKey, _ := args["sessionId"].(string)
 	sid := r.sids[sidKey]
 	switch {
+	case sid != "" && r.pty && (action == "write" || action == "submit" || action == "send-keys" || action == "paste"):
+		// The generator waited for the program's first output (READY, after
+		// stty -echo) before typing.
+		checkFor(r.t, 10*time.Second, func() error {
+			if got := r.listStatus()[sid]; got == nil || got["tail"] == "" {
+				return fmt.Errorf("session %s has not printed anything yet", sid)
+			}
+			return nil
+		})
+	case sid != "" && (action == "remove" || action == "clear") && !strings.Contains(want.Text(), "termination requested") && status == "completed":
+		checkFor(r.t, 10*time.Second, func() error {
+			if got := r.listStatus()[sid]; got != nil && got["status"] == "running" {
+				return fmt.Errorf("session %s still running", sid)
+			}
+			return nil
+		})
 	case action == "list":
 		for _, s := range want.Details["sessions"].([]any) {
 			m := s.(map[string]any)
@@ -208,12 +226,14 @@ func TestResultsConformance(t *testing.T) {
 	if err := os.WriteFile(tg.cwd+"/not-executable.sh", []byte("#!/bin/sh\necho no\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, sc := range fx.Cases {
+	for n, sc := range fx.Cases {
 		t.Run(sc.Name, func(t *testing.T) {
 			if why, ok := designDiffers[sc.Name]; ok {
 				t.Skip(why)
 			}
-			r := &replay{t: t, tg: tg, sids: map[string]string{}}
+			// Each scenario gets its own scope, as the generator's fresh
+			// registry view: list shows only the scenario's sessions.
+			r := &replay{t: t, tg: tg, sids: map[string]string{}, key: fmt.Sprintf("agent:main:scenario-%d", n)}
 			for i, c := range sc.Calls {
 				args := map[string]any{}
 				for k, v := range c.Args {
@@ -224,8 +244,11 @@ func TestResultsConformance(t *testing.T) {
 					}
 					args[k] = v
 				}
+				if pty, _ := c.Args["pty"].(bool); pty {
+					r.pty = true
+				}
 				r.settle(c.Args, c.Result)
-				got := tg.invokeRaw(c.Tool, args, "")
+				got := tg.invokeRaw(c.Tool, args, r.key)
 				where := fmt.Sprintf("call %d %s %v", i, c.Tool, c.Args)
 				if c.Error != "" {
 					if got.Status != 400 || got.Error == nil || got.Error.Message != c.Error {

@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/sandbox"
 	"github.com/execmesh/execmesh/session"
 )
 
@@ -212,6 +214,9 @@ func (c *call) authorize(ctx context.Context, p *plan, workdir string) error {
 // request env is not blocklisted there, and a requested PATH is applied
 // after the shell starts through an internal variable.
 func (c *call) runSandbox(ctx context.Context, p *plan) (protocol.Result, error) {
+	if c.g.sandbox.Mode() != sandbox.ModeOff {
+		return c.runBwrap(ctx, p)
+	}
 	workdir, ok := c.localWorkdir(p.args.Workdir)
 	if !ok {
 		return workdirFailed(p.args.Workdir), nil
@@ -234,6 +239,34 @@ func (c *call) runSandbox(ctx context.Context, p *plan) (protocol.Result, error)
 		req.Argv = []string{"/bin/sh", "-c", `export PATH="${OPENCLAW_PREPEND_PATH}:$PATH"; unset OPENCLAW_PREPEND_PATH; ` + p.args.Command}
 	}
 	req.Env = protocol.EnvList(env)
+	return c.g.local.Exec(ctx, req)
+}
+
+// runBwrap runs a host=sandbox call inside the sandbox runtime: the
+// agent's workspace read-write, the rest read-only, no network unless
+// configured (DESIGN.md §3.3).
+func (c *call) runBwrap(ctx context.Context, p *plan) (protocol.Result, error) {
+	rt := c.g.sandbox
+	if err := rt.Available(); err != nil {
+		return protocol.Result{}, protocol.Errorf(protocol.ErrHostNotAllowed, "exec host=sandbox: %v", err)
+	}
+	prep, err := rt.Prepare(sandbox.Request{
+		AgentID:     c.agentID,
+		Command:     p.args.Command,
+		Workdir:     p.args.Workdir,
+		Env:         p.args.Env,
+		PathPrepend: c.cfg.Tools.Exec.PathPrepend,
+		PTY:         p.args.PTY,
+	})
+	var wdErr *sandbox.WorkdirError
+	if errors.As(err, &wdErr) {
+		return workdirFailed(p.args.Workdir), nil
+	}
+	if err != nil {
+		return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "exec host=sandbox: %v", err)
+	}
+	req := c.sessionRequest(p, prep.Workdir, prep.Env)
+	req.Argv = prep.Argv
 	return c.g.local.Exec(ctx, req)
 }
 

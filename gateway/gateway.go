@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/sandbox"
 	"github.com/execmesh/execmesh/session"
 )
 
@@ -51,6 +52,7 @@ type Gateway struct {
 	cfg   Config
 
 	local   *session.Manager
+	sandbox sandbox.Runtime
 	events  *eventQueue
 	limiter *authLimiter
 
@@ -119,6 +121,14 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.loginPath == nil {
 		g.loginPath = sync.OnceValue(func() string { return probeLoginShellPath(envLookup(opts.Environ)) })
 	}
+
+	scfgSandbox := cfg.Sandbox
+	scfgSandbox.Hide = append(slices.Clone(scfgSandbox.Hide), cfg.StateDir)
+	rt, err := sandbox.New(scfgSandbox)
+	if err != nil {
+		return nil, err
+	}
+	g.sandbox = rt
 
 	scfg := session.DefaultConfig()
 	scfg.ApplyEnv(opts.Getenv)

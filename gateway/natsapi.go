@@ -47,6 +47,12 @@ func (g *Gateway) ServeNATS(nc *nats.Conn, prefix string) error {
 	// Tool calls can be large and bursty; do not drop them as a slow consumer.
 	_ = sub.SetPendingLimits(-1, -1)
 	api.sub = sub
+	// The node backend (nodes.go) lives as long as this API.
+	if err := g.attachNodes(ctx, nc, prefix); err != nil {
+		_ = sub.Unsubscribe()
+		cancel()
+		return err
+	}
 	g.natsMu.Lock()
 	g.nats = api
 	g.publish = func(ev protocol.SystemEvent) {

@@ -1,0 +1,250 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// execmeshBinary builds cmd/execmesh once per test binary.
+var execmeshBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "execmesh-bin-")
+	if err != nil {
+		return "", err
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "execmesh")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/execmesh")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("go.mod not found")
+		}
+		dir = parent
+	}
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// daemonProc is an execmesh daemon started as a separate process.
+type daemonProc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	url    string
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+// startDaemon runs `execmesh <mode> --state-dir … --listen … --nats-listen …`
+// with the given config and waits for /healthz.
+func startDaemon(t *testing.T, mode string, config map[string]any, extra ...string) *daemonProc {
+	t.Helper()
+	bin, err := execmeshBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	cfgPath := filepath.Join(state, "config.json")
+	b, _ := json.Marshal(config)
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	listen := freeAddr(t)
+	args := append([]string{mode, "--state-dir", state, "--config", cfgPath, "--listen", listen, "--nats-listen", freeAddr(t)}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "EXECMESH_GATEWAY_TOKEN=")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemonProc{t: t, cmd: cmd, url: "http://" + listen, stderr: &stderr, done: make(chan error, 1)}
+	go func() {
+		_, _ = io.Copy(io.Discard, bufio.NewReader(stdout))
+		d.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-d.done
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := http.Get(d.url + "/healthz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return d
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon did not become healthy: %v\n%s", err, stderr.String())
+		}
+		select {
+		case err := <-d.done:
+			t.Fatalf("daemon exited: %v\n%s", err, stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// invoke posts a tool call and returns the decoded answer.
+func (d *daemonProc) invoke(tool string, args map[string]any) map[string]any {
+	d.t.Helper()
+	b, _ := json.Marshal(map[string]any{"tool": tool, "args": args})
+	res, err := http.Post(d.url+"/tools/invoke", "application/json", bytes.NewReader(b))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		d.t.Fatal(err)
+	}
+	if res.StatusCode != 200 {
+		d.t.Fatalf("%s %v: %d %v", tool, args, res.StatusCode, out)
+	}
+	return out["result"].(map[string]any)
+}
+
+// processesWith lists pids whose command line contains marker.
+func processesWith(marker string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})), marker) {
+			// Zombies still have a cmdline only briefly; skip state Z.
+			st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if i := bytes.LastIndexByte(st, ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
+				continue
+			}
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+var fullAccess = map[string]any{"tools": map[string]any{"exec": map[string]any{"security": "full", "ask": "off", "killGraceMs": 1000}}}
+
+// TestGatewaySIGTERMLeavesNoProcess: SIGTERM with running background
+// sessions (one of them a setsid escapee) ends every process tree and the
+// daemon exits 0.
+func TestGatewaySIGTERMLeavesNoProcess(t *testing.T) {
+	d := startDaemon(t, "gateway", fullAccess)
+	marker := fmt.Sprintf("%d", time.Now().UnixNano()%1000000+4000000)
+	for _, c := range []string{
+		"sleep " + marker,
+		"setsid sleep " + marker + " & sleep " + marker,
+		"trap '' TERM; sleep " + marker,
+	} {
+		res := d.invoke("exec", map[string]any{"command": c, "background": true})
+		if res["details"].(map[string]any)["status"] != "running" {
+			t.Fatalf("%q: %v", c, res)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(processesWith("sleep "+marker)) < 4 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(processesWith("sleep " + marker)); n < 4 {
+		t.Fatalf("expected 4 sleeps running, found %d", n)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Fatalf("daemon exit: %v\n%s", err, d.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("daemon did not exit after SIGTERM\n%s", d.stderr.String())
+	}
+	if left := processesWith("sleep " + marker); len(left) > 0 {
+		t.Fatalf("processes left behind after SIGTERM: %v", left)
+	}
+}
+
+// TestGatewayDrainTimeoutWaits: with --drain-timeout a short background
+// command finishes on its own before the daemon exits.
+func TestGatewayDrainTimeoutWaits(t *testing.T) {
+	d := startDaemon(t, "gateway", fullAccess, "--drain-timeout", "20s")
+	out := filepath.Join(t.TempDir(), "finished")
+	d.invoke("exec", map[string]any{"command": "sleep 1; echo ok > " + out, "background": true})
+	blockers := httpGetJSON(t, d.url+"/v1/admin/blockers")
+	if n := len(blockers["blockers"].([]any)); n != 1 {
+		t.Fatalf("blockers: %v", blockers)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon did not exit")
+	}
+	if b, err := os.ReadFile(out); err != nil || strings.TrimSpace(string(b)) != "ok" {
+		t.Fatalf("background command was not allowed to finish: %v %q", err, b)
+	}
+}
+
+func httpGetJSON(t *testing.T, url string) map[string]any {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
