@@ -2,6 +2,7 @@ package session
 
 import (
 	"bytes"
+	"encoding/binary"
 	"unicode"
 	"unicode/utf8"
 )
@@ -112,11 +113,7 @@ func (z *sanitizer) write(dst, src []byte) []byte {
 	for i := 0; i < len(src); {
 		if z.state == stGround {
 			// Fast path: printable ASCII, TAB, LF and CR pass unchanged.
-			j := i
-			for j < len(src) && plainASCII(src[j]) {
-				j++
-			}
-			if j > i {
+			if j := i + plainPrefix(src[i:]); j > i {
 				dst = append(dst, src[i:j]...)
 				z.units += j - i
 				i = j
@@ -152,8 +149,56 @@ func (z *sanitizer) flush(dst []byte) []byte {
 	return dst
 }
 
-func plainASCII(c byte) bool {
-	return (c >= 0x20 && c < 0x7f) || c == '\n' || c == '\t' || c == '\r'
+// plainBytes marks the bytes that pass unchanged in the ground state:
+// printable ASCII, TAB, LF and CR.
+var plainBytes = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = true
+	}
+	t['\t'], t['\n'], t['\r'] = true, true, true
+	return t
+}()
+
+// Word-at-a-time constants: every byte 0x01, every byte 0x80.
+const (
+	lows  = ^uint64(0) / 255
+	highs = lows * 0x80
+)
+
+// plainPrefix returns how many leading bytes of b pass unchanged. It checks
+// 8 bytes at a time: a word with no byte above 0x7e and none below 0x20 is
+// plain; one with low bytes (usually a newline) is checked byte by byte.
+func plainPrefix(b []byte) int {
+	j := 0
+	for j+8 <= len(b) {
+		x := binary.LittleEndian.Uint64(b[j:])
+		if ((x+lows*(127-0x7e))|x)&highs != 0 {
+			break // a byte above 0x7e
+		}
+		if (x-lows*0x20) & ^x & highs != 0 {
+			w := b[j : j+8]
+			if !(plainBytes[w[0]] && plainBytes[w[1]] && plainBytes[w[2]] && plainBytes[w[3]] &&
+				plainBytes[w[4]] && plainBytes[w[5]] && plainBytes[w[6]] && plainBytes[w[7]]) {
+				break
+			}
+		}
+		j += 8
+	}
+	for j < len(b) && plainBytes[b[j]] {
+		j++
+	}
+	return j
+}
+
+// passThrough reports whether src would come out unchanged (ground state,
+// nothing held back, only plain bytes) and, if so, records the results of
+// a write as write would. The caller then uses src itself: no copy.
+func (z *sanitizer) passThrough(src []byte) bool {
+	if z.state != stGround || z.ncarry != 0 || plainPrefix(src) != len(src) {
+		return false
+	}
+	z.units, z.nonASCII, z.dsr, z.mode = len(src), false, 0, cursorUnknown
+	return true
 }
 
 // step feeds one character (raw is its encoding) to the state machine.

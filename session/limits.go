@@ -67,6 +67,9 @@ const (
 	// ptyWriteTimeout bounds one write to a PTY whose program stopped
 	// reading, so that a process call cannot hang on a full input queue.
 	ptyWriteTimeout = 10 * time.Second
+	// snapshotMaxAge is how long a /proc snapshot is reused by
+	// terminations that run at the same time.
+	snapshotMaxAge = 25 * time.Millisecond
 	// dsrReplyTimeout bounds the cursor-position reply written from the
 	// output reader, which must never stall output collection for long.
 	dsrReplyTimeout = time.Second
@@ -81,8 +84,12 @@ const (
 
 // process tool limits.
 const (
-	maxPollWaitMs       = 30000 // poll timeout cap (ms)
-	defaultLogTailLines = 200   // log window when neither offset nor limit is given
+	maxPollWaitMs = 30000 // poll timeout cap (ms)
+	// pollSettle is how long a waiting poll that got new output lingers
+	// for the exit, so that "print, then exit" is one terminal answer, as
+	// OpenClaw's 250 ms poll steps make it.
+	pollSettle          = 100 * time.Millisecond
+	defaultLogTailLines = 200 // log window when neither offset nor limit is given
 )
 
 // retryBackoffMs is the retryInMs suggestion for consecutive polls without

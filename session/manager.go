@@ -48,11 +48,15 @@ type Manager struct {
 	closeDone  chan struct{}
 	wg         sync.WaitGroup
 
+	snapMu sync.Mutex // serialises /proc reads; guards snap
+	snap   *procSnapshot
+
 	mu       sync.Mutex
 	closed   bool
 	seq      uint64
 	sessions map[string]*session // running (foreground too) and retained finished sessions
 	removed  map[string]*session // removed while their process still runs
+	reserved map[string]bool     // ids of sessions being spawned
 	leaders  map[int]bool        // pids of leaders not yet waited for
 	finished []*session          // retained sessions in completion order
 	finChars int                 // output chars held by finished sessions
@@ -91,6 +95,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		closeDone: make(chan struct{}),
 		sessions:  map[string]*session{},
 		removed:   map[string]*session{},
+		reserved:  map[string]bool{},
 		leaders:   map[int]bool{},
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -234,17 +239,17 @@ func (m *Manager) register(req ExecRequest, cwd string, startedAt time.Time) (*s
 		s.ctx = ctx
 		s.cancel = func(cause error) { parentCancel(cause); cancelTimeout() }
 	}
-	m.sessions[s.id] = s
+	// The id is reserved now; the session is published once its process
+	// runs, so nobody sees it half-built.
+	m.reserved[s.id] = true
 	m.wg.Add(1)
 	return s, nil
 }
 
-// unregister forgets a session whose spawn failed.
+// unregister releases the id of a session whose spawn failed.
 func (m *Manager) unregister(s *session) {
 	m.mu.Lock()
-	if m.sessions[s.id] == s {
-		delete(m.sessions, s.id)
-	}
+	delete(m.reserved, s.id)
 	m.mu.Unlock()
 	close(s.termDone)
 	m.wg.Done()
@@ -257,6 +262,8 @@ func (m *Manager) started(s *session) {
 		s.leaderStart = p.start
 	}
 	m.mu.Lock()
+	delete(m.reserved, s.id)
+	m.sessions[s.id] = s
 	m.leaders[s.pid] = true
 	m.mu.Unlock()
 	s.log.Debug("started", "pid", s.pid, "pty", s.pty, "cwd", s.cwd)
@@ -275,11 +282,12 @@ func (m *Manager) started(s *session) {
 func (m *Manager) takenLocked(id string) bool {
 	_, a := m.sessions[id]
 	_, b := m.removed[id]
-	return a || b
+	return a || b || m.reserved[id]
 }
 
 // sessionEnv builds the command's environment.
 func (m *Manager) sessionEnv(env []string, s *session) []string {
+	requested := env != nil
 	if env == nil {
 		env = os.Environ()
 	}
@@ -291,6 +299,11 @@ func (m *Manager) sessionEnv(env []string, s *session) []string {
 		case envShellMarker, envSessionMarker:
 			continue // set below
 		case envTERM:
+			if s.pty && !requested {
+				// The daemon's own terminal says nothing about the PTY;
+				// only a TERM the request sets replaces the default.
+				continue
+			}
 			hasTERM = true
 		}
 		out = append(out, kv)
@@ -312,16 +325,13 @@ func (m *Manager) finishSession(s *session, state *os.ProcessState, waitErr, cau
 	s.endedAt = now
 	s.out.frozen = true
 	s.stdinClosed = true
-	if s.wake != nil {
-		close(s.wake)
-		s.wake = nil
-	}
-	close(s.done)
 	backgrounded, removed := s.backgrounded, s.removed
 	res := s.res
 	s.mu.Unlock()
 	s.log.Debug("exited", "status", res.status, "reason", res.reason, "signal", res.signal)
 
+	// Bookkeeping first, so that whoever waits on done sees the final
+	// state: a foreground session is gone, a background one retained.
 	m.mu.Lock()
 	delete(m.leaders, s.pid)
 	if removed {
@@ -334,6 +344,14 @@ func (m *Manager) finishSession(s *session, state *os.ProcessState, waitErr, cau
 		}
 	}
 	m.mu.Unlock()
+
+	s.mu.Lock()
+	if s.wake != nil {
+		close(s.wake)
+		s.wake = nil
+	}
+	close(s.done)
+	s.mu.Unlock()
 	if backgrounded {
 		m.emitExit(s)
 	}
@@ -470,14 +488,38 @@ func (m *Manager) terminate(s *session) {
 	s.log.Debug("SIGKILL sent", "processes", len(survivors))
 }
 
-// collect reads /proc and returns the processes of a tree.
+// collect returns the processes of a tree, from a recent snapshot.
 func (m *Manager) collect(spec treeSpec) map[int]uint64 {
-	snap, err := readProcSnapshot(m.selfPID)
+	snap, err := m.snapshot()
 	if err != nil {
 		m.log.Warn("cannot read /proc; signalling the process group only", "err", err)
 		return map[int]uint64{spec.leader: spec.leaderStart}
 	}
-	return snap.collect(spec)
+	m.mu.Lock()
+	leaders := make(map[int]bool, len(m.leaders))
+	for pid := range m.leaders {
+		leaders[pid] = true
+	}
+	m.mu.Unlock()
+	return snap.collect(spec, leaders)
+}
+
+// snapshot returns a /proc snapshot at most snapshotMaxAge old. Trees that
+// are terminated together (Close) share one read of /proc instead of each
+// reading it; the process group signal covers what a snapshot that old
+// can miss, and the SIGKILL pass reads again.
+func (m *Manager) snapshot() (*procSnapshot, error) {
+	m.snapMu.Lock()
+	defer m.snapMu.Unlock()
+	if m.snap != nil && time.Since(m.snap.taken) < snapshotMaxAge {
+		return m.snap, nil
+	}
+	snap, err := readProcSnapshot(m.selfPID)
+	if err != nil {
+		return nil, err
+	}
+	m.snap = snap
+	return snap, nil
 }
 
 func union(a, b map[int]uint64) map[int]uint64 {

@@ -130,25 +130,10 @@ func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int)
 		s.mu.Unlock()
 		return protocol.FailedResult("Session " + id + " is not backgrounded.")
 	}
-	if wait := pollWait(timeout); wait > 0 {
-		// Wait for new output or the exit; never sleep-poll.
-		t := time.NewTimer(wait)
-		defer t.Stop()
-	waiting:
-		for !s.exited && !s.out.hasPending() {
-			ch := s.waitChangeLocked()
-			s.mu.Unlock()
-			select {
-			case <-ch:
-				s.mu.Lock()
-			case <-t.C:
-				s.mu.Lock()
-				break waiting
-			case <-ctx.Done():
-				s.mu.Lock()
-				break waiting
-			}
-		}
+	if wait := pollWait(timeout); wait > 0 && !s.exited && !s.out.hasPending() {
+		s.mu.Unlock()
+		s.waitActivity(ctx, wait)
+		s.mu.Lock()
 	}
 	if s.exited {
 		s.mu.Unlock()
@@ -191,6 +176,43 @@ func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int)
 	}
 	s.mu.Unlock()
 	return protocol.TextResult(text, s.nameDetail(facts.addTo(d)))
+}
+
+// waitActivity waits up to wait for new output or the exit, without
+// sleep-polling: it blocks on the session's change channel. Output that
+// arrives while the command is about to exit is reported together with the
+// exit: after new output it lingers up to pollSettle for the exit.
+func (s *session) waitActivity(ctx context.Context, wait time.Duration) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		if s.exited {
+			s.mu.Unlock()
+			return
+		}
+		if s.out.hasPending() {
+			s.mu.Unlock()
+			break
+		}
+		ch := s.waitChangeLocked()
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+	settle := time.NewTimer(pollSettle)
+	defer settle.Stop()
+	select {
+	case <-s.done:
+	case <-settle.C:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // finishedPoll answers a poll of an ended session: its unread output and

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,7 +42,10 @@ type procSnapshot struct {
 	procs    map[int]procInfo
 	children map[int][]int
 	self     int
-	markers  map[int]string // lazily read EXECMESH_SESSION values
+	taken    time.Time
+
+	mu      sync.Mutex
+	markers map[int]string // lazily read EXECMESH_SESSION values
 }
 
 // readProcSnapshot reads /proc. Processes that exit while it is read are
@@ -59,6 +64,7 @@ func readProcSnapshot(self int) (*procSnapshot, error) {
 		procs:    make(map[int]procInfo, len(names)),
 		children: make(map[int][]int, len(names)),
 		self:     self,
+		taken:    time.Now(),
 		markers:  map[int]string{},
 	}
 	var buf [512]byte
@@ -119,6 +125,8 @@ func parseProcStat(b []byte) (procInfo, bool) {
 
 // marker returns the EXECMESH_SESSION value of pid ("" if none or unreadable).
 func (s *procSnapshot) marker(pid int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if m, ok := s.markers[pid]; ok {
 		return m
 	}
@@ -169,7 +177,14 @@ type treeSpec struct {
 
 // collect returns the processes of a session as pid → start time. It never
 // includes the Manager's own process or an ancestor of it.
-func (s *procSnapshot) collect(spec treeSpec) map[int]uint64 {
+//
+// Markers are read only from orphans: processes whose parent died were
+// re-parented to us (the subreaper), so they are our direct children, and
+// anything else is reached through parent links from one of them or from
+// the leader. leaders lists our children that are session leaders, whose
+// environment need not be read; this keeps a kill cheap when thousands of
+// sessions run.
+func (s *procSnapshot) collect(spec treeSpec, leaders map[int]bool) map[int]uint64 {
 	found := map[int]uint64{}
 	var roots []int
 	if p, ok := s.procs[spec.leader]; ok && (spec.leaderStart == 0 || p.start == spec.leaderStart) {
@@ -181,8 +196,8 @@ func (s *procSnapshot) collect(spec treeSpec) map[int]uint64 {
 		}
 	}
 	if spec.marker != "" {
-		for _, pid := range s.below(s.self) {
-			if _, dup := found[pid]; !dup && s.marker(pid) == spec.marker {
+		for _, pid := range s.children[s.self] {
+			if !leaders[pid] && s.marker(pid) == spec.marker {
 				roots = append(roots, pid)
 			}
 		}

@@ -437,6 +437,10 @@ func (w *streamWriter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 func (w *streamWriter) consume(p []byte) {
+	if w.z.passThrough(p) {
+		w.s.appendOutput(w.stream, p, &w.z) // common case: no copy
+		return
+	}
 	w.out = w.z.write(w.out[:0], p)
 	w.s.appendOutput(w.stream, w.out, &w.z)
 }
