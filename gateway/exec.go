@@ -191,22 +191,14 @@ func (c *call) runGateway(ctx context.Context, p *plan) (protocol.Result, error)
 	if !ok {
 		return workdirFailed(p.args.Workdir), nil
 	}
-	if err := c.authorize(ctx, p, workdir); err != nil {
+	run, pending, err := c.authorizeGateway(ctx, p, c.sessionRequest(p, workdir, env))
+	if err != nil {
 		return protocol.Result{}, err
 	}
-	return c.g.local.Exec(ctx, c.sessionRequest(p, workdir, env))
-}
-
-// authorize applies exec approvals for host=gateway. Until the approvals
-// engine is wired in, only security=full with ask=off runs.
-func (c *call) authorize(ctx context.Context, p *plan, workdir string) error {
-	if p.security == "full" && p.ask == "off" {
-		return nil
+	if pending != nil {
+		return *pending, nil
 	}
-	if p.security == "allowlist" && p.ask == "off" {
-		return protocol.Errorf(protocol.ErrDenied, "exec denied: allowlist miss")
-	}
-	return protocol.Errorf(protocol.ErrDenied, "exec denied: host=%s security=%s ask=%s requires approval, which is not available", p.host, p.security, p.ask)
+	return c.g.local.Exec(ctx, *run)
 }
 
 // runSandbox runs a host=sandbox call. With sandbox.mode off the command

@@ -51,10 +51,17 @@ type Gateway struct {
 	cfgMu sync.RWMutex
 	cfg   Config
 
-	local   *session.Manager
-	sandbox sandbox.Runtime
-	events  *eventQueue
-	limiter *authLimiter
+	local     *session.Manager
+	sandbox   sandbox.Runtime
+	events    *eventQueue
+	limiter   *authLimiter
+	approvals *approvalStore
+
+	// bg is the root of work that outlives a call (approval waits); Close
+	// cancels it and waits for bgWG.
+	bg       context.Context
+	bgCancel context.CancelFunc
+	bgWG     sync.WaitGroup
 
 	defaultsMu   sync.Mutex
 	execDefaults map[string]SessionExecDefaults // per sessionKey (/exec)
@@ -116,7 +123,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		events:       newEventQueue(),
 		limiter:      newAuthLimiter(),
 		execDefaults: map[string]SessionExecDefaults{},
+		approvals:    newApprovalStore(),
 	}
+	g.bg, g.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	g.loginPath = opts.LoginShellPath
 	if g.loginPath == nil {
 		g.loginPath = sync.OnceValue(func() string { return probeLoginShellPath(envLookup(opts.Environ)) })
@@ -232,6 +241,8 @@ func (g *Gateway) Close(ctx context.Context) error {
 		if api != nil {
 			api.stop()
 		}
+		g.bgCancel()
+		g.bgWG.Wait()
 		if err := g.local.Close(ctx); err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("session core: %w", err))
 		}

@@ -28,6 +28,8 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{sessionKey}/exec", g.authed(g.handleGetSessionExec))
 	mux.HandleFunc("PUT /v1/sessions/{sessionKey}/exec", g.authed(g.handlePutSessionExec))
 	mux.HandleFunc("GET /v1/admin/blockers", g.authed(g.handleBlockers))
+	mux.HandleFunc("GET /v1/approvals", g.authed(g.handleListApprovals))
+	mux.HandleFunc("POST /v1/approvals/{id}", g.authed(g.handleDecideApproval))
 	for _, extra := range g.extraRoutes() {
 		mux.HandleFunc(extra.pattern, g.authed(extra.handler))
 	}
@@ -274,10 +276,8 @@ func (g *Gateway) handleGetSessionExec(w http.ResponseWriter, r *http.Request) {
 
 func (g *Gateway) handlePutSessionExec(w http.ResponseWriter, r *http.Request) {
 	var d SessionExecDefaults
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
-		writeError(w, protocol.Errorf(protocol.ErrInvalidRequest, "invalid body: %v (expected {\"host\",\"security\",\"ask\",\"node\"})", err))
+	if err := decodeStrict(w, r, &d); err != nil {
+		writeError(w, err)
 		return
 	}
 	if err := g.SetSessionDefaults(r.PathValue("sessionKey"), d); err != nil {
@@ -290,6 +290,16 @@ func (g *Gateway) handlePutSessionExec(w http.ResponseWriter, r *http.Request) {
 
 func (g *Gateway) handleBlockers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"blockers": g.Blockers()})
+}
+
+// decodeStrict decodes a small JSON body, rejecting unknown fields.
+func decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return protocol.Errorf(protocol.ErrInvalidRequest, "invalid body: %v", err)
+	}
+	return nil
 }
 
 func writeError(w http.ResponseWriter, err error) {
