@@ -299,7 +299,7 @@ func (g *Gateway) runApproved(c *call, e *approvalEntry, req session.ExecRequest
 		select {
 		case <-notice:
 			notice = nil
-			secs := max(1, int((time.Duration(c.cfg.Tools.Exec.ApprovalRunningNoticeMs)*time.Millisecond+500*time.Millisecond)/time.Second))
+			secs := noticeSeconds(c.cfg.Tools.Exec.ApprovalRunningNoticeMs)
 			g.emit(protocol.SystemEvent{SessionKey: c.sessionKey, ContextKey: "exec:" + e.ID, Kind: protocol.EventExecRunning,
 				Text: fmt.Sprintf("Exec running (gateway id=%s, session=%s, >%ds): %s", e.ID, sid, secs, command)})
 		case ev := <-finished:
@@ -312,6 +312,12 @@ func (g *Gateway) runApproved(c *call, e *approvalEntry, req session.ExecRequest
 			return
 		}
 	}
+}
+
+// noticeSeconds is the ">Ns" of an Exec running event: the notice delay
+// rounded to whole seconds, at least 1 (spec §18).
+func noticeSeconds(ms int) int {
+	return max(1, (ms+500)/1000)
 }
 
 // finishedText is `Exec finished (gateway id=…, session=…, <label>)` plus

@@ -209,3 +209,29 @@ func TestApprovalBindingChange(t *testing.T) {
 		t.Fatalf("%q", ev.Text)
 	}
 }
+
+// TestApprovalSlugAndNotice covers spec §23.9 case 88.
+func TestApprovalSlugAndNotice(t *testing.T) {
+	s := newApprovalStore()
+	e := s.add(PendingApproval{Command: "x", Decisions: []string{DecisionDeny}}, time.Minute)
+	if e.Slug != e.ID[:8] || len(e.ID) != 36 {
+		t.Fatalf("slug %q of id %q", e.Slug, e.ID)
+	}
+	for ms, want := range map[int]int{10000: 10, 400: 1, 1499: 1, 1500: 2} {
+		if got := noticeSeconds(ms); got != want {
+			t.Errorf("noticeSeconds(%d) = %d, want %d", ms, got, want)
+		}
+	}
+}
+
+func TestApprovalRunningNotice(t *testing.T) {
+	tg := startApprovalGateway(t, "", func(c *Config) { c.Tools.Exec.ApprovalRunningNoticeMs = 200 })
+	res := tg.invoke("exec", map[string]any{"command": "sleep 1; echo slow"}, "")
+	id := res.Details["approvalId"].(string)
+	tg.decide(id, DecisionAllowOnce)
+	ev := tg.waitEvent(protocol.EventExecRunning)
+	if !strings.HasPrefix(ev.Text, "Exec running (gateway id="+id+", session=") || !strings.HasSuffix(ev.Text, ", >1s): sleep 1; echo slow") {
+		t.Fatalf("%q", ev.Text)
+	}
+	tg.waitEvent(protocol.EventExecFinished)
+}

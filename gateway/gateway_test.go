@@ -409,3 +409,34 @@ func TestToolsDenyExecKeepsProcess(t *testing.T) {
 		t.Fatalf("process on a running session: %s %q", res.Status(), res.Text())
 	}
 }
+
+func TestExecNodeBindingWritesConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(path, []byte(`{"gateway":{"drainTimeoutMs":5}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tg := startGateway(t, func(_ *Config, o *Options) { o.ConfigPath = path })
+	if r := tg.do("PUT", "/v1/config/exec-node", []byte(`{"agentId":"","node":"build-1"}`), nil); r.Status != 200 {
+		t.Fatalf("%d %s", r.Status, r.Raw)
+	}
+	if r := tg.do("PUT", "/v1/config/exec-node", []byte(`{"agentId":"ops","node":"gpu-2"}`), nil); r.Status != 200 {
+		t.Fatalf("%d %s", r.Status, r.Raw)
+	}
+	if r := tg.do("PUT", "/v1/config/exec-node", []byte(`{"agentId":"Bad!","node":"x"}`), nil); r.Status != 400 {
+		t.Fatalf("bad agent: %d", r.Status)
+	}
+	cfg, err := LoadConfig(path, map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tools.Exec.Node != "build-1" || cfg.Gateway.DrainTimeoutMs != 5 {
+		t.Fatalf("file: %+v", cfg)
+	}
+	if a, ok := cfg.Agent("ops"); !ok || a.Tools.Exec.Node != "gpu-2" {
+		t.Fatalf("agent binding not written: %+v", cfg.Agents)
+	}
+	b := tg.g.ExecNodeBinding()
+	if b.Default != "build-1" || b.Agents["ops"] != "gpu-2" {
+		t.Fatalf("in memory: %+v", b)
+	}
+}

@@ -28,6 +28,8 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{sessionKey}/exec", g.authed(g.handleGetSessionExec))
 	mux.HandleFunc("PUT /v1/sessions/{sessionKey}/exec", g.authed(g.handlePutSessionExec))
 	mux.HandleFunc("GET /v1/admin/blockers", g.authed(g.handleBlockers))
+	mux.HandleFunc("GET /v1/config/exec-node", g.authed(g.handleGetExecNode))
+	mux.HandleFunc("PUT /v1/config/exec-node", g.authed(g.handlePutExecNode))
 	mux.HandleFunc("GET /v1/approvals", g.authed(g.handleListApprovals))
 	mux.HandleFunc("POST /v1/approvals/{id}", g.authed(g.handleDecideApproval))
 	for _, extra := range g.extraRoutes() {
