@@ -1,0 +1,21 @@
+//go:build unix
+
+package applypatch
+
+import (
+	"io/fs"
+	"syscall"
+)
+
+// owner is a file's user and group, when the platform has them.
+type owner struct {
+	uid, gid int
+	known    bool
+}
+
+func ownerOf(fi fs.FileInfo) owner {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return owner{uid: int(st.Uid), gid: int(st.Gid), known: true}
+	}
+	return owner{}
+}
