@@ -1,0 +1,62 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// LevelTrace is the slog level the embedded server's trace output is
+// logged at (below Debug). The server traces every protocol message, so it
+// is only enabled when the handler enables this level.
+const LevelTrace = slog.Level(-8)
+
+// discardLogger returns l, or a logger that drops everything when l is nil.
+func discardLogger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
+
+// serverLogger routes nats-server's printf-style logging to slog.
+//
+// Fatalf does not exit: the server calls it when it cannot listen or
+// cannot start JetStream and then returns from Start, so the adapter hands
+// the message to StartServer, which fails with it instead of waiting for
+// readiness until its deadline.
+type serverLogger struct {
+	l     *slog.Logger
+	fatal chan string // buffered (1); only the first fatal message is kept
+}
+
+var _ server.Logger = (*serverLogger)(nil)
+
+func newServerLogger(l *slog.Logger) *serverLogger {
+	return &serverLogger{l: l.With("component", "nats-server"), fatal: make(chan string, 1)}
+}
+
+func (sl *serverLogger) log(level slog.Level, format string, v []any) {
+	// Check first: formatting every trace line is expensive.
+	if !sl.l.Enabled(context.Background(), level) {
+		return
+	}
+	sl.l.Log(context.Background(), level, fmt.Sprintf(format, v...))
+}
+
+func (sl *serverLogger) Noticef(format string, v ...any) { sl.log(slog.LevelInfo, format, v) }
+func (sl *serverLogger) Warnf(format string, v ...any)   { sl.log(slog.LevelWarn, format, v) }
+func (sl *serverLogger) Errorf(format string, v ...any)  { sl.log(slog.LevelError, format, v) }
+func (sl *serverLogger) Debugf(format string, v ...any)  { sl.log(slog.LevelDebug, format, v) }
+func (sl *serverLogger) Tracef(format string, v ...any)  { sl.log(LevelTrace, format, v) }
+
+func (sl *serverLogger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	sl.l.Error(msg, "fatal", true)
+	select {
+	case sl.fatal <- msg:
+	default:
+	}
+}
