@@ -213,3 +213,11 @@ func (r *eventRecorder) next(t *testing.T) protocol.ExitEvent {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// mkExecutable creates an executable file (and its directory).
+func mkExecutable(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte("#!/bin/sh\n"), 0o755)
+}

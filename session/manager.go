@@ -162,10 +162,10 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 			return m.abort(ctx, s)
 		}
 	case req.Background:
-		if s.markBackgrounded() {
-			return s.runningResult(warningText), nil
-		}
-		<-s.done
+		// Marked at registration, so even a command that is already done
+		// is a background session: OpenClaw answers "running" here too.
+		// Its output is not shown: OpenClaw cannot have read any yet.
+		return s.runningResultWithTail(warningText, ""), nil
 	default:
 		t := time.NewTimer(yieldWindow(req.YieldMs, m.cfg.DefaultYieldMs))
 		defer t.Stop()
@@ -217,6 +217,9 @@ func (m *Manager) register(req ExecRequest, cwd string, startedAt time.Time) (*s
 		out:           newOutputBuffer(m.cfg.MaxOutputChars, m.cfg.PendingMaxOutputChars),
 		lastOutput:    startedAt,
 		noOutputPolls: -1,
+		// Background requests are background sessions from the start, so
+		// an instant exit is still retained and notified.
+		backgrounded: req.Background && !req.Synchronous,
 	}
 	if hasTimeout {
 		s.timeoutSec = sec

@@ -14,6 +14,10 @@ func (s *session) runningResult(warningText string) protocol.Result {
 	s.mu.Lock()
 	tail := s.out.tail()
 	s.mu.Unlock()
+	return s.runningResultWithTail(warningText, tail)
+}
+
+func (s *session) runningResultWithTail(warningText, tail string) protocol.Result {
 	text := warningText + "Command still running (session " + s.id + ", pid " + itoa(s.pid) + "). " + followUpText
 	return protocol.TextResult(text, protocol.Details{
 		"status":    protocol.StatusRunning,
@@ -36,7 +40,7 @@ func (s *session) foregroundResult(warningText string) protocol.Result {
 	if lost {
 		note = retentionCapNote
 	}
-	if r.status == protocol.StatusFailed || r.stopped {
+	if r.status == protocol.StatusFailed {
 		d := protocol.Details{
 			"status":           protocol.StatusFailed,
 			"exitCode":         intOrNil(r.code),

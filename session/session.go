@@ -443,6 +443,9 @@ func (w *streamWriter) consume(p []byte) {
 	}
 	w.out = w.z.write(w.out[:0], p)
 	w.s.appendOutput(w.stream, w.out, &w.z)
+	if cap(w.out) > 4*readBufferSize {
+		w.out = nil // a burst of escapes grew it; do not keep it
+	}
 }
 
 // finish flushes an incomplete UTF-8 sequence left at the end of the

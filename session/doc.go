@@ -1,0 +1,39 @@
+// Package session is execmesh's session core: it runs shell commands for
+// the exec tool and answers the process tool, exactly as OpenClaw's
+// gateway does, on whatever host it runs on (the gateway itself for
+// host=gateway and host=sandbox, every node agent for host=node). It knows
+// nothing of HTTP or NATS.
+//
+// A Manager runs each command through the user's shell (see ResolveShell)
+// with OPENCLAW_SHELL=exec in its environment, on pipes with stdin at EOF
+// or on a 120×30 pseudo-terminal. Manager.Exec waits up to the yield
+// window: a command that ends in time gives a completed or failed result;
+// otherwise the command becomes a background session with a readable id
+// (nimble-coral) that Manager.Process lists, polls, logs, writes to, sends
+// keys to, kills, clears and removes. Results carry OpenClaw's texts,
+// statuses and details, so agents written for OpenClaw work unchanged
+// (conformance fixtures in ../shared/conformance).
+//
+// Output is sanitized by a streaming ANSI/VT parser, one per stream:
+// control sequences are removed, other control characters shown as \xNN,
+// invalid UTF-8 replaced by U+FFFD, cursor-position requests answered on
+// PTYs. Each session keeps its newest 200000 characters, plus up to 30000
+// unread characters per stream for poll, both counted in UTF-16 units as
+// OpenClaw counts them; the caps drop the oldest text and never slow the
+// command down.
+//
+// Every command runs in its own process group (PTY commands lead their own
+// session). Kill, remove, timeouts and Close end the whole tree, including
+// processes that left the group with setsid: the Manager makes its process
+// a child subreaper, finds a tree's processes in /proc when it signals it
+// (parent links, process group, terminal session, and the EXECMESH_SESSION
+// marker every command inherits), sends SIGTERM and, after Config.KillGrace,
+// SIGKILL to whatever is left. Orphans that exit are reaped without
+// stealing exit statuses from os/exec.
+//
+// Finished background sessions are kept for Config.JobTTL (at most 50, and
+// 2,000,000 characters in all); foreground sessions are not kept. When a
+// background session exits, Config.OnExit receives a protocol.ExitEvent
+// whose Text, when Notify is set, is the exec.exit system event (see
+// NotifyText).
+package session
