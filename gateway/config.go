@@ -76,21 +76,31 @@ type ElevatedConfig struct {
 
 // ExecConfig is `tools.exec`.
 type ExecConfig struct {
-	Host                     string   `json:"host"`
-	Security                 string   `json:"security,omitempty"`
-	Ask                      string   `json:"ask,omitempty"`
-	Node                     string   `json:"node,omitempty"`
-	BackgroundMs             int      `json:"backgroundMs,omitempty"` // 0: OPENCLAW_BASH_YIELD_MS or 10000
-	TimeoutSec               int      `json:"timeoutSec"`
-	CleanupMs                int      `json:"cleanupMs,omitempty"` // 0: OPENCLAW_BASH_JOB_TTL_MS or 30 min
-	NotifyOnExit             bool     `json:"notifyOnExit"`
-	NotifyOnExitEmptySuccess bool     `json:"notifyOnExitEmptySuccess"`
-	ApprovalRunningNoticeMs  int      `json:"approvalRunningNoticeMs"`
-	ApprovalTimeoutMs        int      `json:"approvalTimeoutMs"`
-	KillGraceMs              int      `json:"killGraceMs"`
-	PathPrepend              []string `json:"pathPrepend,omitempty"`
-	SafeBins                 []string `json:"safeBins,omitempty"`
-	SafeBinTrustedDirs       []string `json:"safeBinTrustedDirs,omitempty"`
+	Host                     string           `json:"host"`
+	Security                 string           `json:"security,omitempty"`
+	Ask                      string           `json:"ask,omitempty"`
+	Node                     string           `json:"node,omitempty"`
+	BackgroundMs             int              `json:"backgroundMs,omitempty"` // 0: OPENCLAW_BASH_YIELD_MS or 10000
+	TimeoutSec               int              `json:"timeoutSec"`
+	CleanupMs                int              `json:"cleanupMs,omitempty"` // 0: OPENCLAW_BASH_JOB_TTL_MS or 30 min
+	NotifyOnExit             bool             `json:"notifyOnExit"`
+	NotifyOnExitEmptySuccess bool             `json:"notifyOnExitEmptySuccess"`
+	ApprovalRunningNoticeMs  int              `json:"approvalRunningNoticeMs"`
+	ApprovalTimeoutMs        int              `json:"approvalTimeoutMs"`
+	KillGraceMs              int              `json:"killGraceMs"`
+	PathPrepend              []string         `json:"pathPrepend,omitempty"`
+	SafeBins                 []string         `json:"safeBins,omitempty"`
+	SafeBinTrustedDirs       []string         `json:"safeBinTrustedDirs,omitempty"`
+	ApplyPatch               ApplyPatchConfig `json:"applyPatch"`
+}
+
+// ApplyPatchConfig is `tools.exec.applyPatch`: the apply_patch sub-tool,
+// off by default.
+type ApplyPatchConfig struct {
+	Enabled bool `json:"enabled"`
+	// AllowModels, when set, limits the tool to these models (the invoke
+	// request's "model").
+	AllowModels []string `json:"allowModels,omitempty"`
 }
 
 // AgentsConfig is `agents`.

@@ -48,7 +48,7 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 	defaults := c.g.sessionDefaults(c.sessionKey)
 
 	// The process tool denied means no pollable sessions: run synchronously.
-	if !toolAllowed(&c.cfg, c.agentID, protocol.ToolProcess) {
+	if !toolAllowed(&c.cfg, c.agentID, protocol.ToolProcess, "") {
 		p.sync = true
 		if args.Background || args.YieldMs != nil {
 			p.warnings = append(p.warnings, warnBackgroundDisabled)

@@ -276,14 +276,27 @@ func ParseSessionKey(key string) (sessionKey, agentID string, err error) {
 }
 
 // toolAllowed applies tools.allow/tools.deny and the agent's tools.deny.
-func toolAllowed(cfg *Config, agentID, tool string) bool {
-	if len(cfg.Tools.Allow) > 0 && !slices.Contains(cfg.Tools.Allow, tool) {
+// apply_patch is a sub-tool of exec: allowing exec allows it, denying exec
+// denies it, and it must be enabled (and the model allowed) on its own.
+func toolAllowed(cfg *Config, agentID, tool, model string) bool {
+	names := []string{tool}
+	if tool == protocol.ToolApplyPatch {
+		ap := cfg.Tools.Exec.ApplyPatch
+		if !ap.Enabled || (len(ap.AllowModels) > 0 && !slices.Contains(ap.AllowModels, model)) {
+			return false
+		}
+		names = append(names, protocol.ToolExec)
+	}
+	if len(cfg.Tools.Allow) > 0 && !slices.ContainsFunc(names, func(n string) bool { return slices.Contains(cfg.Tools.Allow, n) }) {
 		return false
 	}
-	if slices.Contains(cfg.Tools.Deny, tool) {
+	denied := func(list []string) bool {
+		return slices.ContainsFunc(names, func(n string) bool { return slices.Contains(list, n) })
+	}
+	if denied(cfg.Tools.Deny) {
 		return false
 	}
-	if a, ok := cfg.Agent(agentID); ok && slices.Contains(a.Tools.Deny, tool) {
+	if a, ok := cfg.Agent(agentID); ok && denied(a.Tools.Deny) {
 		return false
 	}
 	return true
@@ -301,14 +314,21 @@ func (g *Gateway) Invoke(ctx context.Context, req InvokeRequest) (protocol.Resul
 	}
 	cfg := g.Config()
 	switch req.Tool {
-	case protocol.ToolExec, protocol.ToolProcess:
+	case protocol.ToolExec, protocol.ToolProcess, protocol.ToolApplyPatch:
 	default:
 		return protocol.Result{}, protocol.Errorf(protocol.ErrNotFound, "Tool not available: %s", req.Tool)
 	}
-	if !toolAllowed(&cfg, agentID, req.Tool) {
+	if !toolAllowed(&cfg, agentID, req.Tool, req.Model) {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrNotFound, "Tool not available: %s", req.Tool)
 	}
 	call := &call{g: g, cfg: cfg, sessionKey: sessionKey, agentID: agentID}
+	if req.Tool == protocol.ToolApplyPatch {
+		args, err := protocol.DecodeApplyPatchArgs(req.Args)
+		if err != nil {
+			return protocol.Result{}, err
+		}
+		return call.applyPatch(ctx, args)
+	}
 	if req.Tool == protocol.ToolExec {
 		args, err := protocol.DecodeExecArgs(req.Args)
 		if err != nil {

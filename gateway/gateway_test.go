@@ -440,3 +440,58 @@ func TestExecNodeBindingWritesConfig(t *testing.T) {
 		t.Fatalf("in memory: %+v", b)
 	}
 }
+
+func TestApplyPatchTool(t *testing.T) {
+	patch := "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n"
+	t.Run("disabled by default", func(t *testing.T) {
+		tg := startGateway(t, nil)
+		if r := tg.invokeRaw("apply_patch", map[string]any{"input": patch}, ""); r.Status != 404 {
+			t.Fatalf("%d %s", r.Status, r.Raw)
+		}
+	})
+	tg := startGateway(t, func(c *Config, _ *Options) {
+		c.Tools.Exec.ApplyPatch.Enabled = true
+		c.Tools.Exec.ApplyPatch.AllowModels = []string{"gpt-5-codex"}
+	})
+	body := func(model string, args map[string]any) []byte {
+		b, _ := json.Marshal(map[string]any{"tool": "apply_patch", "model": model, "args": args})
+		return b
+	}
+	if r := tg.do("POST", "/tools/invoke", body("other-model", map[string]any{"input": patch}), nil); r.Status != 404 {
+		t.Fatalf("model gate: %d %s", r.Status, r.Raw)
+	}
+	r := tg.do("POST", "/tools/invoke", body("gpt-5-codex", map[string]any{"input": patch}), nil)
+	if r.Status != 200 || !strings.Contains(r.Result.Text(), "A hello.txt") {
+		t.Fatalf("apply: %d %s", r.Status, r.Raw)
+	}
+	if b, err := os.ReadFile(filepath.Join(tg.cwd, "hello.txt")); err != nil || string(b) != "hello\n" {
+		t.Fatalf("file: %q %v", b, err)
+	}
+	escape := "*** Begin Patch\n*** Add File: ../escaped.txt\n+x\n*** End Patch\n"
+	if r := tg.do("POST", "/tools/invoke", body("gpt-5-codex", map[string]any{"input": escape}), nil); r.Status != 400 || r.Error.Type != protocol.ErrSecurityViolation {
+		t.Fatalf("escape: %d %s", r.Status, r.Raw)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(tg.cwd), "escaped.txt")); err == nil {
+		t.Fatal("escape written")
+	}
+	bad := "*** Begin Patch\n*** Update File: hello.txt\n@@\n-nothere\n+x\n*** End Patch\n"
+	r = tg.do("POST", "/tools/invoke", body("gpt-5-codex", map[string]any{"input": bad}), nil)
+	if r.Status != 200 || r.Result.Status() != "failed" || !strings.Contains(r.Result.Text(), "hello.txt") {
+		t.Fatalf("failing hunk: %d %s", r.Status, r.Raw)
+	}
+	// tools.allow ["exec"] implies apply_patch; tools.deny ["exec"] removes it.
+	tg2 := startGateway(t, func(c *Config, _ *Options) {
+		c.Tools.Exec.ApplyPatch.Enabled = true
+		c.Tools.Allow = []string{"exec"}
+	})
+	if r := tg2.invokeRaw("apply_patch", map[string]any{"input": patch}, ""); r.Status != 200 {
+		t.Fatalf("allow exec: %d %s", r.Status, r.Raw)
+	}
+	tg3 := startGateway(t, func(c *Config, _ *Options) {
+		c.Tools.Exec.ApplyPatch.Enabled = true
+		c.Tools.Deny = []string{"exec"}
+	})
+	if r := tg3.invokeRaw("apply_patch", map[string]any{"input": patch}, ""); r.Status != 404 {
+		t.Fatalf("deny exec: %d %s", r.Status, r.Raw)
+	}
+}

@@ -1,0 +1,111 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/execmesh/execmesh/applypatch"
+	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/sandbox"
+)
+
+// applyPatch runs the apply_patch tool on the host the call resolves to,
+// with exec's host and workdir rules: the patch may only touch files under
+// the workdir (the agent's workspace in a sandbox).
+func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (protocol.Result, error) {
+	requested, err := parseRequestedHost(args.Host)
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	defaults := c.g.sessionDefaults(c.sessionKey)
+	if requested == "" && defaults.Host != "" {
+		requested = defaults.Host
+	}
+	configured := configuredHost(&c.cfg, c.agentID)
+	sandboxOn := c.cfg.Sandbox.Mode != sandbox.ModeOff
+	host, err := resolveHost(configured, requested, sandboxOn, false)
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	security, _ := c.policy(configured, sandboxOn, defaults, protocol.ExecArgs{})
+	if host != hostSandbox && security == "deny" {
+		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "apply_patch denied: host=%s security=deny", host)
+	}
+	var root string
+	switch {
+	case host == hostNode:
+		nodes := c.g.nodeBackend()
+		pn, ok := nodes.(patchNodes)
+		if !ok || nodes == nil {
+			return protocol.Result{}, protocol.Errorf(protocol.ErrHostNotAllowed, "exec host=node requires a paired node (none available). This requires a companion app or node host.")
+		}
+		node := strings.TrimSpace(args.Node)
+		if node == "" {
+			node = defaults.Node
+		}
+		req := NodeExecRequest{SessionKey: c.sessionKey, AgentID: c.agentID, Requested: node, ConfigNode: c.cfg.Tools.Exec.Node}
+		if a, ok := c.cfg.Agent(c.agentID); ok {
+			req.AgentNode = a.Tools.Exec.Node
+		}
+		return pn.ApplyPatch(ctx, req, args)
+	case host == hostSandbox && sandboxOn:
+		ws, err := c.g.sandbox.Workspace(c.agentID)
+		if err != nil {
+			return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "apply_patch host=sandbox: %v", err)
+		}
+		dir, ok := workspaceDir(ws, args.Workdir)
+		if !ok {
+			return workdirFailed(args.Workdir), nil
+		}
+		root = dir
+	default:
+		dir, ok := c.localWorkdir(args.Workdir)
+		if !ok {
+			return workdirFailed(args.Workdir), nil
+		}
+		root = dir
+	}
+	return PatchResult(applypatch.Apply(ctx, root, args.Input, applypatch.Options{}))
+}
+
+// PatchResult turns applypatch's outcome into the tool's answer: escapes
+// from the root are refused as security violations, other failures are
+// failed results the model can read.
+func PatchResult(sum applypatch.Summary, err error) (protocol.Result, error) {
+	switch {
+	case err == nil:
+		return sum.Result(), nil
+	case errors.Is(err, applypatch.ErrOutsideRoot):
+		return protocol.Result{}, protocol.Errorf(protocol.ErrSecurityViolation, "%v", err)
+	default:
+		return protocol.FailedResult(err.Error()), nil
+	}
+}
+
+// workspaceDir resolves a workdir inside a sandbox workspace: empty is the
+// workspace, relative paths are joined, absolute paths must lie inside.
+func workspaceDir(ws, workdir string) (string, bool) {
+	dir := ws
+	if w := strings.TrimSpace(workdir); w != "" {
+		if filepath.IsAbs(w) {
+			dir = filepath.Clean(w)
+		} else {
+			dir = filepath.Join(ws, w)
+		}
+	}
+	rel, err := filepath.Rel(ws, dir)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	st, err := os.Stat(dir)
+	return dir, err == nil && st.IsDir()
+}
+
+// patchNodes is implemented by node backends that can apply patches on a
+// node.
+type patchNodes interface {
+	ApplyPatch(ctx context.Context, req NodeExecRequest, args protocol.ApplyPatchArgs) (protocol.Result, error)
+}
