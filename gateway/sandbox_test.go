@@ -116,10 +116,15 @@ func TestSandboxPTYSendKeys(t *testing.T) {
 	if r := tg.invoke("process", map[string]any{"action": "send-keys", "sessionId": sid, "keys": []string{"h", "i", "Enter"}}, ""); r.Status() != "running" {
 		t.Fatalf("send-keys: %q", r.Text())
 	}
-	p := tg.invoke("process", map[string]any{"action": "poll", "sessionId": sid, "timeout": 10000}, "")
-	if !strings.Contains(p.Text(), "got:hi") {
-		t.Fatalf("PTY program inside the sandbox: %q", p.Text())
-	}
+	var seen strings.Builder
+	checkFor(t, 15*time.Second, func() error {
+		p := tg.invoke("process", map[string]any{"action": "poll", "sessionId": sid, "timeout": 2000}, "")
+		seen.WriteString(p.Text())
+		if !strings.Contains(seen.String(), "got:hi") {
+			return fmt.Errorf("PTY program inside the sandbox: %q", seen.String())
+		}
+		return nil
+	})
 }
 
 func TestSandboxPathNotInterpolated(t *testing.T) {
