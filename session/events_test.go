@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -81,7 +82,8 @@ func TestNotifyOnExitEmptySuccess(t *testing.T) {
 }
 
 // TestAcknowledgementFollowsEvent: a poll that delivers the terminal status
-// while the exit event is being delivered acknowledges after it.
+// while the exit event is being delivered is acknowledged after it, and
+// OnExit may call back into the Manager.
 func TestAcknowledgementFollowsEvent(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
@@ -93,20 +95,19 @@ func TestAcknowledgementFollowsEvent(t *testing.T) {
 	})
 	id := startBackground(t, m, ExecRequest{Command: "echo hi", ScopeKey: "k"})
 	waitExited(t, m, id)
-	polled := make(chan protocol.Result, 1)
-	go func() { polled <- proc(t, m, "k", protocol.ProcessArgs{Action: "poll", SessionID: id}) }()
+	// The poll answers at once; its acknowledgement waits for the event.
+	if r := proc(t, m, "k", protocol.ProcessArgs{Action: "poll", SessionID: id}); r.Status() != "completed" {
+		t.Errorf("poll: %s", r.Status())
+	}
 	select {
 	case <-acked:
 		t.Fatal("acknowledged before the exit event was delivered")
-	case <-time.After(200 * time.Millisecond):
+	case <-time.After(100 * time.Millisecond):
 	}
 	close(release)
 	ev := <-delivered
 	if got := <-acked; got != id {
 		t.Errorf("ack for %s", got)
-	}
-	if r := <-polled; r.Status() != "completed" {
-		t.Errorf("poll: %s", r.Status())
 	}
 	if !ev.Notify {
 		t.Errorf("the event was computed before the poll, so it notifies: %+v", ev)
@@ -188,5 +189,32 @@ func TestExitEventJSON(t *testing.T) {
 	b, err := json.Marshal(ev)
 	if err != nil || !strings.Contains(string(b), `"exitCode":2`) {
 		t.Errorf("%s %v", b, err)
+	}
+}
+
+// TestOnExitMayCallBack: OnExit runs under no lock, so it may use the
+// Manager, even for the session that ended.
+func TestOnExitMayCallBack(t *testing.T) {
+	t.Parallel()
+	var m *Manager
+	got := make(chan protocol.Result, 1)
+	acked := make(chan string, 1)
+	m = newManager(t, func(c *Config) {
+		c.OnExit = func(ev protocol.ExitEvent) {
+			got <- m.Process(context.Background(), ev.SessionKey, protocol.ProcessArgs{Action: "poll", SessionID: ev.SessionID})
+		}
+		c.OnAcknowledged = func(scope, id string) { acked <- id }
+	})
+	id := startBackground(t, m, ExecRequest{Command: "echo hi", ScopeKey: "k"})
+	select {
+	case r := <-got:
+		if r.Status() != "completed" || r.Text() != "hi\n\nProcess exited with code 0." {
+			t.Errorf("poll from OnExit: %s %q", r.Status(), r.Text())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("OnExit did not return: deadlock?")
+	}
+	if a := <-acked; a != id {
+		t.Errorf("ack %s", a)
 	}
 }

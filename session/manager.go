@@ -329,6 +329,9 @@ func (m *Manager) finishSession(s *session, state *os.ProcessState, waitErr, cau
 	s.out.frozen = true
 	s.stdinClosed = true
 	backgrounded, removed := s.backgrounded, s.removed
+	// Decided with the exit, so a poll never sees an ended background
+	// session as gone while the bookkeeping below runs.
+	s.retained = backgrounded && !removed
 	res := s.res
 	s.mu.Unlock()
 	s.log.Debug("exited", "status", res.status, "reason", res.reason, "signal", res.signal)
@@ -711,15 +714,11 @@ func (m *Manager) endEscapees() error {
 }
 
 // emitExit delivers the exit event of a background session to OnExit and
-// the request's hook, in the session's own goroutine and under no Manager
-// lock. evMu makes a poll that delivers the terminal status meanwhile wait
-// with its acknowledgement until the event is out.
+// the request's hook, in the session's own goroutine and under no lock. A
+// poll that delivered the terminal status before the event went out only
+// records that it owes an acknowledgement; it is sent here, after the
+// event, so a gateway always sees the event before its acknowledgement.
 func (m *Manager) emitExit(s *session) {
-	if m.cfg.OnExit == nil && s.hook == nil {
-		return
-	}
-	s.evMu.Lock()
-	defer s.evMu.Unlock()
 	s.mu.Lock()
 	r := s.res
 	ev := protocol.ExitEvent{
@@ -746,6 +745,22 @@ func (m *Manager) emitExit(s *session) {
 	}
 	if s.hook != nil {
 		s.hook(ev)
+	}
+	s.mu.Lock()
+	s.eventSent = true
+	ack := s.ackOwed
+	s.ackOwed = false
+	s.mu.Unlock()
+	if ack {
+		m.acknowledge(s)
+	}
+}
+
+// acknowledge tells OnAcknowledged that a poll delivered the terminal
+// status of s.
+func (m *Manager) acknowledge(s *session) {
+	if m.cfg.OnAcknowledged != nil {
+		m.cfg.OnAcknowledged(s.scopeKey, s.id)
 	}
 }
 

@@ -242,14 +242,20 @@ func (m *Manager) finishedPoll(ctx context.Context, s *session, id string) proto
 	d := s.finishedDetailsLocked()
 	d["aggregated"] = s.out.aggregated()
 	s.noOutputPolls = -1
-	first := !s.terminalPolled
-	s.terminalPolled = true
+	ackNow := false
+	if !s.terminalPolled {
+		s.terminalPolled = true
+		// The acknowledgement follows the exit event: if it is not out
+		// yet, emitExit sends it (see there).
+		if s.eventSent {
+			ackNow = true
+		} else {
+			s.ackOwed = true
+		}
+	}
 	s.mu.Unlock()
-	if first && m.cfg.OnAcknowledged != nil {
-		// After the exit event, if one is being delivered (see emitExit).
-		s.evMu.Lock()
-		s.evMu.Unlock()
-		m.cfg.OnAcknowledged(s.scopeKey, s.id)
+	if ackNow {
+		m.acknowledge(s)
 	}
 	return protocol.TextResult(text, d)
 }

@@ -232,17 +232,22 @@ func (s *procSnapshot) collect(spec treeSpec, leaders map[int]bool) map[int]uint
 func signalProcs(set map[int]uint64, pgid, selfPGID int, sig syscall.Signal) error {
 	var errs []error
 	var buf [512]byte
+	groupLive := false
 	for pid, start := range set {
-		if p, ok := readProcStat(pid, buf[:]); !ok || (start != 0 && p.start != start) {
+		p, ok := readProcStat(pid, buf[:])
+		if !ok || (start != 0 && p.start != start) {
 			continue // gone, or the pid was reused
 		}
+		groupLive = groupLive || p.pgrp == pgid
 		if err := unix.Kill(pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, err)
 		}
 	}
-	// The group catches processes forked since the snapshot. Never our own
-	// group, and never pgid <= 1 (kill(0) and kill(-1) mean "everyone").
-	if pgid > 1 && pgid != selfPGID {
+	// The group catches processes forked since the snapshot, which needs a
+	// live member to fork them; without one the group id may even have
+	// been reused. Never our own group, and never pgid <= 1 (kill(0) and
+	// kill(-1) mean "everyone").
+	if groupLive && pgid > 1 && pgid != selfPGID {
 		if err := unix.Kill(-pgid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, err)
 		}
@@ -326,7 +331,10 @@ func reapOrphans(skip map[int]bool) int {
 	var zombies []int
 	var buf [512]byte
 	for _, pid := range childPIDs() {
-		if p, ok := readProcStat(pid, buf[:]); ok && p.state == 'Z' && !skip[pid] {
+		if skip[pid] {
+			continue // a session leader: its Wait reaps it
+		}
+		if p, ok := readProcStat(pid, buf[:]); ok && p.state == 'Z' {
 			zombies = append(zombies, pid)
 		}
 	}

@@ -78,7 +78,6 @@ type session struct {
 	done     chan struct{} // closed when the exit is recorded
 
 	writeMu sync.Mutex // serialises PTY writes; never held with mu
-	evMu    sync.Mutex // orders the exit event before a poll's acknowledgement
 
 	mu              sync.Mutex
 	out             outputBuffer
@@ -92,8 +91,10 @@ type session struct {
 	exited          bool
 	endedAt         time.Time
 	res             exitResult
-	noOutputPolls   int // consecutive polls without new output, -1 after output
-	terminalPolled  bool
+	noOutputPolls   int  // consecutive polls without new output, -1 after output
+	terminalPolled  bool // a poll delivered the terminal status
+	eventSent       bool // the exit event was delivered
+	ackOwed         bool // a terminal poll came before the exit event
 	retained        bool
 	expiresAt       time.Time
 }
