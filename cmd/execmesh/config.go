@@ -1,0 +1,444 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/execmesh/execmesh/gateway"
+)
+
+// runConfig is `execmesh config get [KEYPATH] | set KEYPATH VALUE | unset
+// KEYPATH`. Key paths are the docs' (tools.exec.host,
+// agents.list[0].tools.exec.node); [N] indexes a list, and N equal to the
+// list's length appends to it.
+//
+// get prints the effective value (the file over the defaults; strings
+// plain, everything else as JSON). set parses VALUE as JSON when it is
+// valid JSON, except that a key holding a string takes the text as is
+// (`config set gateway.auth.token 12345`); otherwise VALUE is a plain
+// string. set and unset validate the whole resulting document with
+// gateway.DecodeConfig before writing it atomically, so an invalid value
+// leaves the file untouched; they do not insist that the file they start
+// from is valid, so that they can repair one.
+func runConfig(_ context.Context, c *cli, args []string) error {
+	const synopsis = "get [KEYPATH] | set KEYPATH [--] VALUE | unset KEYPATH"
+	fset := newFlagSet("config")
+	var f configFlags
+	f.register(fset)
+	pos, err := c.parseFlags(fset, synopsis, args, true)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usageErrorf("config: want a subcommand: %s", synopsis)
+	}
+	sub, rest := pos[0], pos[1:]
+	want := map[string][2]int{"get": {0, 1}, "set": {2, 2}, "unset": {1, 1}}
+	n, ok := want[sub]
+	if !ok {
+		return usageErrorf("config: unknown subcommand %q (want %s)", sub, synopsis)
+	}
+	if len(rest) < n[0] || len(rest) > n[1] {
+		return usageErrorf("config %s: wrong number of arguments (usage: execmesh config %s)", sub, synopsis)
+	}
+	var path []pathElem
+	if len(rest) > 0 {
+		if path, err = parseKeyPath(rest[0]); err != nil {
+			return err
+		}
+		if _, err := schemaType(path); err != nil {
+			return err
+		}
+	}
+	switch sub {
+	case "get":
+		return configGet(c, f.filePath(c), path)
+	case "set":
+		return configEdit(f.editPath(c), path, func(doc any) (any, error) {
+			t, _ := schemaType(path)
+			return setIn(doc, path, parseValue(rest[1], t), "")
+		})
+	default:
+		return configEdit(f.editPath(c), path, func(doc any) (any, error) {
+			return unsetIn(doc, path, ""), nil
+		})
+	}
+}
+
+// pathElem is one step of a key path: an object key or a list index.
+type pathElem struct {
+	key     string
+	index   int
+	isIndex bool
+}
+
+func (e pathElem) String() string {
+	if e.isIndex {
+		return "[" + strconv.Itoa(e.index) + "]"
+	}
+	return e.key
+}
+
+// keyPathString renders path back as "a.b[0].c".
+func keyPathString(path []pathElem) string {
+	var b strings.Builder
+	for i, e := range path {
+		if i > 0 && !e.isIndex {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.String())
+	}
+	return b.String()
+}
+
+// parseKeyPath parses "a.b[0].c" into its steps.
+func parseKeyPath(s string) ([]pathElem, error) {
+	bad := func(why string) error { return usageErrorf("invalid key path %q: %s", s, why) }
+	var path []pathElem
+	for seg := range strings.SplitSeq(s, ".") {
+		name, idx, _ := strings.Cut(seg, "[")
+		if name == "" {
+			return nil, bad("empty key")
+		}
+		if strings.ContainsAny(name, "]") {
+			return nil, bad("stray ]")
+		}
+		path = append(path, pathElem{key: name})
+		if idx == "" && !strings.Contains(seg, "[") {
+			continue
+		}
+		// idx is "N]" or "N][M]…".
+		for rest := "[" + idx; rest != ""; {
+			num, after, ok := strings.Cut(strings.TrimPrefix(rest, "["), "]")
+			if !strings.HasPrefix(rest, "[") || !ok {
+				return nil, bad("want [N] after " + name)
+			}
+			n, err := strconv.Atoi(num)
+			if err != nil || n < 0 || num != strconv.Itoa(n) {
+				return nil, bad(fmt.Sprintf("index %q is not a non-negative integer", num))
+			}
+			path = append(path, pathElem{index: n, isIndex: true})
+			rest = after
+		}
+	}
+	return path, nil
+}
+
+// jsonName is the JSON key of a struct field ("" for skipped fields).
+func jsonName(f reflect.StructField) string {
+	tag := f.Tag.Get("json")
+	if tag == "-" || !f.IsExported() {
+		return ""
+	}
+	if name, _, _ := strings.Cut(tag, ","); name != "" {
+		return name
+	}
+	return f.Name
+}
+
+// fieldByJSON finds the struct field with JSON key name.
+func fieldByJSON(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		if f := t.Field(i); jsonName(f) == name {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// schemaType checks path against gateway.Config and returns the Go type
+// the path leads to. Unknown keys are an error that names the path.
+func schemaType(path []pathElem) (reflect.Type, error) {
+	t := reflect.TypeFor[gateway.Config]()
+	for i, e := range path {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		at := keyPathString(path[:i+1])
+		switch {
+		case e.isIndex:
+			if t.Kind() != reflect.Slice {
+				return nil, fmt.Errorf("unknown key path %s: %s is not a list", at, keyPathString(path[:i]))
+			}
+			t = t.Elem()
+		case t.Kind() == reflect.Struct:
+			f, ok := fieldByJSON(t, e.key)
+			if !ok {
+				return nil, fmt.Errorf("unknown key path %s", at)
+			}
+			t = f.Type
+		case t.Kind() == reflect.Map:
+			t = t.Elem()
+		default:
+			return nil, fmt.Errorf("unknown key path %s: %s is not an object", at, keyPathString(path[:i]))
+		}
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t, nil
+}
+
+// configGet prints the effective value at path: the file decoded over the
+// defaults. An empty path prints the whole configuration.
+func configGet(c *cli, file string, path []pathElem) error {
+	var data []byte
+	if file != "" {
+		var err error
+		if data, err = os.ReadFile(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
+	cfg, err := gateway.DecodeConfig(data)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", file, err)
+	}
+	v := reflect.ValueOf(cfg)
+	for i, e := range path {
+		for v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				fmt.Fprintln(c.stdout, "null")
+				return nil
+			}
+			v = v.Elem()
+		}
+		at := keyPathString(path[:i+1])
+		switch {
+		case e.isIndex:
+			if e.index >= v.Len() {
+				return fmt.Errorf("%s: not set (the list has %d entries)", at, v.Len())
+			}
+			v = v.Index(e.index)
+		case v.Kind() == reflect.Struct:
+			f, _ := fieldByJSON(v.Type(), e.key)
+			v = v.FieldByIndex(f.Index)
+		case v.Kind() == reflect.Map:
+			mv := v.MapIndex(reflect.ValueOf(e.key))
+			if !mv.IsValid() {
+				return fmt.Errorf("%s: not set", at)
+			}
+			v = mv
+		}
+	}
+	return printValue(c, v)
+}
+
+// printValue prints a configuration value: a string plain, an unset list
+// as [] and an unset object as {}, anything else as indented JSON.
+func printValue(c *cli, v reflect.Value) error {
+	switch {
+	case v.Kind() == reflect.String:
+		fmt.Fprintln(c.stdout, v.String())
+		return nil
+	case v.Kind() == reflect.Slice && v.IsNil():
+		fmt.Fprintln(c.stdout, "[]")
+		return nil
+	case v.Kind() == reflect.Map && v.IsNil():
+		fmt.Fprintln(c.stdout, "{}")
+		return nil
+	}
+	out, err := json.MarshalIndent(v.Interface(), "", "  ")
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	fmt.Fprintf(c.stdout, "%s\n", out)
+	return nil
+}
+
+// parseValue turns VALUE into the JSON value to store: valid JSON is taken
+// as JSON, except that a string key keeps the text itself when the JSON is
+// not a string (a numeric token stays a string); anything else is a plain
+// string.
+func parseValue(s string, target reflect.Type) any {
+	if !json.Valid([]byte(s)) {
+		return s
+	}
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber() // keep numbers exactly as written
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return s
+	}
+	if _, isString := v.(string); target.Kind() == reflect.String && !isString && v != nil {
+		return s
+	}
+	return v
+}
+
+// setIn returns node with val stored at path, creating objects and lists
+// on the way. A list index may be the list's length, which appends.
+func setIn(node any, path []pathElem, val any, at string) (any, error) {
+	if len(path) == 0 {
+		return val, nil
+	}
+	e := path[0]
+	here := joinPath(at, e)
+	if e.isIndex {
+		var list []any
+		switch n := node.(type) {
+		case nil:
+		case []any:
+			list = n
+		default:
+			return nil, fmt.Errorf("%s: %s is not a list in the file", here, at)
+		}
+		switch {
+		case e.index > len(list):
+			return nil, fmt.Errorf("%s: index out of range (the list has %d entries; [%d] appends)", here, len(list), len(list))
+		case e.index == len(list):
+			list = append(list, nil)
+		}
+		child, err := setIn(list[e.index], path[1:], val, here)
+		if err != nil {
+			return nil, err
+		}
+		list[e.index] = child
+		return list, nil
+	}
+	var obj map[string]any
+	switch n := node.(type) {
+	case nil:
+		obj = map[string]any{}
+	case map[string]any:
+		obj = n
+	default:
+		return nil, fmt.Errorf("%s: %s is not an object in the file", here, orDash(at, "the document"))
+	}
+	child, err := setIn(obj[e.key], path[1:], val, here)
+	if err != nil {
+		return nil, err
+	}
+	obj[e.key] = child
+	return obj, nil
+}
+
+// unsetIn returns node without the value at path: an object key is
+// deleted, a list element removed (later ones move up). Objects left empty
+// on the way are removed too. A path that is not there changes nothing.
+func unsetIn(node any, path []pathElem, at string) any {
+	if len(path) == 0 {
+		return node
+	}
+	e := path[0]
+	here := joinPath(at, e)
+	switch n := node.(type) {
+	case []any:
+		if !e.isIndex || e.index >= len(n) {
+			return node
+		}
+		if len(path) == 1 {
+			return append(n[:e.index:e.index], n[e.index+1:]...)
+		}
+		n[e.index] = unsetIn(n[e.index], path[1:], here)
+		return n
+	case map[string]any:
+		child, ok := n[e.key]
+		if e.isIndex || !ok {
+			return node
+		}
+		if len(path) == 1 {
+			delete(n, e.key)
+			return n
+		}
+		child = unsetIn(child, path[1:], here)
+		if m, isObj := child.(map[string]any); isObj && len(m) == 0 {
+			delete(n, e.key)
+		} else {
+			n[e.key] = child
+		}
+		return n
+	default:
+		return node
+	}
+}
+
+func joinPath(at string, e pathElem) string {
+	if at == "" || e.isIndex {
+		return at + e.String()
+	}
+	return at + "." + e.String()
+}
+
+// configEdit reads the JSON document in file (an empty object when the
+// file is missing), applies edit, validates the result with
+// gateway.DecodeConfig and writes it atomically. Nothing is written when
+// any step fails.
+func configEdit(file string, path []pathElem, edit func(doc any) (any, error)) error {
+	key := keyPathString(path)
+	data, err := os.ReadFile(file)
+	missing := errors.Is(err, fs.ErrNotExist)
+	if err != nil && !missing {
+		return fmt.Errorf("config: %w", err)
+	}
+	doc := any(map[string]any{})
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		if err := dec.Decode(&doc); err != nil {
+			return fmt.Errorf("config %s: invalid JSON (%v); fix or remove the file", file, err)
+		}
+		if _, ok := doc.(map[string]any); !ok {
+			return fmt.Errorf("config %s: the document is not a JSON object; fix or remove the file", file)
+		}
+	}
+	doc, err = edit(doc)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", key, err)
+	}
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return fmt.Errorf("config %s: %w", key, err)
+	}
+	out = append(out, '\n')
+	if _, err := gateway.DecodeConfig(out); err != nil {
+		return fmt.Errorf("config %s: %w (%s left unchanged)", key, err, file)
+	}
+	if missing && bytes.Equal(out, []byte("{}\n")) {
+		return nil // unset on a missing file: nothing to write
+	}
+	return writeFileAtomic(file, out)
+}
+
+// writeFileAtomic replaces file with data through a temporary file in the
+// same directory and a rename, so readers see the old or the new document,
+// never a part. The directory is created (0700) when missing; the file is
+// 0600, since it may hold the gateway token.
+func writeFileAtomic(file string, data []byte) error {
+	dir := filepath.Dir(file)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(file)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename this is a no-op
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("config: %w", err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("config: writing %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), file); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}

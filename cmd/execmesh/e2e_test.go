@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/execmesh/execmesh/gateway"
+)
+
+// startGateway runs a real gateway (host=gateway, security full, ask off,
+// so commands run without approval) behind an httptest server and returns
+// the client environment that points at it.
+func startGateway(t *testing.T, mutate func(*gateway.Config)) map[string]string {
+	t.Helper()
+	cfg := gateway.DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.Sandbox.Workspace = ""
+	cfg.Tools.Exec.Security = "full"
+	cfg.Tools.Exec.Ask = "off"
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	gw, err := gateway.New(t.Context(), cfg, gateway.Options{
+		Cwd:            t.TempDir(),
+		LoginShellPath: func() string { return "" }, // no login-shell probe in tests
+	})
+	if err != nil {
+		t.Fatalf("gateway.New: %v", err)
+	}
+	srv := httptest.NewServer(gw.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := gw.Close(ctx); err != nil {
+			t.Errorf("gateway Close: %v", err)
+		}
+	})
+	return map[string]string{envGatewayURL: srv.URL}
+}
+
+func TestE2EExec(t *testing.T) {
+	t.Parallel()
+	env := startGateway(t, nil)
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string // exact when set
+		has    string // substring of stdout
+	}{
+		{name: "echo", args: []string{"--", "echo", "hi"}, stdout: "hi\n"},
+		{name: "one word is a shell line", args: []string{"echo a; echo b"}, stdout: "a\nb\n"},
+		{name: "non-zero exit", args: []string{"--", "sh", "-c", "exit 3"}, code: 3, has: "(Command exited with code 3)"},
+		{name: "not found", args: []string{"--", "execmesh-no-such-command-xyz"}, code: 1, has: "Command not found"},
+		{name: "env and workdir", args: []string{"--env", "GREETING=hello", "--workdir", "/", "--", "sh", "-c", `echo "$GREETING from $(pwd)"`}, stdout: "hello from /\n"},
+		{name: "timeout", args: []string{"--timeout", "1", "--", "sleep", "30"}, code: 1, has: "Command timed out after 1 seconds."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := runCLI(t, env, "", append([]string{"exec"}, tt.args...)...)
+			if r.code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout: %q\nstderr: %q", r.code, tt.code, r.stdout, r.stderr)
+			}
+			if tt.stdout != "" && r.stdout != tt.stdout {
+				t.Errorf("stdout %q, want %q", r.stdout, tt.stdout)
+			}
+			if !strings.Contains(r.stdout, tt.has) {
+				t.Errorf("stdout %q lacks %q", r.stdout, tt.has)
+			}
+		})
+	}
+}
+
+// TestE2EBackgroundAndPoll: --background returns a session id; process
+// poll follows it to its exit; events then carry nothing for a session
+// whose exit a poll already delivered, while an unpolled one notifies.
+func TestE2EBackgroundAndPoll(t *testing.T) {
+	t.Parallel()
+	env := startGateway(t, nil)
+	r := runCLI(t, env, "", "exec", "--json", "--background", "--", "sh", "-c", "echo started; sleep 0.2; echo done")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s %s", r.code, r.stdout, r.stderr)
+	}
+	var ans invokeAnswer
+	if err := json.Unmarshal([]byte(r.stdout), &ans); err != nil {
+		t.Fatal(err)
+	}
+	id := ans.Result.SessionID()
+	if ans.Result.Status() != "running" || id == "" {
+		t.Fatalf("background answer: %s", r.stdout)
+	}
+	if !strings.Contains(ans.Result.Text(), "Command still running (session "+id) {
+		t.Errorf("text %q", ans.Result.Text())
+	}
+
+	var out strings.Builder
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "Process exited with code 0") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no exit after polling: %q", out.String())
+		}
+		r := runCLI(t, env, "", "process", "poll", "-s", id, "--timeout", "5000")
+		if r.code != 0 {
+			t.Fatalf("poll: exit %d: %s %s", r.code, r.stdout, r.stderr)
+		}
+		out.WriteString(r.stdout)
+	}
+	if !strings.Contains(out.String(), "started") || !strings.Contains(out.String(), "done") {
+		t.Errorf("poll output %q", out.String())
+	}
+	if r := runCLI(t, env, "", "process", "list"); r.code != 0 || !strings.Contains(r.stdout, id) {
+		t.Errorf("list: exit %d, %q", r.code, r.stdout)
+	}
+	if r := runCLI(t, env, "", "process", "poll", "no-such-session"); r.code != 1 {
+		t.Errorf("poll of an unknown session: exit %d, %q", r.code, r.stdout)
+	}
+	// Another sessionKey does not see the session.
+	if r := runCLI(t, env, "", "process", "list", "--session-key", "agent:other:main"); strings.Contains(r.stdout, id) {
+		t.Errorf("agent:other:main sees %s: %q", id, r.stdout)
+	}
+
+	// An unpolled background session notifies on exit.
+	if r := runCLI(t, env, "", "exec", "--background", "--", "echo", "bye"); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	r = runCLI(t, env, "", "events", "--wait-ms", "10000")
+	if r.code != 0 || !strings.Contains(r.stdout, "exec.exit Exec completed (") || !strings.Contains(r.stdout, ":: bye") {
+		t.Errorf("events: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestE2ECallAndAuth(t *testing.T) {
+	t.Parallel()
+	env := startGateway(t, func(c *gateway.Config) { c.Gateway.Auth.Token = "right-token" })
+
+	r := runCLI(t, env, `{"tool":"exec","args":{"command":"echo via-call"}}`, "call", "--token", "right-token")
+	if r.code != 0 {
+		t.Fatalf("call: exit %d: %s %s", r.code, r.stdout, r.stderr)
+	}
+	var ans invokeAnswer
+	if err := json.Unmarshal([]byte(r.stdout), &ans); err != nil || !ans.OK || !strings.Contains(ans.Result.Text(), "via-call") {
+		t.Errorf("call answer %s (%v)", r.stdout, err)
+	}
+
+	r = runCLI(t, env, `{"tool":"exec","args":{"cwd":"/"}}`, "call", "--token", "right-token")
+	if r.code != 1 || !strings.Contains(r.stdout, `"ok": false`) || !strings.Contains(r.stdout, "workdir") {
+		t.Errorf("invalid call: exit %d, stdout %s", r.code, r.stdout)
+	}
+
+	for _, args := range [][]string{
+		{"exec", "--token", "wrong", "--", "echo", "hi"},
+		{"admin", "blockers", "--token", "wrong"},
+		{"events", "--token", "wrong"},
+	} {
+		r := runCLI(t, env, "", args...)
+		if r.code != 1 || !strings.Contains(r.stderr, "unauthorized") || r.stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	r = runCLI(t, env, "", "call", "--token", "wrong", `{"tool":"exec","args":{"command":"true"}}`)
+	if r.code != 1 || !strings.Contains(r.stdout, "unauthorized") {
+		t.Errorf("call with a wrong token: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestE2ESessionDefaultsAndAdmin(t *testing.T) {
+	t.Parallel()
+	env := startGateway(t, nil)
+	if r := runCLI(t, env, "", "session", "exec", "--ask", "always"); r.code != 0 || !strings.Contains(r.stdout, "always") {
+		t.Fatalf("set: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, env, "", "session", "exec", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"ask": "always"`) {
+		t.Errorf("get: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, env, "", "session", "exec", "--host", "bogus"); r.code != 1 {
+		t.Errorf("bad host: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, env, "", "admin", "blockers"); r.code != 0 {
+		t.Errorf("blockers: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+func TestE2EMCP(t *testing.T) {
+	t.Parallel()
+	env := startGateway(t, nil)
+	in := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"exec","arguments":{"command":"echo from-mcp"}}}` + "\n"
+	r := runCLI(t, env, in, "mcp")
+	if r.code != 0 || !strings.Contains(r.stdout, "from-mcp") || !strings.Contains(r.stdout, `"isError":false`) {
+		t.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
