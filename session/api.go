@@ -15,14 +15,15 @@ import (
 type Config struct {
 	Logger *slog.Logger
 
-	// Shell is the shell used as `<Shell> -c <command>`; empty means
+	// Shell is the shell used as `<Shell> -c <command>` (bash gets
+	// --noprofile --norc, zsh -f, fish --no-config); empty means
 	// ResolveShell(os.Getenv("SHELL"), os.Getenv("PATH")).
 	Shell string
 
 	DefaultYieldMs        int           // 10000, clamped 10..120000
 	DefaultTimeoutSec     int           // 1800; <= 0 means the default
-	MaxOutputChars        int           // 200000 retained chars per session
-	PendingMaxOutputChars int           // 30000 unread chars per stream
+	MaxOutputChars        int           // 200000 retained chars per session, clamped 1000..200000
+	PendingMaxOutputChars int           // 30000 unread chars per stream, clamped 1000..200000
 	JobTTL                time.Duration // finished-session retention, 30 min, clamped 1 min..3 h
 	InputWaitIdle         time.Duration // 15 s, clamped 1 s..10 min
 	KillGrace             time.Duration // SIGTERM→SIGKILL grace, 5 s
@@ -54,7 +55,9 @@ type ExecRequest struct {
 	// missing or non-directory workdir gives a failed result and nothing runs.
 	Workdir string
 	// Env is the complete environment (KEY=VALUE). nil means os.Environ().
-	// OPENCLAW_SHELL=exec is always added, and TERM for PTYs when unset.
+	// OPENCLAW_SHELL=exec and the EXECMESH_SESSION marker are always
+	// added; PTYs get TERM=xterm-256color unless Env sets TERM (with a nil
+	// Env the daemon's own TERM is not used).
 	Env []string
 
 	YieldMs    *float64 // nil → Config.DefaultYieldMs; clamped 10..120000

@@ -104,22 +104,25 @@ const readBufferSize = 64 << 10
 // (F_SETPIPE_SZ), so a fast writer blocks less often on a slow reader.
 const pipeBufferSize = 1 << 20
 
-// Environment variables read by ApplyEnv.
+// Environment variables: read by ApplyEnv, and set for commands.
 const (
-	envYieldMs            = "OPENCLAW_BASH_YIELD_MS"
-	envYieldMsLegacy      = "PI_BASH_YIELD_MS"
-	envMaxOutput          = "OPENCLAW_BASH_MAX_OUTPUT_CHARS"
-	envMaxOutputLegacy    = "PI_BASH_MAX_OUTPUT_CHARS"
-	envPendingMaxOutput   = "OPENCLAW_BASH_PENDING_MAX_OUTPUT_CHARS"
-	envJobTTLMs           = "OPENCLAW_BASH_JOB_TTL_MS"
-	envJobTTLMsLegacy     = "PI_BASH_JOB_TTL_MS"
-	envInputWaitIdleMs    = "OPENCLAW_PROCESS_INPUT_WAIT_IDLE_MS"
-	envShellMarker        = "OPENCLAW_SHELL"
-	envShellMarkerValue   = "exec"
-	envSessionMarker      = "EXECMESH_SESSION"
-	envTERM               = "TERM"
-	maxSafeIntegerFloat64 = 1<<53 - 1
+	envYieldMs          = "OPENCLAW_BASH_YIELD_MS"
+	envYieldMsLegacy    = "PI_BASH_YIELD_MS"
+	envMaxOutput        = "OPENCLAW_BASH_MAX_OUTPUT_CHARS"
+	envMaxOutputLegacy  = "PI_BASH_MAX_OUTPUT_CHARS"
+	envPendingMaxOutput = "OPENCLAW_BASH_PENDING_MAX_OUTPUT_CHARS"
+	envJobTTLMs         = "OPENCLAW_BASH_JOB_TTL_MS"
+	envJobTTLMsLegacy   = "PI_BASH_JOB_TTL_MS"
+	envInputWaitIdleMs  = "OPENCLAW_PROCESS_INPUT_WAIT_IDLE_MS"
+	envShellMarker      = "OPENCLAW_SHELL"
+	envShellMarkerValue = "exec"
+	envSessionMarker    = "EXECMESH_SESSION"
+	envTERM             = "TERM"
 )
+
+// maxSafeInteger is JavaScript's Number.MAX_SAFE_INTEGER: larger values do
+// not parse (clamps.json).
+const maxSafeInteger = 1<<53 - 1
 
 // DefaultConfig returns a Config holding every default. Each call returns a
 // fresh value.
@@ -245,7 +248,7 @@ func parseStrictInteger(raw string) (int64, bool) {
 		}
 	}
 	v, err := strconv.ParseInt(strings.TrimPrefix(s, "+"), 10, 64)
-	if err != nil || v > maxSafeIntegerFloat64 || v < -maxSafeIntegerFloat64 {
+	if err != nil || v > maxSafeInteger || v < -maxSafeInteger {
 		return 0, false
 	}
 	return v, true

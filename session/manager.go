@@ -224,6 +224,7 @@ func (m *Manager) register(req ExecRequest, cwd string, startedAt time.Time) (*s
 	if hasTimeout {
 		s.timeoutSec = sec
 	}
+	s.name, s.hasName = deriveSessionName(req.Command)
 	s.marker = m.instance + "/" + s.id
 	s.log = m.log.With("session", s.id)
 	if req.PTY {

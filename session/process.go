@@ -83,8 +83,8 @@ func (s *session) writableLocked() bool {
 
 // nameDetail adds the derived session name when there is one.
 func (s *session) nameDetail(d protocol.Details) protocol.Details {
-	if name, ok := deriveSessionName(s.command); ok {
-		d["name"] = name
+	if s.hasName {
+		d["name"] = s.name
 	}
 	return d
 }
@@ -124,7 +124,7 @@ func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int)
 	s.mu.Lock()
 	if s.exited {
 		s.mu.Unlock()
-		return m.finishedPoll(ctx, s, id)
+		return m.finishedPoll(s, id)
 	}
 	if !s.backgrounded {
 		s.mu.Unlock()
@@ -137,7 +137,7 @@ func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int)
 	}
 	if s.exited {
 		s.mu.Unlock()
-		return m.finishedPoll(ctx, s, id)
+		return m.finishedPoll(s, id)
 	}
 	output, dropped := s.out.drain()
 	output = jsTrim(output)
@@ -155,13 +155,11 @@ func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int)
 	}
 	// retryInMs: 5 s after new output, then 10, 30, 60, 60, … s.
 	if output != "" {
-		s.noOutputPolls = -1
+		s.noOutputPolls = 0
+	} else {
+		s.noOutputPolls++
 	}
-	s.noOutputPolls++
 	retry := retryBackoffMs[min(s.noOutputPolls, len(retryBackoffMs)-1)]
-	if output != "" {
-		retry = retryBackoffMs[0]
-	}
 	facts := s.factsLocked(time.Now())
 	if facts.waitingForInput {
 		text += inputWaitHint(facts.idleMs)
@@ -217,7 +215,7 @@ func (s *session) waitActivity(ctx context.Context, wait time.Duration) {
 
 // finishedPoll answers a poll of an ended session: its unread output and
 // the exit line. The first such poll acknowledges the terminal status.
-func (m *Manager) finishedPoll(ctx context.Context, s *session, id string) protocol.Result {
+func (m *Manager) finishedPoll(s *session, id string) protocol.Result {
 	s.mu.Lock()
 	if !s.retained {
 		// A foreground session, or one evicted meanwhile.

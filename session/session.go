@@ -26,7 +26,6 @@ var (
 	errAborted  = errors.New("exec call aborted")             // foreground caller went away
 	errShutdown = errors.New("session manager closed")        // Manager.Close
 	errExited   = errors.New("process exited")                // normal end of the session
-	errNoLeader = errors.New("process was never started")     // spawn failed
 	errNotPTY   = errors.New("session has no writable stdin") // internal guard
 )
 
@@ -50,6 +49,8 @@ type session struct {
 	m            *Manager
 	id           string
 	command      string
+	name         string // derived from command (deriveSessionName)
+	hasName      bool
 	scopeKey     string
 	cwd          string
 	startedAt    time.Time
@@ -91,7 +92,7 @@ type session struct {
 	exited          bool
 	endedAt         time.Time
 	res             exitResult
-	noOutputPolls   int  // consecutive polls without new output, -1 after output
+	noOutputPolls   int  // polls without new output since the last with output (-1: none yet)
 	terminalPolled  bool // a poll delivered the terminal status
 	eventSent       bool // the exit event was delivered
 	ackOwed         bool // a terminal poll came before the exit event
@@ -115,6 +116,11 @@ func (s *session) spawn(argv, env []string, drainWait time.Duration) (warning st
 }
 
 func (s *session) startPipes(argv, env []string, drainWait time.Duration) error {
+	// No exec.CommandContext and Cancel: Cancel fires once, and WaitDelay
+	// would then SIGKILL only the leader, after DrainWait. Termination
+	// (SIGTERM to the whole tree, SIGKILL after KillGrace) follows the
+	// session context instead (Manager.terminate); WaitDelay keeps its
+	// other job, bounding the drain after the exit.
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = s.cwd
 	cmd.Env = env
