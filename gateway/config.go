@@ -170,7 +170,7 @@ func DefaultConfig() Config {
 				KillGraceMs:             DefaultKillGraceMs,
 			},
 		},
-		Sandbox: sandbox.Config{Mode: sandbox.ModeOff},
+		Sandbox: sandbox.DefaultConfig(""), // workspace and hidden state dir follow stateDir in Validate/New
 	}
 }
 
