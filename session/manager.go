@@ -736,7 +736,7 @@ func (m *Manager) emitExit(s *session) {
 	}
 	// No notification for removed sessions, for sessions whose terminal
 	// status a poll already delivered, and without a scope to notify.
-	if s.notify && !s.removed && !s.terminalPolled && strings.TrimSpace(s.scopeKey) != "" {
+	if s.notify && !s.removed && !s.terminalPolled && jsTrim(s.scopeKey) != "" {
 		ev.Text = notifyText(s.id, r.status, r.code, r.signal, r.reason, s.out.aggregated(), s.emptySuccess)
 		ev.Notify = ev.Text != ""
 	}

@@ -476,7 +476,7 @@ type readBuffer struct {
 	widened bool
 }
 
-const initialReadBuffer = 4 << 10
+const initialReadBuffer = 1 << 10
 
 func (rb *readBuffer) next() []byte {
 	if rb.buf == nil {
