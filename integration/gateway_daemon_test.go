@@ -248,3 +248,41 @@ func httpGetJSON(t *testing.T, url string) map[string]any {
 	}
 	return out
 }
+
+// TestUpRunsLocalNode: `execmesh up` pairs its own node; host=node runs
+// there, backgrounded node sessions are pollable, and their exit events
+// reach the sessionKey once.
+func TestUpRunsLocalNode(t *testing.T) {
+	d := startDaemon(t, "up", fullAccess)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nodes := httpGetJSON(t, d.url+"/v1/nodes")["nodes"].([]any)
+		if len(nodes) == 1 && nodes[0].(map[string]any)["status"] == "connected" && nodes[0].(map[string]any)["paired"] == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("local node not connected and paired: %v", nodes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res := d.invoke("exec", map[string]any{"command": "echo on-node", "host": "node"})
+	if res["content"].([]any)[0].(map[string]any)["text"] != "on-node" {
+		t.Fatalf("node exec: %v", res)
+	}
+	res = d.invoke("exec", map[string]any{"command": "echo node-bg; exit 5", "host": "node", "background": true})
+	sid := res["details"].(map[string]any)["sessionId"].(string)
+	var events []any
+	for time.Now().Before(deadline.Add(10*time.Second)) && len(events) == 0 {
+		events = httpGetJSON(t, d.url+"/v1/events?sessionKey=agent:main:main&waitMs=2000")["events"].([]any)
+	}
+	if len(events) != 1 || events[0].(map[string]any)["text"] != fmt.Sprintf("Exec completed (%s, code 5) :: node-bg", sid[:8]) {
+		t.Fatalf("events: %v", events)
+	}
+	if more := httpGetJSON(t, d.url+"/v1/events?sessionKey=agent:main:main&waitMs=500")["events"].([]any); len(more) != 0 {
+		t.Fatalf("event delivered twice: %v", more)
+	}
+	poll := d.invoke("process", map[string]any{"action": "poll", "sessionId": sid})
+	if !strings.Contains(poll["content"].([]any)[0].(map[string]any)["text"].(string), "Process exited with code 5.") {
+		t.Fatalf("poll of a node session: %v", poll)
+	}
+}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/gateway"
+	"github.com/execmesh/execmesh/nodeagent"
 )
 
 // serverFlags are the flags of `execmesh up` and `execmesh gateway`.
@@ -120,7 +121,8 @@ type daemon struct {
 	nc     *nats.Conn
 	gw     *gateway.Gateway
 	http   *http.Server
-	node   interface{ Close(context.Context) error }
+	node   *nodeagent.Agent
+	authOn bool // the embedded server requires authentication
 	drain  time.Duration
 	grace  time.Duration
 	cfg    gateway.Config
@@ -204,6 +206,7 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 			}
 			scfg.Users = []bus.User{{Name: "execmesh-gateway", Password: pw}}
 			cc.User, cc.Password = "execmesh-gateway", pw
+			d.authOn = true
 		}
 		d.srv, err = bus.StartServer(ctx, scfg)
 		if err != nil {
@@ -227,6 +230,13 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 	if err := d.gw.ServeNATS(d.nc, cfg.NATS.Prefix); err != nil {
 		ln.Close()
 		return err
+	}
+	if d.srv != nil {
+		// Join by code adds nodes to the embedded server's users.
+		if err := d.gw.SetEmbeddedServer(d.srv); err != nil {
+			ln.Close()
+			return err
+		}
 	}
 	if mode == "up" {
 		if d.node, err = startLocalNode(ctx, d); err != nil {
@@ -263,6 +273,11 @@ func (d *daemon) stop(ctx context.Context) error {
 	}
 	if d.gw != nil && d.drain > 0 {
 		d.waitBlockers(ctx)
+	}
+	if d.gw != nil {
+		if err := d.gw.CloseNodes(ctx); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("node backend: %w", err))
+		}
 	}
 	if d.node != nil {
 		if err := d.node.Close(ctx); err != nil {
@@ -333,8 +348,50 @@ func randomSecret() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// startLocalNode starts the node agent of `execmesh up`, sharing the
-// gateway's state dir, auto-paired.
-func startLocalNode(ctx context.Context, d *daemon) (interface{ Close(context.Context) error }, error) {
-	return nil, nil
+// startLocalNode starts the node agent of `execmesh up`. It shares the
+// gateway's state dir (and so its exec-approvals.json, DESIGN.md §7) and
+// is paired before its first heartbeat.
+func startLocalNode(ctx context.Context, d *daemon) (*nodeagent.Agent, error) {
+	id, err := bus.LoadOrCreateNodeIdentity(d.cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.gw.ApproveNode(id.NodeID); err != nil {
+		return nil, err
+	}
+	cfg := nodeagent.DefaultConfig()
+	cfg.Logger = d.log.With("component", "node")
+	cfg.Prefix = d.cfg.NATS.Prefix
+	cfg.StateDir = d.cfg.StateDir
+	cfg.Identity = &id
+	if host, err := os.Hostname(); err == nil && host != "" {
+		cfg.Name = host
+	} else {
+		cfg.Name = "local"
+	}
+	if d.srv != nil {
+		cfg.Client = bus.ClientConfig{Name: "execmesh-node-local", InProcess: d.srv}
+		if d.authOn {
+			u, err := bus.NodeUser(d.cfg.NATS.Prefix, id.PublicKey)
+			if err != nil {
+				return nil, err
+			}
+			if err := d.srv.AddNKeyUser(u); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		cfg.Client = bus.ClientConfig{Name: "execmesh-node-local", URLs: strings.Split(d.cfg.NATS.URL, ","),
+			CredsFile: d.cfg.NATS.CredsFile, NKeySeedFile: d.cfg.NATS.NKeySeedFile, TLSCAFile: d.cfg.NATS.TLSCAFile}
+	}
+	a, err := nodeagent.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Start(ctx); err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return nil, multierror.Append(err, a.Close(cctx)).ErrorOrNil()
+	}
+	return a, nil
 }
