@@ -1,0 +1,231 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// Invoker runs tool calls and reads system events for one sessionKey. Its
+// two implementations are NewHTTPInvoker (a gateway over HTTP) and
+// NewGatewayInvoker (an in-process *gateway.Gateway).
+type Invoker interface {
+	// Invoke runs one exec or process call. A non-nil error is raised by
+	// the tool before anything ran (invalid arguments, a security
+	// violation, …) or means the gateway could not be reached.
+	Invoke(ctx context.Context, tool string, args json.RawMessage) (protocol.Result, error)
+	// Events returns and acknowledges the queued system events, waiting up
+	// to wait for the first one.
+	Events(ctx context.Context, wait time.Duration) ([]protocol.SystemEvent, error)
+}
+
+// Options configure the MCP server. The zero value is ready to use.
+type Options struct {
+	// Version is reported as serverInfo.version; empty means "dev".
+	Version string
+	// Logger receives the server's own diagnostics (event delivery
+	// failures, the SDK's session logs); nil discards them.
+	Logger *slog.Logger
+	// EventWait bounds one long poll for system events; 0 means 25 s.
+	EventWait time.Duration
+	// DisableEvents turns off the forwarding of system events as logging
+	// notifications.
+	DisableEvents bool
+	// SessionTimeout closes a streamable-HTTP session that sent no request
+	// for that long, which also ends its event forwarding (HTTPHandler
+	// only); 0 means 30 minutes, a negative value never.
+	SessionTimeout time.Duration
+}
+
+// Logger is the name logging notifications carry.
+const Logger = "execmesh"
+
+const (
+	defaultEventWait      = 25 * time.Second
+	defaultSessionTimeout = 30 * time.Minute
+	// minEventInterval paces an event source that answers at once with
+	// nothing, so a gateway that ignores waitMs cannot make a busy loop.
+	minEventInterval = time.Second
+	maxEventBackoff  = 30 * time.Second
+)
+
+// serverVersions are the protocol versions this server negotiates: the
+// initialize-handshake versions only. Exit events are pushed as logging
+// notifications on a session, and the sessionless 2026-07-28 protocol has
+// neither sessions nor logging; its clients fall back to initialize.
+var serverVersions = slices.DeleteFunc(mcp.SupportedProtocolVersions(), func(v string) bool { return v >= "2026-07-28" })
+
+// server is one *mcp.Server and the event forwarders of its sessions.
+type server struct {
+	mcp  *mcp.Server
+	inv  Invoker
+	opts Options
+	log  *slog.Logger
+	// wg counts the goroutines of every session's event forwarding, so
+	// that ServeStdio returns only after they have ended.
+	wg sync.WaitGroup
+}
+
+// New returns an MCP server exposing the exec and process tools, each call
+// forwarded to inv. Every session that completes the initialize handshake
+// gets a goroutine that long-polls inv.Events and sends each event as a
+// notifications/message (level info, logger "execmesh"); it ends with the
+// session. Serve it with (*mcp.Server).Run on any transport, or use
+// ServeStdio and HTTPHandler.
+func New(inv Invoker, opts Options) *mcp.Server {
+	return newServer(inv, opts).mcp
+}
+
+func newServer(inv Invoker, opts Options) *server {
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	if opts.EventWait <= 0 {
+		opts.EventWait = defaultEventWait
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &server{inv: inv, opts: opts, log: log}
+	so := &mcp.ServerOptions{
+		Instructions: "exec runs shell commands: a command still running after the yield window continues as a background session, " +
+			"which process follows up (poll, log, write, send-keys, kill). " +
+			"When a background session exits, a notice arrives as a log message from logger \"" + Logger + "\".",
+		Logger:                    log,
+		SupportedProtocolVersions: serverVersions,
+		// Tools are fixed, so no list_changed; logging carries exit events.
+		Capabilities: &mcp.ServerCapabilities{
+			Tools:   &mcp.ToolCapabilities{},
+			Logging: &mcp.LoggingCapabilities{},
+		},
+	}
+	if !opts.DisableEvents {
+		so.InitializedHandler = func(_ context.Context, req *mcp.InitializedRequest) { s.forward(req.Session) }
+	}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "execmesh", Title: "execmesh", Version: opts.Version}, so)
+	if !opts.DisableEvents {
+		s.mcp.AddReceivingMiddleware(defaultLogLevel)
+	}
+	s.mcp.AddTool(execTool(), s.handler(protocol.ToolExec))
+	s.mcp.AddTool(processTool(), s.handler(protocol.ToolProcess))
+	return s
+}
+
+// handler forwards one tool's calls to the Invoker.
+//
+// What the gateway raises (its 400s: wrong argument types, unknown
+// parameters, security violations; an unreachable gateway too) becomes a
+// result with isError set and the message as text, so the model reads it
+// and can correct the call. A result is returned as its text plus the
+// details object as structured content; a failed exec is also marked as an
+// error, as OpenClaw marks it (spec §12.2), while a failed process action
+// ("No session found for …") is a plain result (spec §15.2).
+func (s *server) handler(tool string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		args := req.Params.Arguments
+		if len(args) == 0 {
+			args = json.RawMessage("{}")
+		}
+		res, err := s.inv.Invoke(ctx, tool, args)
+		if err != nil {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, nil
+		}
+		out := &mcp.CallToolResult{
+			Content: make([]mcp.Content, 0, len(res.Content)),
+			IsError: tool == protocol.ToolExec && res.Status() == protocol.StatusFailed,
+		}
+		for _, c := range res.Content {
+			out.Content = append(out.Content, &mcp.TextContent{Text: c.Text})
+		}
+		if res.Details != nil {
+			out.StructuredContent = map[string]any(res.Details)
+		}
+		return out, nil
+	}
+}
+
+// defaultLogLevel sets a new session's logging level to info right after
+// the initialize handshake. The SDK sends no log message until the client
+// sets a level, and MCP lets a server choose what to send before that;
+// exit notices are the point of the logging capability here, and many
+// clients never call logging/setLevel. A client that does call it later
+// overrides this.
+func defaultLogLevel(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if method != "initialize" || err != nil {
+			return res, err
+		}
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+			set := &mcp.ServerRequest[*mcp.SetLoggingLevelParams]{Session: ss, Params: &mcp.SetLoggingLevelParams{Level: "info"}}
+			if _, lerr := next(ctx, "logging/setLevel", set); lerr != nil {
+				return nil, lerr
+			}
+		}
+		return res, nil
+	}
+}
+
+// forward starts the event forwarding of one session: a goroutine that
+// long-polls the events and one that cancels it when the session ends.
+// Both are counted in s.wg.
+func (s *server) forward(ss *mcp.ServerSession) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.wg.Go(func() {
+		_ = ss.Wait()
+		cancel()
+	})
+	s.wg.Go(func() {
+		defer cancel()
+		s.forwardEvents(ctx, ss)
+	})
+}
+
+// forwardEvents sends every system event of the session key as a logging
+// notification until ctx ends. Events are acknowledged when read, so one
+// that cannot be sent (the session is closing) is logged and lost, like an
+// event read by any other consumer that goes away.
+func (s *server) forwardEvents(ctx context.Context, ss *mcp.ServerSession) {
+	backoff := minEventInterval
+	for ctx.Err() == nil {
+		start := time.Now()
+		evs, err := s.inv.Events(ctx, s.opts.EventWait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("reading system events", "err", err, "retryIn", backoff)
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, maxEventBackoff)
+			continue
+		}
+		backoff = minEventInterval
+		for _, ev := range evs {
+			msg := &mcp.LoggingMessageParams{Level: "info", Logger: Logger, Data: ev}
+			if err := ss.Log(ctx, msg); err != nil {
+				s.log.Warn("sending system event", "id", ev.ID, "kind", ev.Kind, "err", err)
+			}
+		}
+		if len(evs) == 0 && time.Since(start) < minEventInterval/4 {
+			sleep(ctx, minEventInterval)
+		}
+	}
+}
+
+// sleep waits for d or the end of ctx.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,624 @@
+// execmesh control page. Vanilla JS, no build step, no third-party code.
+//
+// Every piece of server data reaches the page through textContent or
+// setAttribute, never through the HTML parser: command lines and output
+// are attacker-controllable text.
+'use strict';
+
+(() => {
+  const TOKEN_KEY = 'execmesh.token';
+  const SESSION_KEY_KEY = 'execmesh.sessionKey';
+  const DEFAULT_SESSION_KEY = 'agent:main:main';
+  const SESSION_KEY_RE = /^agent:[a-z0-9][a-z0-9_-]{0,63}:[A-Za-z0-9._:@/+=-]{1,190}$/;
+  const DECISIONS = ['allow-once', 'allow-always', 'deny'];
+  const DECISION_LABELS = { 'allow-once': 'Allow once', 'allow-always': 'Allow always', deny: 'Deny' };
+  // The API lives beside /ui: a page served at /x/ui/ calls /x/tools/invoke.
+  const BASE = location.pathname.replace(/\/ui(\/.*)?$/, '');
+
+  const $ = (id) => document.getElementById(id);
+
+  const state = {
+    token: null, // the bearer token in use ('' for a gateway without one)
+    authed: false,
+    sessionKey: DEFAULT_SESSION_KEY,
+    tail: null, // {id, done} of the session whose output is shown
+    timers: {},
+    generation: 0, // bumped to stop every refresh loop
+  };
+
+  class ApiError extends Error {
+    constructor(status, message, body) {
+      super(message);
+      this.status = status;
+      this.body = body;
+    }
+  }
+
+  // el builds an element; string children become text nodes.
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children) {
+      if (c === null || c === undefined) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+
+  function setText(id, text, isError) {
+    const e = $(id);
+    e.textContent = text || '';
+    e.classList.toggle('error', !!isError);
+  }
+
+  // api calls the gateway; a non-2xx answer throws an ApiError with the
+  // gateway's message. A 401 while signed in returns to the token prompt.
+  async function api(method, path, body) {
+    const headers = { Accept: 'application/json' };
+    if (state.token) headers.Authorization = 'Bearer ' + state.token;
+    const init = { method, headers, cache: 'no-store' };
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let resp;
+    try {
+      resp = await fetch(BASE + path, init);
+    } catch (e) {
+      throw new ApiError(0, 'Cannot reach the gateway: ' + e.message);
+    }
+    const raw = await resp.text();
+    let data = null;
+    if (raw) {
+      try { data = JSON.parse(raw); } catch (e) { data = null; }
+    }
+    if (!resp.ok) {
+      let msg = resp.status + ' ' + resp.statusText;
+      if (data && data.error) msg = typeof data.error === 'string' ? data.error : (data.error.message || msg);
+      if (resp.status === 401 && state.authed) signOut('The gateway rejected the token; enter it again.');
+      throw new ApiError(resp.status, msg, data);
+    }
+    return data;
+  }
+
+  async function invoke(tool, args) {
+    const d = await api('POST', '/tools/invoke', { tool, args, sessionKey: state.sessionKey });
+    return d.result;
+  }
+
+  function resultText(res) {
+    return (res && res.content ? res.content.map((c) => c.text || '').join('') : '');
+  }
+
+  // ---- token prompt --------------------------------------------------
+
+  // probe tells whether the API accepts token. Any answer but 401 (and
+  // 429) means the token passed the gateway's check.
+  async function probe(token) {
+    const saved = state.token;
+    state.token = token;
+    try {
+      await api('POST', '/tools/invoke', { tool: 'process', args: { action: 'list' }, sessionKey: DEFAULT_SESSION_KEY });
+      return { ok: true };
+    } catch (e) {
+      if (e.status !== 0 && e.status !== 401 && e.status !== 429) return { ok: true };
+      return { ok: false, err: e };
+    } finally {
+      state.token = saved;
+    }
+  }
+
+  function showLogin(message) {
+    state.authed = false;
+    state.token = null;
+    stopTimers();
+    clearData();
+    $('app').hidden = true;
+    $('logout').hidden = true;
+    setText('conn-status', '');
+    $('login').hidden = false;
+    setText('login-error', message, true);
+    $('token-input').value = '';
+    $('token-input').focus();
+  }
+
+  function enter(token) {
+    state.token = token;
+    state.authed = true;
+    sessionStorage.setItem(TOKEN_KEY, token);
+    $('login').hidden = true;
+    setText('login-error', '');
+    $('app').hidden = false;
+    $('logout').hidden = false;
+    setText('conn-status', token ? 'connected' : 'connected (no token)');
+    startTimers();
+  }
+
+  function signOut(message) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin(message);
+  }
+
+  function loginError(err) {
+    if (err.status === 401) return 'The gateway rejected this token.';
+    if (err.status === 429) return 'Too many failed attempts; wait a minute and try again.';
+    return err.message;
+  }
+
+  async function onTokenSubmit(ev) {
+    ev.preventDefault();
+    const token = $('token-input').value.trim();
+    $('token-submit').disabled = true;
+    try {
+      const r = await probe(token);
+      if (r.ok) enter(token);
+      else setText('login-error', loginError(r.err), true);
+    } finally {
+      $('token-submit').disabled = false;
+    }
+  }
+
+  // ---- refresh loops -------------------------------------------------
+
+  // schedule runs fn every ms while the page is visible, until
+  // stopTimers.
+  function schedule(name, fn, ms) {
+    const gen = state.generation;
+    const loop = async () => {
+      if (gen !== state.generation) return;
+      if (document.visibilityState === 'visible') {
+        try { await fn(); } catch (e) { /* each fn reports its own errors */ }
+      }
+      if (gen !== state.generation) return;
+      state.timers[name] = setTimeout(loop, ms);
+    };
+    loop();
+  }
+
+  function stopTimers() {
+    state.generation++;
+    for (const t of Object.values(state.timers)) clearTimeout(t);
+    state.timers = {};
+  }
+
+  function startTimers() {
+    stopTimers();
+    schedule('sessions', refreshSessions, 2000);
+    schedule('approvals', refreshApprovals, 2000);
+    schedule('nodes', refreshNodes, 5000);
+    schedule('binding', refreshBinding, 5000);
+    if (state.tail) schedule('tail', refreshTail, 1000);
+  }
+
+  function clearData() {
+    closeTail();
+    for (const id of ['sessions-body', 'approvals-body', 'nodes-body', 'node-options']) $(id).replaceChildren();
+    for (const id of ['sessions-status', 'sessions-result', 'approvals-status', 'approvals-result', 'nodes-status', 'bind-status', 'bind-current']) setText(id, '');
+    $('run-output').hidden = true;
+    $('run-output').textContent = '';
+  }
+
+  // syncRows updates tbody in place, one row per item keyed by key(item):
+  // rows are reused rather than rebuilt, so a button stays the same
+  // element across refreshes and a click is never lost.
+  function syncRows(tbody, items, key, create, update, emptyText, columns) {
+    const existing = new Map();
+    for (const tr of tbody.querySelectorAll('tr[data-key]')) existing.set(tr.dataset.key, tr);
+    const rows = [];
+    for (const item of items) {
+      const k = key(item);
+      let tr = existing.get(k);
+      if (tr) existing.delete(k);
+      else {
+        tr = create(item);
+        tr.dataset.key = k;
+      }
+      update(tr, item);
+      rows.push(tr);
+    }
+    if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: columns, text: emptyText })));
+    tbody.replaceChildren(...rows);
+  }
+
+  // ---- sessions ------------------------------------------------------
+
+  function fmtDuration(ms) {
+    if (typeof ms !== 'number' || !isFinite(ms) || ms <= 0) return 'n/a';
+    if (ms < 1000) return Math.round(ms) + 'ms';
+    let s = Math.round(ms / 1000);
+    const units = [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]];
+    const parts = [];
+    for (const [u, n] of units) {
+      if (s >= n) {
+        parts.push(Math.floor(s / n) + u);
+        s %= n;
+      }
+      if (parts.length === 2) break;
+    }
+    return parts.join('');
+  }
+
+  function fmtAgo(v) {
+    let t = NaN;
+    if (typeof v === 'number') t = v;
+    else if (typeof v === 'string' && v) t = Date.parse(v);
+    if (!isFinite(t) || t <= 0) return '';
+    const d = Date.now() - t;
+    return d < 1000 ? 'just now' : fmtDuration(d) + ' ago';
+  }
+
+  async function refreshSessions() {
+    const key = state.sessionKey;
+    let res;
+    try {
+      res = await invoke('process', { action: 'list' });
+    } catch (e) {
+      if (e.status !== 401) setText('sessions-status', e.message, true);
+      return;
+    }
+    if (key !== state.sessionKey) return;
+    const sessions = (res && res.details && res.details.sessions) || [];
+    setText('sessions-status', sessions.length + (sessions.length === 1 ? ' session' : ' sessions') + ' · ' + new Date().toLocaleTimeString());
+    syncRows($('sessions-body'), sessions, (s) => s.sessionId, sessionRow, updateSessionRow, 'No running or recent sessions.', 6);
+  }
+
+  function sessionRow(s) {
+    const id = String(s.sessionId);
+    const kill = el('button', { type: 'button', class: 'danger', id: 'kill-' + id, 'data-testid': 'kill-' + id, title: 'Kill the process tree' }, 'Kill');
+    kill.addEventListener('click', () => sessionAction(id, 'kill', kill));
+    const remove = el('button', { type: 'button', id: 'remove-' + id, 'data-testid': 'remove-' + id, title: 'Forget this finished session' }, 'Remove');
+    remove.addEventListener('click', () => sessionAction(id, 'remove', remove));
+    const output = el('button', { type: 'button', id: 'tail-' + id, 'data-testid': 'tail-' + id }, 'Output');
+    output.addEventListener('click', () => openTail(id));
+    return el('tr', { 'data-testid': 'session-row', 'data-session-id': id },
+      el('td', { class: 'mono', text: id }),
+      el('td', { 'data-testid': 'session-status' }),
+      el('td', { 'data-testid': 'session-name' }),
+      el('td', { 'data-testid': 'session-runtime' }),
+      el('td', { class: 'command', 'data-testid': 'session-command' }),
+      el('td', { class: 'actions' }, output, kill, remove));
+  }
+
+  function updateSessionRow(tr, s) {
+    const [, status, name, runtime, command] = tr.cells;
+    const st = String(s.status || '');
+    let label = st;
+    if (s.exitReason === 'manual-cancel') label += ' · killed';
+    else if (st !== 'running' && s.exitSignal) label += ' · ' + s.exitSignal;
+    else if (st !== 'running' && s.exitCode !== undefined && s.exitCode !== null) label += ' · exit ' + s.exitCode;
+    if (s.waitingForInput) label += ' · waiting for input';
+    status.textContent = label;
+    status.className = 'status-' + st.replace(/[^a-z-]/g, '');
+    status.dataset.status = st;
+    tr.dataset.status = st;
+    name.textContent = s.name || '';
+    runtime.textContent = fmtDuration(s.runtimeMs);
+    command.textContent = s.command || '';
+    command.title = s.cwd ? 'cwd: ' + s.cwd : '';
+    const running = st === 'running';
+    tr.querySelector('[data-testid^="kill-"]').hidden = !running;
+    tr.querySelector('[data-testid^="remove-"]').hidden = running;
+  }
+
+  async function sessionAction(id, action, button) {
+    button.disabled = true;
+    try {
+      const res = await invoke('process', { action, sessionId: id });
+      setText('sessions-result', resultText(res), res.details && res.details.status === 'failed');
+    } catch (e) {
+      if (e.status !== 401) setText('sessions-result', e.message, true);
+    } finally {
+      button.disabled = false;
+    }
+    if (action === 'remove' && state.tail && state.tail.id === id) closeTail();
+    await refreshSessions();
+  }
+
+  function onSessionKeySubmit(ev) {
+    ev.preventDefault();
+    const key = $('session-key').value.trim() || DEFAULT_SESSION_KEY;
+    if (!SESSION_KEY_RE.test(key)) {
+      setText('sessions-status', 'A sessionKey looks like agent:<agentId>:<name>.', true);
+      return;
+    }
+    state.sessionKey = key;
+    $('session-key').value = key;
+    sessionStorage.setItem(SESSION_KEY_KEY, key);
+    closeTail();
+    $('sessions-body').replaceChildren();
+    setText('sessions-result', '');
+    refreshSessions();
+  }
+
+  // ---- output tail ---------------------------------------------------
+  //
+  // The tail reads process log (the last 400 lines) once a second while
+  // the page is visible. log only reads: a poll would drain the output
+  // the agent has not read yet and acknowledge its exit notice, and the
+  // page must not take either from the agent.
+
+  function openTail(id) {
+    state.tail = { id, done: false };
+    $('tail-panel').hidden = false;
+    $('tail-title').textContent = id;
+    $('tail-output').textContent = '';
+    setText('tail-status', '');
+    setText('input-status', '');
+    if (state.authed) schedule('tail', refreshTail, 1000);
+  }
+
+  function closeTail() {
+    state.tail = null;
+    if (state.timers.tail) clearTimeout(state.timers.tail);
+    delete state.timers.tail;
+    $('tail-panel').hidden = true;
+  }
+
+  async function refreshTail() {
+    const tail = state.tail;
+    if (!tail || tail.done) return;
+    let res;
+    try {
+      res = await invoke('process', { action: 'log', sessionId: tail.id, limit: 400 });
+    } catch (e) {
+      if (e.status !== 401) setText('tail-status', e.message, true);
+      return;
+    }
+    if (state.tail !== tail) return;
+    const out = $('tail-output');
+    const atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+    out.textContent = resultText(res);
+    if (atBottom) out.scrollTop = out.scrollHeight;
+    const d = res.details || {};
+    let status = d.status || '';
+    if (d.waitingForInput) status += ' · waiting for input';
+    setText('tail-status', status, d.status === 'failed');
+    // A finished session's log no longer changes.
+    if (d.status && d.status !== 'running') tail.done = true;
+  }
+
+  async function onInputSubmit(ev) {
+    ev.preventDefault();
+    if (!state.tail) return;
+    const id = state.tail.id;
+    const data = $('input-text').value;
+    $('input-send').disabled = true;
+    try {
+      const msgs = [];
+      if (data !== '') {
+        const res = await invoke('process', { action: 'write', sessionId: id, data });
+        msgs.push(resultText(res));
+        if (res.details && res.details.status === 'failed') throw new ApiError(200, msgs.join(' '));
+      }
+      if ($('input-enter').checked) msgs.push(resultText(await invoke('process', { action: 'submit', sessionId: id })));
+      $('input-text').value = '';
+      setText('input-status', msgs.join(' '));
+    } catch (e) {
+      if (e.status !== 401) setText('input-status', e.message, true);
+    } finally {
+      $('input-send').disabled = false;
+    }
+  }
+
+  // ---- run a command -------------------------------------------------
+
+  async function onRunSubmit(ev) {
+    ev.preventDefault();
+    const args = { command: $('run-command').value };
+    const workdir = $('run-workdir').value.trim();
+    const host = $('run-host').value;
+    const node = $('run-node').value.trim();
+    if (workdir) args.workdir = workdir;
+    if (host) args.host = host;
+    if (node) args.node = node;
+    if ($('run-background').checked) args.background = true;
+    const out = $('run-output');
+    out.hidden = false;
+    out.classList.remove('error');
+    out.textContent = 'Running…';
+    $('run-submit').disabled = true;
+    try {
+      const res = await invoke('exec', args);
+      const d = res.details || {};
+      out.textContent = resultText(res);
+      out.classList.toggle('error', d.status === 'failed');
+      if (d.status === 'running' && d.sessionId) openTail(String(d.sessionId));
+      if (d.status === 'approval-pending') refreshApprovals();
+      refreshSessions();
+    } catch (e) {
+      out.textContent = e.message;
+      out.classList.add('error');
+    } finally {
+      $('run-submit').disabled = false;
+    }
+  }
+
+  // ---- approvals -----------------------------------------------------
+
+  async function refreshApprovals() {
+    let d;
+    try {
+      d = await api('GET', '/v1/approvals');
+    } catch (e) {
+      if (e.status === 401) return;
+      setText('approvals-status', e.status === 404 ? 'This gateway does not list approvals (GET /v1/approvals not found).' : e.message, e.status !== 404);
+      $('approvals-body').replaceChildren();
+      return;
+    }
+    const list = (d && d.approvals) || [];
+    setText('approvals-status', list.length ? '' : 'No pending approvals.');
+    syncRows($('approvals-body'), list, (a) => a.id, approvalRow, updateApprovalRow, 'Nothing waits for a decision.', 6);
+  }
+
+  function approvalRow(a) {
+    const id = String(a.id);
+    const decisions = Array.isArray(a.decisions) && a.decisions.length ? a.decisions.filter((x) => DECISIONS.includes(x)) : DECISIONS;
+    const buttons = decisions.map((decision) => {
+      const b = el('button', {
+        type: 'button',
+        class: decision === 'deny' ? 'danger' : 'ok',
+        id: 'approve-' + decision + '-' + id,
+        'data-testid': 'approve-' + decision + '-' + id,
+        'data-decision': decision,
+      }, DECISION_LABELS[decision]);
+      b.addEventListener('click', () => decide(id, decision, a.command, buttons));
+      return b;
+    });
+    return el('tr', { 'data-testid': 'approval-row', 'data-approval-id': id },
+      el('td', { class: 'command', 'data-testid': 'approval-command' }),
+      el('td', { 'data-testid': 'approval-host' }),
+      el('td', { class: 'mono', 'data-testid': 'approval-cwd' }),
+      el('td', { 'data-testid': 'approval-agent' }),
+      el('td', { 'data-testid': 'approval-expires' }),
+      el('td', { class: 'actions' }, ...buttons));
+  }
+
+  function updateApprovalRow(tr, a) {
+    const [command, host, cwd, agent, expires] = tr.cells;
+    command.textContent = a.command || '';
+    host.textContent = (a.host || '') + (a.nodeId ? ' · ' + a.nodeId : '');
+    cwd.textContent = a.cwd || '';
+    agent.textContent = a.agentId || '';
+    agent.title = a.sessionKey || '';
+    const left = typeof a.expiresAtMs === 'number' ? a.expiresAtMs - Date.now() : NaN;
+    expires.textContent = isFinite(left) ? (left > 0 ? 'in ' + fmtDuration(left) : 'expired') : '';
+  }
+
+  async function decide(id, decision, command, buttons) {
+    for (const b of buttons) b.disabled = true;
+    try {
+      await api('POST', '/v1/approvals/' + encodeURIComponent(id), { decision });
+      setText('approvals-result', DECISION_LABELS[decision] + ': ' + (command || id));
+    } catch (e) {
+      if (e.status === 401) return;
+      const msg = e.status === 404 ? 'That approval expired or is unknown.'
+        : e.status === 409 ? 'That approval was already decided.' : e.message;
+      setText('approvals-result', msg, true);
+    } finally {
+      for (const b of buttons) b.disabled = false;
+    }
+    await refreshApprovals();
+    refreshSessions();
+  }
+
+  // ---- nodes ---------------------------------------------------------
+
+  async function refreshNodes() {
+    let d;
+    try {
+      d = await api('GET', '/v1/nodes');
+    } catch (e) {
+      if (e.status === 401) return;
+      setText('nodes-status', e.status === 404 ? 'This gateway has no node registry (GET /v1/nodes not found).' : e.message, e.status !== 404);
+      $('nodes-body').replaceChildren();
+      return;
+    }
+    const nodes = (d && d.nodes) || [];
+    setText('nodes-status', nodes.length ? '' : 'No node agents known.');
+    syncRows($('nodes-body'), nodes, (n) => n.id, nodeRow, updateNodeRow, 'No node agents.', 7);
+    $('node-options').replaceChildren(...nodes.flatMap((n) => {
+      const opts = [el('option', { value: n.id })];
+      if (n.name && n.name !== n.id) opts.push(el('option', { value: n.name }));
+      return opts;
+    }));
+  }
+
+  function nodeRow(n) {
+    return el('tr', { 'data-testid': 'node-row', 'data-node-id': String(n.id) },
+      el('td', { class: 'mono' }), el('td'), el('td', { 'data-testid': 'node-status' }), el('td'), el('td'), el('td'), el('td'));
+  }
+
+  function updateNodeRow(tr, n) {
+    const [id, name, status, paired, platform, seen, sessions] = tr.cells;
+    id.textContent = n.id || '';
+    name.textContent = n.name || '';
+    status.textContent = n.status || '';
+    status.className = 'status-' + String(n.status || '').replace(/[^a-z-]/g, '');
+    paired.textContent = n.paired === undefined ? '' : (n.paired ? 'yes' : 'no');
+    platform.textContent = n.platform || '';
+    seen.textContent = fmtAgo(n.lastSeen);
+    sessions.textContent = Array.isArray(n.sessions) ? String(n.sessions.length) : (n.sessions ?? '');
+  }
+
+  // refreshBinding shows the bindings in force: GET /v1/config/exec-node
+  // answers {"default": node, "agents": {agentId: node}}.
+  async function refreshBinding() {
+    let b;
+    try {
+      b = await api('GET', '/v1/config/exec-node');
+    } catch (e) {
+      if (e.status !== 401) setText('bind-current', '');
+      return;
+    }
+    showBinding(b);
+  }
+
+  function showBinding(b) {
+    if (!b || typeof b !== 'object') return;
+    const parts = ['all agents → ' + (b['default'] || '(none)')];
+    for (const [agent, node] of Object.entries(b.agents || {})) {
+      if (node) parts.push(agent + ' → ' + node);
+    }
+    setText('bind-current', 'In force: ' + parts.join('; '));
+  }
+
+  async function onBindSubmit(ev) {
+    ev.preventDefault();
+    const agentId = $('bind-agent').value.trim();
+    const node = $('bind-node').value.trim();
+    $('bind-save').disabled = true;
+    try {
+      showBinding(await api('PUT', '/v1/config/exec-node', { agentId, node }));
+      const who = agentId ? 'agent ' + agentId : 'all agents';
+      setText('bind-status', node ? 'Saved: ' + who + ' → ' + node : 'Saved: no default node for ' + who);
+    } catch (e) {
+      if (e.status === 401) return;
+      // The gateway's answer for a route it does not have.
+      const noRoute = e.status === 404 && e.message.startsWith('not found: /');
+      setText('bind-status', noRoute ? 'This gateway has no PUT /v1/config/exec-node.' : e.message, true);
+    } finally {
+      $('bind-save').disabled = false;
+    }
+  }
+
+  // ---- start ---------------------------------------------------------
+
+  function bindEvents() {
+    $('token-form').addEventListener('submit', onTokenSubmit);
+    $('logout').addEventListener('click', () => signOut(''));
+    $('key-form').addEventListener('submit', onSessionKeySubmit);
+    $('tail-close').addEventListener('click', closeTail);
+    $('input-form').addEventListener('submit', onInputSubmit);
+    $('run-form').addEventListener('submit', onRunSubmit);
+    $('bind-form').addEventListener('submit', onBindSubmit);
+    document.addEventListener('visibilitychange', () => {
+      if (document.visibilityState === 'visible' && state.authed) startTimers();
+    });
+  }
+
+  async function start() {
+    bindEvents();
+    const key = sessionStorage.getItem(SESSION_KEY_KEY);
+    if (key && SESSION_KEY_RE.test(key)) state.sessionKey = key;
+    $('session-key').value = state.sessionKey;
+    // Without a stored token, try the API without one first: a loopback
+    // gateway without auth needs no prompt.
+    const stored = sessionStorage.getItem(TOKEN_KEY);
+    const r = await probe(stored === null ? '' : stored);
+    if (r.ok) {
+      enter(stored === null ? '' : stored);
+      return;
+    }
+    if (stored !== null) sessionStorage.removeItem(TOKEN_KEY);
+    if (r.err.status === 401) showLogin(stored ? 'The stored token was rejected; enter it again.' : '');
+    else showLogin(loginError(r.err));
+  }
+
+  start();
+})();

@@ -1,0 +1,301 @@
+package ui
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/execmesh/execmesh/gateway"
+)
+
+// skipLoudly skips with a banner on stderr, so that a run without a
+// browser cannot pass for a run with one.
+func skipLoudly(t *testing.T, format string, args ...any) {
+	t.Helper()
+	bar := strings.Repeat("!", 72)
+	msg := fmt.Sprintf("\n%s\n!!! SKIPPED: the headless Chromium test of the control page did not run:\n!!! %s\n%s", bar, fmt.Sprintf(format, args...), bar)
+	fmt.Fprintln(os.Stderr, msg)
+	t.Skip(msg)
+}
+
+// findChromium returns a Chromium binary, installing Debian's chromium
+// package when none is found and the test runs as root.
+func findChromium(t *testing.T) string {
+	t.Helper()
+	look := func() string {
+		for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+			if p, err := exec.LookPath(name); err == nil {
+				return p
+			}
+		}
+		return ""
+	}
+	if p := look(); p != "" {
+		return p
+	}
+	if os.Geteuid() != 0 {
+		skipLoudly(t, "no chromium on PATH, and not root to `apt-get install -y chromium`")
+	}
+	if _, err := exec.LookPath("apt-get"); err != nil {
+		skipLoudly(t, "no chromium on PATH and no apt-get to install it")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	apt := func(args ...string) error {
+		cmd := exec.CommandContext(ctx, "apt-get", args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Logf("apt-get %s: %v\n%s", strings.Join(args, " "), err, out[max(0, len(out)-2000):])
+		}
+		return err
+	}
+	t.Log("chromium not found: installing Debian's chromium package")
+	if apt("install", "-y", "-qq", "chromium") != nil {
+		// The package lists may be missing or stale.
+		_ = apt("update", "-qq")
+		if err := apt("install", "-y", "-qq", "chromium"); err != nil {
+			skipLoudly(t, "`apt-get install -y chromium` failed: %v", err)
+		}
+	}
+	if p := look(); p != "" {
+		return p
+	}
+	skipLoudly(t, "chromium installed but not found on PATH")
+	return ""
+}
+
+// artifactDir is $ARTIFACTS_DIR when set, else a temporary directory.
+func artifactDir(t *testing.T) string {
+	if d := os.Getenv("ARTIFACTS_DIR"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err == nil {
+			return d
+		}
+	}
+	return t.TempDir()
+}
+
+// startGateway starts a gateway with a token that runs commands without
+// approvals, closed at the end of the test.
+func startGateway(t *testing.T, token string) *gateway.Gateway {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := gateway.DefaultConfig()
+	cfg.StateDir = dir
+	cfg.Gateway.Auth.Token = token
+	cfg.Tools.Exec.Security = "full"
+	cfg.Tools.Exec.Ask = "off"
+	cfg.Tools.Exec.KillGraceMs = 1000
+	g, err := gateway.New(t.Context(), cfg, gateway.Options{
+		Cwd:            dir,
+		Environ:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "SHELL=/bin/sh", "LANG=C"},
+		Getenv:         func(string) string { return "" },
+		LoginShellPath: func() string { return "" },
+	})
+	if err != nil {
+		t.Fatalf("gateway.New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Close(ctx); err != nil {
+			t.Errorf("gateway.Close: %v", err)
+		}
+	})
+	return g
+}
+
+// browser starts headless Chromium and returns a tab's context.
+func browser(t *testing.T, chrome string) context.Context {
+	t.Helper()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(t.Context(),
+		chromedp.ExecPath(chrome),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.NoFirstRun,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1400),
+	)
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelTab()
+		cancelAlloc()
+	})
+	return ctx
+}
+
+// do runs browser actions and fails the test on an error.
+func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval evaluates a JavaScript expression. DevTools evaluation is not
+// subject to the page's Content-Security-Policy.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// waitJS waits until the expression is true in the page. (chromedp's Poll
+// compiles its predicate with new Function, which the page's CSP forbids.)
+func waitJS(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("!!("+expr+")"))
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// clearInput empties an input. (SetValue with "" fails: chromedp checks that
+// the value it set is truthy.)
+func clearInput(t *testing.T, ctx context.Context, id string) {
+	t.Helper()
+	eval[chromedp.Void](t, ctx, `document.getElementById(`+strconv.Quote(id)+`).value = ''`)
+}
+
+func screenshot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Errorf("screenshot: %v", err)
+		return
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, buf, 0o644); err != nil {
+		t.Errorf("screenshot: %v", err)
+		return
+	}
+	t.Logf("screenshot: %s (%d bytes)", p, len(buf))
+}
+
+func TestBrowserControlPage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	chrome := findChromium(t)
+	const token = "ui-test-token"
+	g := startGateway(t, token)
+	res, err := g.Invoke(t.Context(), gateway.InvokeRequest{Tool: "exec", Args: []byte(`{"command":"sleep 300","background":true}`)})
+	if err != nil || res.Status() != "running" {
+		t.Fatalf("background exec: %v %v", res, err)
+	}
+	id := res.SessionID()
+
+	mux := http.NewServeMux()
+	mux.Handle("/", g.Handler())
+	mux.Handle("/ui/", Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	shots := artifactDir(t)
+
+	ctx := browser(t, chrome)
+	do(t, ctx, "open /ui", chromedp.Navigate(srv.URL+"/ui"))
+
+	// The API needs a token: nothing but the prompt.
+	waitJS(t, ctx, "the token prompt", `!document.getElementById('login').hidden`)
+	if !eval[bool](t, ctx, `document.getElementById('app').hidden && document.getElementById('logout').hidden`) {
+		t.Errorf("the app is shown before a token was entered")
+	}
+	if eval[bool](t, ctx, `document.body.innerText.includes(`+strconv.Quote(id)+`)`) {
+		t.Errorf("session data visible without a token")
+	}
+	screenshot(t, ctx, shots, "ui-1-token-prompt.png")
+
+	// A wrong token is refused, and still only the prompt shows.
+	do(t, ctx, "wrong token", chromedp.SendKeys(chromedp.ID("token-input"), "wrong"), chromedp.Click(chromedp.ID("token-submit")))
+	waitJS(t, ctx, "the rejection", `document.getElementById('login-error').textContent.includes('rejected')`)
+	if !eval[bool](t, ctx, `document.getElementById('app').hidden`) {
+		t.Errorf("the app is shown after a wrong token")
+	}
+
+	// The right token opens the page; the running session is listed.
+	clearInput(t, ctx, "token-input")
+	do(t, ctx, "token", chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-submit")))
+	do(t, ctx, "app", chromedp.WaitVisible(chromedp.ID("app")))
+	row := `document.querySelector('[data-testid="session-row"][data-session-id=` + strconv.Quote(id) + `]')`
+	waitJS(t, ctx, "the running session", row+` && `+row+`.dataset.status === 'running'`)
+	if got := eval[string](t, ctx, `sessionStorage.getItem('execmesh.token')`); got != token {
+		t.Errorf("stored token %q", got)
+	}
+
+	// Kill it from the page.
+	do(t, ctx, "kill", chromedp.Click(chromedp.ID("kill-"+id)))
+	waitJS(t, ctx, "the session to end", row+` && `+row+`.dataset.status !== 'running'`)
+	if got := eval[string](t, ctx, `document.getElementById('sessions-result').textContent`); !strings.HasPrefix(got, "Termination requested for session "+id) {
+		t.Errorf("kill result shown: %q", got)
+	}
+	list, err := g.Invoke(t.Context(), gateway.InvokeRequest{Tool: "process", Args: []byte(`{"action":"list"}`)})
+	if err != nil || !strings.Contains(list.Text(), id) || strings.Contains(list.Text(), id+" running") {
+		t.Errorf("after kill, list: %q %v", list.Text(), err)
+	}
+
+	// Run a command from the form.
+	do(t, ctx, "run", chromedp.SendKeys(chromedp.ID("run-command"), "echo ui-run-ok"), chromedp.Click(chromedp.ID("run-submit")))
+	waitJS(t, ctx, "the command's output", `document.getElementById('run-output').textContent.includes('ui-run-ok')`)
+
+	// A background run opens the live output of its session.
+	clearInput(t, ctx, "run-command")
+	do(t, ctx, "run in background",
+		chromedp.SendKeys(chromedp.ID("run-command"), "echo tick-1; echo tick-2; sleep 30"),
+		chromedp.Click(chromedp.ID("run-background")),
+		chromedp.Click(chromedp.ID("run-submit")))
+	waitJS(t, ctx, "the live output", `!document.getElementById('tail-panel').hidden && document.getElementById('tail-output').textContent.includes('tick-2')`)
+	screenshot(t, ctx, shots, "ui-2-sessions.png")
+
+	// An exec waiting for approval is listed and allowed from the page.
+	pending, err := g.Invoke(t.Context(), gateway.InvokeRequest{Tool: "exec", Args: []byte(`{"command":"echo approved-run","ask":"always"}`)})
+	if err != nil || pending.Status() != "approval-pending" {
+		t.Fatalf("exec with ask=always: %v %v", pending, err)
+	}
+	approvalID, _ := pending.Details["approvalId"].(string)
+	arow := `document.querySelector('[data-testid="approval-row"][data-approval-id=` + strconv.Quote(approvalID) + `]')`
+	waitJS(t, ctx, "the pending approval", arow+` && `+arow+`.querySelector('[data-testid="approval-command"]').textContent === 'echo approved-run'`)
+	screenshot(t, ctx, shots, "ui-3-approval.png")
+	do(t, ctx, "allow once", chromedp.Click(chromedp.ID("approve-allow-once-"+approvalID)))
+	waitJS(t, ctx, "the approval to go", `!`+arow+` && document.getElementById('approvals-result').textContent === 'Allow once: echo approved-run'`)
+	if left := g.PendingApprovals(); len(left) != 0 {
+		t.Errorf("still pending after allow-once: %+v", left)
+	}
+
+	// The exec node binding is set for all agents and shown.
+	do(t, ctx, "bind", chromedp.SendKeys(chromedp.ID("bind-node"), "build-1"), chromedp.Click(chromedp.ID("bind-save")))
+	waitJS(t, ctx, "the binding", `document.getElementById('bind-current').textContent.includes('all agents → build-1')`)
+	if b := g.ExecNodeBinding(); b.Default != "build-1" {
+		t.Errorf("binding in the gateway: %+v", b)
+	}
+
+	// Changing the token goes back to the prompt alone.
+	do(t, ctx, "change token", chromedp.Click(chromedp.ID("logout")))
+	waitJS(t, ctx, "the prompt again", `!document.getElementById('login').hidden && document.getElementById('app').hidden && document.querySelectorAll('[data-testid="session-row"]').length === 0`)
+}

@@ -1,0 +1,23 @@
+// Package ui holds execmesh's operator surfaces: the web control page and
+// the terminal progress helpers of the CLI.
+//
+// Handler serves the control page at /ui/: a token prompt (the token is
+// kept in the tab's sessionStorage and sent as a bearer token; a loopback
+// gateway without a token is tried first), the node registry with the
+// exec node binding, the process sessions of a chosen sessionKey with
+// their output, a kill button and an input box, the pending exec approvals
+// with allow-once, allow-always and deny, and a form to run a command. The
+// page is three embedded files, plain HTML, CSS and JavaScript with no
+// build step and nothing fetched from elsewhere; it talks to the gateway's
+// HTTP API only (POST /tools/invoke, GET /v1/approvals, POST
+// /v1/approvals/<id>, GET /v1/nodes, PUT /v1/config/exec-node).
+//
+// The page only reads what agents rely on: session output is shown with
+// process log, not poll, so the page neither drains output an agent has
+// not read yet nor acknowledges its exit notices, and it does not open the
+// events stream, which would consume them.
+//
+// FollowSession and Spinner are the CLI's live progress: following a
+// background session's output until it exits, and a spinner with the
+// elapsed time while a call waits.
+package ui
