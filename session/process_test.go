@@ -18,16 +18,13 @@ func TestExecForeground(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, nil)
 	tests := []struct {
-		name, command     string
-		status, text      string
-		details           protocol.Details
-		sync              bool
-		timeout, yieldMs  *float64
-		warnings          []string
-		textPrefix        string
-		failureKind       string
-		wantSignalInfo    bool
-		wantNoOutputNoted bool
+		name, command    string
+		status, text     string
+		sync             bool
+		timeout, yieldMs *float64
+		warnings         []string
+		env              []string
+		failureKind      string
 	}{
 		{name: "exits before the yield window", command: "echo hi", status: "completed", text: "hi"},
 		{name: "silent success", command: "true", status: "completed", text: "(no output)"},
@@ -41,12 +38,12 @@ func TestExecForeground(t *testing.T) {
 			text: "Command timed out after 0.3 seconds.\n\n" + timeoutRetryGuidance},
 		{name: "stdin is at EOF", command: "cat; echo after", status: "completed", text: "after"},
 		{name: "OPENCLAW_SHELL is set", command: `echo "$OPENCLAW_SHELL"`, status: "completed", text: "exec"},
-		{name: "no TERM added without PTY", command: `echo "term=${TERM-unset}"`, status: "completed"},
+		{name: "no TERM added without PTY", command: `printenv TERM || echo unset`, env: []string{"PATH=" + os.Getenv("PATH")}, status: "completed", text: "unset"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			res := mustExec(t, m, ExecRequest{Command: tt.command, Synchronous: tt.sync, TimeoutSec: tt.timeout, YieldMs: tt.yieldMs, Warnings: tt.warnings})
+			res := mustExec(t, m, ExecRequest{Command: tt.command, Synchronous: tt.sync, TimeoutSec: tt.timeout, YieldMs: tt.yieldMs, Warnings: tt.warnings, Env: tt.env})
 			if res.Status() != tt.status {
 				t.Fatalf("status %s, want %s: %q", res.Status(), tt.status, res.Text())
 			}

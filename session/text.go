@@ -34,7 +34,6 @@ const (
 	reasonTimeout       = "overall-timeout"
 	reasonNoOutput      = "no-output-timeout"
 	reasonManualCancel  = "manual-cancel"
-	reasonSpawnError    = "spawn-error"
 	failureNotFound     = "shell-command-not-found"
 	failureNotExec      = "shell-not-executable"
 	failureSignal       = "signal"
