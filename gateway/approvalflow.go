@@ -199,6 +199,11 @@ func (g *Gateway) requestApproval(c *call, p *plan, req session.ExecRequest, pol
 // background with the approval's system events.
 func (g *Gateway) runApproval(c *call, e *approvalEntry, req session.ExecRequest, policy approvals.Policy, ev approvals.Evaluation, b approvalBinding) {
 	decision := g.approvals.wait(g.bg, e)
+	if decision == "" {
+		g.opts.Metrics.ObserveApproval("timeout")
+	} else {
+		g.opts.Metrics.ObserveApproval(decision)
+	}
 	denied := func(reason string) {
 		g.emit(protocol.SystemEvent{SessionKey: c.sessionKey, ContextKey: "exec:" + e.ID, Kind: protocol.EventExecDenied,
 			Text: fmt.Sprintf("Exec denied (gateway id=%s, %s): %s", e.ID, reason, b.command)})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/sandbox"
 	"github.com/execmesh/execmesh/session"
@@ -37,6 +39,8 @@ type Options struct {
 	// Getenv reads OPENCLAW_BASH_* overrides for the session core; nil
 	// means os.Getenv.
 	Getenv func(string) string
+	// Metrics, when set, records calls, sessions, approvals and nodes.
+	Metrics *metrics.Metrics
 	// LoginShellPath returns the login shell's PATH to merge into
 	// gateway-host commands; nil probes the login shell once (spec §7.4).
 	LoginShellPath func() string
@@ -150,6 +154,16 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("session core: %w", err)
 	}
 	g.local = m
+	opts.Metrics.RegisterSessionsFunc(m.Counts)
+	opts.Metrics.SetConnectedNodes(func() int {
+		n := 0
+		for _, v := range g.Nodes() {
+			if v.Status == "connected" && v.Paired {
+				n++
+			}
+		}
+		return n
+	})
 	return g, nil
 }
 
@@ -229,6 +243,10 @@ func (g *Gateway) Events(ctx context.Context, sessionKey string, wait time.Durat
 // Blockers lists the gateway-host sessions that block a safe restart.
 func (g *Gateway) Blockers() []session.Blocker { return g.local.Blockers() }
 
+// Authed wraps h with the gateway's bearer-token check and failure rate
+// limit, for handlers mounted beside the API (such as /mcp and /metrics).
+func (g *Gateway) Authed(h http.Handler) http.Handler { return g.authed(h.ServeHTTP) }
+
 // Close stops taking calls and ends every gateway-host process tree.
 func (g *Gateway) Close(ctx context.Context) error {
 	g.closeOnce.Do(func() {
@@ -304,7 +322,17 @@ func toolAllowed(cfg *Config, agentID, tool, model string) bool {
 
 // Invoke runs one tool call. The error, when not nil, is a *protocol.Error
 // raised before anything ran.
-func (g *Gateway) Invoke(ctx context.Context, req InvokeRequest) (protocol.Result, error) {
+func (g *Gateway) Invoke(ctx context.Context, req InvokeRequest) (res protocol.Result, err error) {
+	if m := g.opts.Metrics; m != nil {
+		start := time.Now()
+		defer func() {
+			status := res.Status()
+			if err != nil {
+				status = "error"
+			}
+			m.ObserveCall(req.Tool, invokeAction(req), status, time.Since(start))
+		}()
+	}
 	if g.closing.Load() {
 		return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Message: "gateway is shutting down", Retryable: true}
 	}
@@ -341,6 +369,18 @@ func (g *Gateway) Invoke(ctx context.Context, req InvokeRequest) (protocol.Resul
 		return protocol.Result{}, err
 	}
 	return call.process(ctx, args)
+}
+
+// invokeAction is the process action of a call, for metrics.
+func invokeAction(req InvokeRequest) string {
+	if req.Tool != protocol.ToolProcess {
+		return ""
+	}
+	var a struct {
+		Action string `json:"action"`
+	}
+	_ = json.Unmarshal(req.Args, &a)
+	return a.Action
 }
 
 // call is the state of one tool invocation.

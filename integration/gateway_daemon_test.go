@@ -286,3 +286,47 @@ func TestUpRunsLocalNode(t *testing.T) {
 		t.Fatalf("poll of a node session: %v", poll)
 	}
 }
+
+// TestDaemonSurfaces: /metrics (behind the token), /ui and /mcp are
+// served by the daemon; counters move with calls.
+func TestDaemonSurfaces(t *testing.T) {
+	cfg := map[string]any{"gateway": map[string]any{"auth": map[string]any{"token": "tok"}},
+		"tools": map[string]any{"exec": map[string]any{"security": "full", "ask": "off"}}}
+	d := startDaemon(t, "gateway", cfg)
+	get := func(path, token string) (int, string) {
+		req, _ := http.NewRequest("GET", d.url+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, _ := get("/metrics", ""); code != 401 {
+		t.Fatalf("/metrics without token: %d", code)
+	}
+	for i := 0; i < 3; i++ {
+		b, _ := json.Marshal(map[string]any{"tool": "exec", "args": map[string]any{"command": "echo m"}})
+		req, _ := http.NewRequest("POST", d.url+"/tools/invoke", bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer tok")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+	}
+	code, body := get("/metrics", "tok")
+	if code != 200 || !strings.Contains(body, `execmesh_tool_calls_total{action="",status="completed",tool="exec"} 3`) {
+		t.Fatalf("/metrics: %d\n%s", code, body)
+	}
+	if code, body := get("/ui/", ""); code != 200 || !strings.Contains(body, "<html") {
+		t.Fatalf("/ui/: %d %.200s", code, body)
+	}
+	if code, _ := get("/mcp", ""); code != 401 {
+		t.Fatalf("/mcp without token: %d", code)
+	}
+}

@@ -101,7 +101,7 @@ func (m *Metrics) Handler() http.Handler {
 // Label values are closed sets: a caller passing something else (a typo, a
 // new status) is counted as "other" rather than creating a new series.
 var (
-	tools     = []string{protocol.ToolExec, protocol.ToolProcess}
+	tools     = []string{protocol.ToolExec, protocol.ToolProcess, protocol.ToolApplyPatch}
 	statuses  = []string{protocol.StatusRunning, protocol.StatusCompleted, protocol.StatusFailed, protocol.StatusApprovalPending, "error"}
 	errTypes  = []protocol.ErrorType{protocol.ErrInvalidRequest, protocol.ErrSecurityViolation, protocol.ErrHostNotAllowed, protocol.ErrDenied, protocol.ErrUnauthorized, protocol.ErrNotFound, protocol.ErrMethodNotAllowed, protocol.ErrConflict, protocol.ErrTooLarge, protocol.ErrRateLimited, protocol.ErrUnavailable, protocol.ErrInternal}
 	decisions = []string{"allow-once", "allow-always", "deny", "timeout"}

@@ -185,13 +185,3 @@ func TestE2ESessionDefaultsAndAdmin(t *testing.T) {
 		t.Errorf("blockers: exit %d, %q", r.code, r.stderr)
 	}
 }
-
-func TestE2EMCP(t *testing.T) {
-	t.Parallel()
-	env := startGateway(t, nil)
-	in := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"exec","arguments":{"command":"echo from-mcp"}}}` + "\n"
-	r := runCLI(t, env, in, "mcp")
-	if r.code != 0 || !strings.Contains(r.stdout, "from-mcp") || !strings.Contains(r.stdout, `"isError":false`) {
-		t.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
-	}
-}

@@ -23,7 +23,10 @@ import (
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/gateway"
+	"github.com/execmesh/execmesh/mcpserver"
+	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodeagent"
+	"github.com/execmesh/execmesh/ui"
 )
 
 // serverFlags are the flags of `execmesh up` and `execmesh gateway`.
@@ -116,17 +119,18 @@ func serveGateway(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // daemon is a running gateway process: what it started, in start order, so
 // that shutdown can undo it in reverse.
 type daemon struct {
-	log    *slog.Logger
-	srv    *bus.Server
-	nc     *nats.Conn
-	gw     *gateway.Gateway
-	http   *http.Server
-	node   *nodeagent.Agent
-	authOn bool // the embedded server requires authentication
-	drain  time.Duration
-	grace  time.Duration
-	cfg    gateway.Config
-	cfgPth string
+	log     *slog.Logger
+	srv     *bus.Server
+	nc      *nats.Conn
+	gw      *gateway.Gateway
+	http    *http.Server
+	node    *nodeagent.Agent
+	metrics *metrics.Metrics
+	authOn  bool // the embedded server requires authentication
+	drain   time.Duration
+	grace   time.Duration
+	cfg     gateway.Config
+	cfgPth  string
 }
 
 func serveDaemon(ctx context.Context, mode string, args []string, stdout, stderr io.Writer) error {
@@ -191,7 +195,12 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 	if err != nil {
 		return fmt.Errorf("gateway.listen: %w", err)
 	}
-	cc := bus.ClientConfig{Name: "execmesh-gateway", CredsFile: cfg.NATS.CredsFile, NKeySeedFile: cfg.NATS.NKeySeedFile, TLSCAFile: cfg.NATS.TLSCAFile}
+	d.metrics = metrics.New()
+	cc := bus.ClientConfig{Name: "execmesh-gateway", CredsFile: cfg.NATS.CredsFile, NKeySeedFile: cfg.NATS.NKeySeedFile, TLSCAFile: cfg.NATS.TLSCAFile,
+		Options: []nats.Option{nats.ReconnectHandler(func(nc *nats.Conn) {
+			d.metrics.IncNATSReconnects()
+			d.log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
+		})}}
 	if cfg.NATS.URL == "" {
 		scfg := bus.DefaultServerConfig(cfg.StateDir)
 		scfg.Listen = cfg.NATS.Listen
@@ -222,7 +231,7 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 		ln.Close()
 		return fmt.Errorf("nats.url: %w", err)
 	}
-	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Logger: d.log, ConfigPath: d.cfgPth})
+	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Logger: d.log, ConfigPath: d.cfgPth, Metrics: d.metrics})
 	if err != nil {
 		ln.Close()
 		return err
@@ -246,7 +255,7 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 	}
 	d.http = &http.Server{
 		Addr:              ln.Addr().String(),
-		Handler:           d.gw.Handler(),
+		Handler:           d.handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
@@ -257,6 +266,23 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 		}
 	}()
 	return nil
+}
+
+// handler is the daemon's HTTP surface: the gateway API, the MCP
+// streamable-HTTP transport at /mcp and GET /metrics behind the same
+// token, and the control page at /ui (static files; it asks for the token
+// itself).
+func (d *daemon) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", d.gw.Handler())
+	mux.Handle(ui.Prefix+"/", ui.Handler())
+	mux.Handle(ui.Prefix, ui.Handler())
+	mux.Handle("GET /metrics", d.gw.Authed(d.metrics.Handler()))
+	mcp := mcpserver.HTTPHandler(func(sessionKey string) mcpserver.Invoker {
+		return mcpserver.NewGatewayInvoker(d.gw, sessionKey)
+	}, mcpserver.Options{Version: version, Logger: d.log.With("component", "mcp")})
+	mux.Handle("/mcp", d.gw.Authed(mcp))
+	return d.metrics.Instrument(mux)
 }
 
 // stop undoes start in reverse order: stop taking calls, let active

@@ -1,0 +1,24 @@
+package session
+
+// Counts returns how many sessions are running (foreground ones included)
+// and how many finished sessions are retained, for metrics.
+func (m *Manager) Counts() (running, finished int) {
+	m.mu.Lock()
+	list := make([]*session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		list = append(list, s)
+	}
+	m.mu.Unlock()
+	// Session locks are taken after the manager lock is released, as
+	// everywhere else in the package.
+	for _, s := range list {
+		s.mu.Lock()
+		if s.exited {
+			finished++
+		} else {
+			running++
+		}
+		s.mu.Unlock()
+	}
+	return running, finished
+}
