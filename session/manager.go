@@ -672,46 +672,58 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.log.Debug("closing")
 
 	m.cancelRoot(errShutdown) // every session context ends: trees are terminated
-	err := m.endEscapees()
+	var result *multierror.Error
+	if err := m.endEscapees(false); err != nil {
+		result = multierror.Append(result, err)
+	}
 	m.wg.Wait()
+	// Last sweep, once every session is over: anything of ours that is
+	// still alive (say, re-parented to us while the trees were ended) is
+	// killed outright.
+	if err := m.endEscapees(true); err != nil {
+		result = multierror.Append(result, err)
+	}
 	signal.Stop(m.sigchld)
 	m.reap()
 	close(m.closeDone)
-	return err
+	if err := result.ErrorOrNil(); err != nil {
+		return fmt.Errorf("session: close: %w", err)
+	}
+	return nil
 }
 
-// endEscapees ends processes that carry this Manager's marker but whose
-// session is over (a `setsid daemon &` left behind by a finished command).
-func (m *Manager) endEscapees() error {
+// endEscapees ends the processes below us that carry this Manager's marker
+// but are not ended with a session: a `setsid daemon &` left behind by a
+// finished command, for instance. Without force they get SIGTERM and the
+// grace period first.
+func (m *Manager) endEscapees(force bool) error {
 	snap, err := readProcSnapshot(m.selfPID)
 	if err != nil {
-		return fmt.Errorf("session: close: read /proc: %w", err)
+		return fmt.Errorf("read /proc: %w", err)
 	}
 	prefix := m.instance + "/"
 	set := map[int]uint64{}
 	for _, pid := range snap.below(m.selfPID) {
-		if strings.HasPrefix(snap.marker(pid), prefix) {
-			set[pid] = snap.procs[pid].start
+		if p := snap.procs[pid]; p.state != 'Z' && strings.HasPrefix(snap.marker(pid), prefix) {
+			set[pid] = p.start
 		}
 	}
 	if len(set) == 0 {
 		return nil
 	}
-	var result *multierror.Error
-	if err := signalProcs(set, 0, m.selfPGID, unix.SIGTERM); err != nil {
-		result = multierror.Append(result, err)
+	m.log.Debug("ending escaped processes", "count", len(set), "force", force)
+	var errs []error
+	if !force {
+		errs = append(errs, signalProcs(set, 0, m.selfPGID, unix.SIGTERM))
+		_ = signalProcs(set, 0, m.selfPGID, unix.SIGCONT)
+		waitGone(set, time.Now().Add(m.cfg.KillGrace), m.hurry)
+		set = aliveProcs(set)
 	}
-	_ = signalProcs(set, 0, m.selfPGID, unix.SIGCONT)
-	waitGone(set, time.Now().Add(m.cfg.KillGrace), m.hurry)
-	if left := aliveProcs(set); len(left) > 0 {
-		if err := signalProcs(left, 0, m.selfPGID, unix.SIGKILL); err != nil {
-			result = multierror.Append(result, err)
-		}
+	if len(set) > 0 {
+		errs = append(errs, signalProcs(set, 0, m.selfPGID, unix.SIGKILL))
+		waitGone(set, time.Now().Add(time.Second), nil)
 	}
-	if err := result.ErrorOrNil(); err != nil {
-		return fmt.Errorf("session: close: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // emitExit delivers the exit event of a background session to OnExit and

@@ -210,7 +210,11 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 		t.Errorf("foreground exec during Close: %v", err)
 	}
 	if left := markedProcesses(m); len(left) != 0 {
-		t.Errorf("processes of the closed Manager remain: %v", left)
+		var buf [512]byte
+		for _, pid := range left {
+			p, _ := readProcStat(pid, buf[:])
+			t.Errorf("process %d of the closed Manager remains: %+v (self %d, pids %v)", pid, p, os.Getpid(), pids)
+		}
 	}
 	waitGoneAll(t, pids)
 	if b := m.Blockers(); len(b) != 0 {
