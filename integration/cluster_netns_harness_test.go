@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sys/unix"
 
 	"github.com/execmesh/execmesh/bus"
@@ -740,4 +741,61 @@ func (c *clCluster) node(name string) *clNode {
 		c.t.Fatalf("no node %s", name)
 	}
 	return n
+}
+
+// streamLeader returns the index (0..2) of the server leading stream.
+func (c *clCluster) streamLeader(stream string) int {
+	c.t.Helper()
+	js, err := jetstream.New(c.gatewayConn())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var leader string
+	clCheckFor(c.t, "stream "+stream+" leader", 30*time.Second, 200*time.Millisecond, func() error {
+		st, err := js.Stream(clCtx(c.t, 5*time.Second), stream)
+		if err != nil {
+			return err
+		}
+		if ci := st.CachedInfo().Cluster; ci != nil && ci.Leader != "" {
+			leader = ci.Leader
+			return nil
+		}
+		return fmt.Errorf("no leader")
+	})
+	for i := range 3 {
+		if leader == fmt.Sprintf("nats-%d", i+1) {
+			return i
+		}
+	}
+	c.t.Fatalf("stream %s led by unknown server %q", stream, leader)
+	return -1
+}
+
+// waitStreamsCurrent waits until execmesh's stream and buckets have a
+// leader and two current replicas again.
+func (c *clCluster) waitStreamsCurrent(total time.Duration) {
+	c.t.Helper()
+	js, err := jetstream.New(c.gatewayConn())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n := bus.StreamNamesFor(bus.DefaultPrefix)
+	for _, stream := range []string{n.Exit, "KV_" + n.Nodes, "KV_" + n.Presence, "KV_" + n.Idem} {
+		clCheckFor(c.t, "stream "+stream+" fully replicated", total, 250*time.Millisecond, func() error {
+			st, err := js.Stream(clCtx(c.t, 5*time.Second), stream)
+			if err != nil {
+				return err
+			}
+			ci := st.CachedInfo().Cluster
+			if ci == nil || ci.Leader == "" || len(ci.Replicas) != 2 {
+				return fmt.Errorf("cluster %+v", ci)
+			}
+			for _, r := range ci.Replicas {
+				if !r.Current || r.Offline {
+					return fmt.Errorf("replica %s current=%v offline=%v", r.Name, r.Current, r.Offline)
+				}
+			}
+			return nil
+		})
+	}
 }

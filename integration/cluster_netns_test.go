@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -26,6 +28,7 @@ func TestClusterNetns(t *testing.T) {
 	t.Logf("cluster up in %s (subnet %s.0/24)", time.Since(start).Round(time.Millisecond), c.net.subnet)
 
 	t.Run("Smoke", func(t *testing.T) { clSmoke(t, c) })
+	t.Run("NATSServerKilled", func(t *testing.T) { clServerKill(t, c) })
 }
 
 // clSmoke: a foreground and a background command on each node through
@@ -61,5 +64,75 @@ func clSmoke(t *testing.T, c *clCluster) {
 		if !strings.Contains(p.Text(), text) {
 			t.Fatalf("log of %s: %q", id, p.Text())
 		}
+	}
+}
+
+// clServerKill kills (SIGKILL) the NATS server that leads the exit-event
+// stream while 20 background commands run across the two nodes, then
+// restarts it. Nothing is lost: every command's exit event arrives
+// exactly once, every session stays listable, and every line of output
+// is in its log.
+func clServerKill(t *testing.T, c *clCluster) {
+	c.use(t)
+	const key = "agent:natskill:main"
+	const lines = 8
+	want := map[string]string{}
+	ids := map[string]int{}
+	for i := range 20 {
+		name := clNodeNames[i%2]
+		cmd := fmt.Sprintf("for j in $(seq 1 %d); do echo cl-%d-line-$j; sleep 0.4; done; echo cl-%d-done", lines, i, i)
+		bg := c.mustCall(key, "exec", map[string]any{"command": cmd, "host": "node", "node": name, "background": true})
+		if bg.Status() != protocol.StatusRunning {
+			t.Fatalf("start %d: %s %q", i, bg.Status(), bg.Text())
+		}
+		want[bg.SessionID()] = fmt.Sprintf("cl-%d-done", i)
+		ids[bg.SessionID()] = i
+	}
+
+	victim := c.streamLeader(bus.StreamNamesFor(bus.DefaultPrefix).Exit)
+	t.Logf("killing %s (leader of the exit stream) with 20 commands running", c.servers[victim].name)
+	c.servers[victim].kill(t)
+
+	// The cluster keeps serving: calls fail over to the other servers.
+	clCheckFor(t, "list with a server down", 30*time.Second, 200*time.Millisecond, func() error {
+		r := c.call(key, "process", map[string]any{"action": "list"})
+		if r.Status != 200 {
+			return fmt.Errorf("list: %d %s", r.Status, r.Raw)
+		}
+		n := 0
+		for _, d := range c.listSessions(key) {
+			if _, ok := want[d["sessionId"].(string)]; ok {
+				n++
+			}
+		}
+		if n != len(want) {
+			return fmt.Errorf("%d of %d sessions listed", n, len(want))
+		}
+		return nil
+	})
+	c.collectExitEvents(key, want, 60*time.Second, 2*time.Second)
+
+	c.servers[victim].start(t)
+	c.waitServersHealthy(60 * time.Second)
+	c.waitStreamsCurrent(60 * time.Second)
+
+	list := c.listSessions(key)
+	for id, i := range ids {
+		d, ok := list[id]
+		if !ok || d["status"] != protocol.StatusCompleted {
+			t.Fatalf("session %s after the server came back: %v", id, d)
+		}
+		log := c.mustCall(key, "process", map[string]any{"action": "log", "sessionId": id, "limit": 100}).Text()
+		for j := 1; j <= lines; j++ {
+			if !strings.Contains(log, fmt.Sprintf("cl-%d-line-%d\n", i, j)) {
+				t.Fatalf("session %s (%d): line %d missing from the log: %q", id, i, j, log)
+			}
+		}
+		if !strings.Contains(log, fmt.Sprintf("cl-%d-done", i)) {
+			t.Fatalf("session %s: last line missing: %q", id, log)
+		}
+	}
+	for _, name := range clNodeNames {
+		c.waitNode(c.node(name).ident.NodeID, "connected", "paired", 30*time.Second)
 	}
 }
