@@ -210,6 +210,16 @@ func (r *replay) settle(args map[string]any, want *protocol.Result) {
 	}
 }
 
+// waitOutput waits until a session's tail shows want.
+func (r *replay) waitOutput(sid, want string) {
+	checkFor(r.t, 10*time.Second, func() error {
+		if got := r.listStatus()[sid]; got == nil || !strings.Contains(fmt.Sprint(got["tail"]), strings.TrimSpace(want)) {
+			return fmt.Errorf("session %s has not printed %q yet", sid, want)
+		}
+		return nil
+	})
+}
+
 // TestResultsConformance replays results.json (OpenClaw's own answers)
 // through POST /tools/invoke.
 func TestResultsConformance(t *testing.T) {
@@ -248,6 +258,18 @@ func TestResultsConformance(t *testing.T) {
 					r.pty = true
 				}
 				r.settle(c.Args, c.Result)
+				if a, _ := c.Args["action"].(string); a == "kill" || a == "remove" {
+					// The generator let the program print what a later
+					// poll shows before it killed it.
+					for _, later := range sc.Calls[i+1:] {
+						if later.Result != nil && later.Args["sessionId"] == c.Args["sessionId"] {
+							if agg, _ := later.Result.Details["aggregated"].(string); agg != "" {
+								r.waitOutput(r.sids[c.Args["sessionId"].(string)], agg)
+							}
+							break
+						}
+					}
+				}
 				got := tg.invokeRaw(c.Tool, args, r.key)
 				where := fmt.Sprintf("call %d %s %v", i, c.Tool, c.Args)
 				if c.Error != "" {
