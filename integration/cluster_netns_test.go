@@ -29,6 +29,7 @@ func TestClusterNetns(t *testing.T) {
 
 	t.Run("Smoke", func(t *testing.T) { clSmoke(t, c) })
 	t.Run("NATSServerKilled", func(t *testing.T) { clServerKill(t, c) })
+	t.Run("NodeLinkCut", func(t *testing.T) { clLinkCut(t, c) })
 }
 
 // clSmoke: a foreground and a background command on each node through
@@ -134,5 +135,94 @@ func clServerKill(t *testing.T, c *clCluster) {
 	}
 	for _, name := range clNodeNames {
 		c.waitNode(c.node(name).ident.NodeID, "connected", "paired", 30*time.Second)
+	}
+}
+
+// clLinkCut takes node-b off the network for longer than the presence
+// TTL (three heartbeats) and brings it back. Meanwhile the gateway lists
+// it unreachable, calls for it and its sessions fail at once with a
+// retryable error, its sessions stay listed, node-a keeps working. After
+// the link returns: the node is connected again, a session that ended
+// during the cut and one still running are both intact, and every exit
+// event arrives once.
+func clLinkCut(t *testing.T, c *clCluster) {
+	c.use(t)
+	const key = "agent:linkcut:main"
+	a, b := c.node("node-a"), c.node("node-b")
+	start := func(node *clNode, cmd string) string {
+		r := c.mustCall(key, "exec", map[string]any{"command": cmd, "host": "node", "node": node.name, "background": true, "yieldMs": 10})
+		if r.Status() != protocol.StatusRunning {
+			t.Fatalf("start on %s: %s %q", node.name, r.Status(), r.Text())
+		}
+		return r.SessionID()
+	}
+	aID := start(a, "echo a-start; sleep 2; echo a-done")
+	bShort := start(b, "echo b-short-start; sleep 1.5; echo b-short-done") // ends during the cut
+	bLong := start(b, "echo b-long-start; sleep 9; echo b-long-done")      // outlives the cut
+	clCheckFor(t, "first output of node-b's sessions", 10*time.Second, 100*time.Millisecond, func() error {
+		for _, id := range []string{bShort, bLong} {
+			log := c.mustCall(key, "process", map[string]any{"action": "log", "sessionId": id}).Text()
+			if !strings.Contains(log, "-start") {
+				return fmt.Errorf("%s: %q", id, log)
+			}
+		}
+		return nil
+	})
+
+	cutAt := time.Now()
+	b.host.cut()
+	restored := false
+	defer func() {
+		if !restored {
+			b.host.restore()
+		}
+	}()
+	ttl := 3 * clHeartbeat
+	c.waitNode(b.ident.NodeID, "unreachable", "paired", ttl+10*time.Second)
+	t.Logf("node-b unreachable %s after the cut (presence TTL %s)", time.Since(cutAt).Round(time.Millisecond), ttl)
+
+	failFast := func(what string, r clResp, took time.Duration) {
+		t.Helper()
+		if r.Status != 503 || r.Error == nil || !r.Error.Retryable || !strings.Contains(r.Error.Message, "unreachable") {
+			t.Fatalf("%s while node-b is cut off: %d %s", what, r.Status, r.Raw)
+		}
+		if took > time.Second {
+			t.Fatalf("%s while node-b is cut off took %s: not fail-fast", what, took)
+		}
+	}
+	t0 := time.Now()
+	r := c.call(key, "process", map[string]any{"action": "poll", "sessionId": bLong, "timeout": 2000})
+	failFast("poll", r, time.Since(t0))
+	t0 = time.Now()
+	r = c.call(key, "exec", map[string]any{"command": "echo never", "host": "node", "node": b.name})
+	failFast("exec", r, time.Since(t0))
+	list := c.listSessions(key)
+	for _, id := range []string{aID, bShort, bLong} {
+		if _, ok := list[id]; !ok {
+			t.Fatalf("session %s not listed while node-b is cut off: %v", id, list)
+		}
+	}
+	if res := c.mustCall(key, "exec", map[string]any{"command": "echo a-still-works", "host": "node", "node": a.name}); !strings.Contains(res.Text(), "a-still-works") {
+		t.Fatalf("node-a during node-b's outage: %q", res.Text())
+	}
+
+	// The outage lasts long enough for node-b's short command to end
+	// while it is cut off (its exit event must wait for the link). This
+	// is the length of the fault, not a wait for a condition.
+	time.Sleep(time.Until(cutAt.Add(max(4*time.Second, 2*ttl))))
+	b.host.restore()
+	restored = true
+	c.waitNode(b.ident.NodeID, "connected", "paired", 60*time.Second)
+	t.Logf("node-b connected again %s after the cut", time.Since(cutAt).Round(time.Millisecond))
+
+	p := c.mustCall(key, "process", map[string]any{"action": "log", "sessionId": bLong})
+	if !strings.Contains(p.Text(), "b-long-start") {
+		t.Fatalf("node-b's running session after the outage: %q", p.Text())
+	}
+	c.collectExitEvents(key, map[string]string{aID: "a-done", bShort: "b-short-done", bLong: "b-long-done"}, 30*time.Second, 2*time.Second)
+	for id, want := range map[string]string{bShort: "b-short-start\nb-short-done", bLong: "b-long-start\nb-long-done"} {
+		if log := c.mustCall(key, "process", map[string]any{"action": "log", "sessionId": id}).Text(); !strings.Contains(log, want) {
+			t.Fatalf("log of %s after the outage: %q", id, log)
+		}
 	}
 }
