@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +184,29 @@ func TestE2ESessionDefaultsAndAdmin(t *testing.T) {
 	}
 	if r := runCLI(t, env, "", "admin", "blockers"); r.code != 0 {
 		t.Errorf("blockers: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// TestE2EFollow: `exec --follow` streams a command's output until it exits
+// and takes its exit status; `process poll --follow` tails a background
+// session the same way.
+func TestE2EFollow(t *testing.T) {
+	t.Parallel()
+	env := startGateway(t, nil)
+	r := runCLI(t, env, "", "exec", "--follow", "--", "sh", "-c", "echo first; sleep 0.3; echo second; exit 4")
+	if r.code != 4 || !strings.Contains(r.stdout, "first\n") || !strings.Contains(r.stdout, "second\n") || !strings.Contains(r.stdout, "Process exited with code 4.") {
+		t.Fatalf("exec --follow: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, env, "", "exec", "--background", "--", "sh", "-c", "sleep 0.2; echo tailed")
+	sid := regexp.MustCompile(`session ([a-z0-9-]+),`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || sid == nil {
+		t.Fatalf("background: %d %q", r.code, r.stdout)
+	}
+	r = runCLI(t, env, "", "process", "poll", sid[1], "--follow")
+	if r.code != 0 || !strings.Contains(r.stdout, "tailed") || !strings.Contains(r.stdout, "Process exited with code 0.") {
+		t.Fatalf("poll --follow: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, env, "", "process", "log", sid[1], "--follow"); r.code != 2 {
+		t.Fatalf("--follow on log: exit %d", r.code)
 	}
 }

@@ -123,6 +123,7 @@ func runExec(ctx context.Context, c *cli, args []string) error {
 	security := fs.String("security", "", "tighten security: `deny|allowlist|full`")
 	ask := fs.String("ask", "", "tighten approvals: `off|on-miss|always`")
 	node := fs.String("node", "", "target node `id or name` (host=node)")
+	follow := fs.Bool("follow", false, "stream the output live until the command exits (the default on a terminal)")
 	words, err := c.parseFlags(fs, synopsis, args, false)
 	if err != nil {
 		return err
@@ -167,8 +168,30 @@ func runExec(ctx context.Context, c *cli, args []string) error {
 		a.Elevated = elevated
 	}
 
+	// Live output: start in the background almost at once and tail the
+	// session, instead of waiting silently for the yield window.
+	live := !f.json && !*background && !isSet(fs, "yield-ms") && (*follow || (!isSet(fs, "follow") && isTerminal(c.stdout)))
+	if live {
+		y := float64(10)
+		a.YieldMs = &y
+	}
 	data, ans, err := cl.invokeTool(ctx, protocol.ToolExec, a, f.sessionKey)
+	if live && err == nil && ans.Result.Status() == protocol.StatusRunning {
+		res, err := c.follow(ctx, cl, f.sessionKey, ans.Result.SessionID())
+		if err != nil {
+			return err
+		}
+		return c.exitFor(res, execExitCode)
+	}
 	return c.finishTool(f.json, data, ans, err, execExitCode)
+}
+
+// exitFor turns a result into the command's exit status.
+func (c *cli) exitFor(res protocol.Result, code func(protocol.Result) int) error {
+	if n := code(res); n != exitOK {
+		return &exitError{code: n}
+	}
+	return nil
 }
 
 // finishTool prints a tool answer (the raw JSON with --json, else the
@@ -277,6 +300,7 @@ func runProcess(ctx context.Context, c *cli, args []string) error {
 	offset := fs.Int("offset", 0, "log: first `line` to show")
 	limit := fs.Int("limit", 0, "log: how many `lines` to show")
 	timeout := fs.Int("timeout", 0, "poll: wait up to this many `ms` for output or exit (at most 30000)")
+	follow := fs.Bool("follow", false, "poll: tail the session until it exits")
 	pos, err := c.parseFlags(fs, synopsis, args, true)
 	if err != nil {
 		return err
@@ -330,6 +354,16 @@ func runProcess(ctx context.Context, c *cli, args []string) error {
 		*n.dst = n.val
 	}
 
+	if *follow {
+		if action != "poll" {
+			return usageErrorf("process %s: --follow is for poll", action)
+		}
+		res, err := c.follow(ctx, cl, f.sessionKey, sessionID)
+		if err != nil {
+			return err
+		}
+		return c.exitFor(res, execExitCode)
+	}
 	dataOut, ans, err := cl.invokeTool(ctx, protocol.ToolProcess, a, f.sessionKey)
 	return c.finishTool(f.json, dataOut, ans, err, processExitCode)
 }
