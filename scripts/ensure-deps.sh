@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what the tests and `make run` need beyond Go modules:
-# bubblewrap (sandbox tests) and iproute2 (multi-host namespace tests).
+# bubblewrap (sandbox tests), iproute2 (multi-host namespace tests),
+# chromium (the control page's browser test) and openssl (test CA).
 # Debian/Ubuntu only; without root it says what is missing and goes on.
 set -u
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "ensure-deps: installing ${missing[*]}" >&2
