@@ -799,3 +799,23 @@ func (c *clCluster) waitStreamsCurrent(total time.Duration) {
 		})
 	}
 }
+
+// streamMsgs returns the number of messages in stream.
+func (c *clCluster) streamMsgs(js jetstream.JetStream, stream string) uint64 {
+	c.t.Helper()
+	st, err := js.Stream(clCtx(c.t, 10*time.Second), stream)
+	if err != nil {
+		c.t.Fatalf("stream %s: %v", stream, err)
+	}
+	return st.CachedInfo().State.Msgs
+}
+
+// streamLastSeq returns the last sequence number of stream.
+func (c *clCluster) streamLastSeq(js jetstream.JetStream, stream string) uint64 {
+	c.t.Helper()
+	st, err := js.Stream(clCtx(c.t, 10*time.Second), stream)
+	if err != nil {
+		c.t.Fatalf("stream %s: %v", stream, err)
+	}
+	return st.CachedInfo().State.LastSeq
+}
