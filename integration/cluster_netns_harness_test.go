@@ -819,3 +819,19 @@ func (c *clCluster) streamLastSeq(js jetstream.JetStream, stream string) uint64 
 	}
 	return st.CachedInfo().State.LastSeq
 }
+
+// killOrphans SIGKILLs the processes of machine h whose command line
+// contains marker (the sessions a SIGKILLed node agent left behind).
+func (c *clCluster) killOrphans(h *clHost, marker string) {
+	out, _ := exec.Command("ip", "netns", "pids", h.ns).Output()
+	for _, f := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && strings.Contains(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})), marker) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}

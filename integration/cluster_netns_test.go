@@ -34,6 +34,7 @@ func TestClusterNetns(t *testing.T) {
 	t.Run("NodeLinkCut", func(t *testing.T) { clLinkCut(t, c) })
 	t.Run("GatewayKilled", func(t *testing.T) { clGatewayKill(t, c) })
 	t.Run("GatewayKilledWithQueuedEvent", func(t *testing.T) { clGatewayKillQueued(t, c) })
+	t.Run("NodeAgentKilled", func(t *testing.T) { clNodeKill(t, c) })
 }
 
 // clSmoke: a foreground and a background command on each node through
@@ -324,4 +325,72 @@ func clGatewayKillQueued(t *testing.T, c *clCluster) {
 	if len(got) != 1 || !strings.Contains(got[0].Text, "queued-done") {
 		t.Fatalf("events after the restart: %+v", got)
 	}
+}
+
+// clNodeKill kills node-a's agent with SIGKILL while three of its
+// sessions run. Until it is back, calls for them fail at once with a
+// retryable error and they stay listed; the restarted agent (a new
+// instance, same key) does not have them, and the gateway reports them
+// lost — in poll and in list — rather than dropping them. node-b is
+// unaffected throughout.
+func clNodeKill(t *testing.T, c *clCluster) {
+	c.use(t)
+	const key = "agent:nodekill:main"
+	a := c.node("node-a")
+	var ids []string
+	for i := range 3 {
+		r := c.mustCall(key, "exec", map[string]any{"command": fmt.Sprintf("echo nk-%d-start; sleep 60", i), "host": "node", "node": a.name, "background": true})
+		ids = append(ids, r.SessionID())
+	}
+	bID := c.mustCall(key, "exec", map[string]any{"command": "sleep 1; echo nk-b-done", "host": "node", "node": "node-b", "background": true}).SessionID()
+
+	a.proc.kill(t)
+	clCheckFor(t, "fail-fast poll of a session of the killed node", 10*time.Second, 100*time.Millisecond, func() error {
+		t0 := time.Now()
+		r := c.call(key, "process", map[string]any{"action": "poll", "sessionId": ids[0], "timeout": 2000})
+		if took := time.Since(t0); took > time.Second {
+			t.Fatalf("poll of a dead node's session took %s: not fail-fast", took)
+		}
+		if r.Status != 503 || r.Error == nil || !r.Error.Retryable {
+			return fmt.Errorf("poll: %d %s", r.Status, r.Raw)
+		}
+		return nil
+	})
+	c.waitNode(a.ident.NodeID, "unreachable", "paired", 10*time.Second)
+	list := c.listSessions(key)
+	for _, id := range ids {
+		if _, ok := list[id]; !ok {
+			t.Fatalf("session %s of the killed node not listed: %v", id, list)
+		}
+	}
+	c.collectExitEvents(key, map[string]string{bID: "nk-b-done"}, 20*time.Second, 0)
+
+	a.proc.start(t)
+	c.waitNode(a.ident.NodeID, "connected", "paired", 30*time.Second)
+	clCheckFor(t, "sessions of the killed node reported lost", 20*time.Second, 200*time.Millisecond, func() error {
+		for _, id := range ids {
+			p := c.mustCall(key, "process", map[string]any{"action": "poll", "sessionId": id})
+			if p.Status() != protocol.StatusFailed || p.Details["lost"] != true || !strings.Contains(p.Text(), "lost") {
+				return fmt.Errorf("poll %s: %s %q %v", id, p.Status(), p.Text(), p.Details)
+			}
+		}
+		return nil
+	})
+	list = c.listSessions(key)
+	for _, id := range ids {
+		if d, ok := list[id]; !ok || d["status"] != "lost" {
+			t.Fatalf("list after the node's restart: %s is %v", id, d)
+		}
+	}
+	if r := c.mustCall(key, "exec", map[string]any{"command": "echo a-is-back", "host": "node", "node": a.name}); !strings.Contains(r.Text(), "a-is-back") {
+		t.Fatalf("exec on the restarted node: %q", r.Text())
+	}
+	for _, id := range ids {
+		if r := c.mustCall(key, "process", map[string]any{"action": "remove", "sessionId": id}); !strings.Contains(r.Text(), id) {
+			t.Fatalf("remove lost session %s: %q", id, r.Text())
+		}
+	}
+	// The killed agent's commands were orphaned in node-a's machine
+	// (nothing adopts them); end them so they do not load later tests.
+	c.killOrphans(a.host, "sleep 60")
 }
