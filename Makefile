@@ -28,8 +28,23 @@ test: deps
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
+# `make bench`: DESIGN.md §6's figures, each a ratio against a baseline
+# measured in the same run, printed as a table and written to
+# bench/results.json (see bench/README.md). Not part of `make test`.
+# BENCHFLAGS passes flags: BENCHFLAGS=-quick, BENCHFLAGS="-sessions 2000".
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./session/ ./protocol/ ./approvals/
+	$(GO) build ./...
+	$(GO) build -o bin/execmesh-bench ./bench
+	./bin/execmesh-bench -execmesh $(BIN) $(BENCHFLAGS)
+
+# `make bench-openclaw` (optional, not in CI): installs openclaw@2026.9.6 and
+# Node.js 26 from the npm registry into OPENCLAW_DIR (default
+# ~/.cache/openclaw-oracle) and runs the same workloads on both.
+.PHONY: bench-openclaw
+bench-openclaw: build
+	./bench/openclaw/setup.sh "$(or $(OPENCLAW_DIR),$(HOME)/.cache/openclaw-oracle)"
+	$(GO) build -o bin/execmesh-bench ./bench
+	./bin/execmesh-bench -execmesh $(BIN) -only openclaw -openclaw-dir "$(or $(OPENCLAW_DIR),$(HOME)/.cache/openclaw-oracle)" -out bench/results-openclaw.json $(BENCHFLAGS)
 
 lint:
 	$(GO) vet $(PKGS)

@@ -1,0 +1,387 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/nats-io/nats.go"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/gateway"
+)
+
+// benchShell is the shell of every command in every path (gateway, nodes
+// and the bare baselines), so that both sides of a ratio run the same
+// program.
+const benchShell = "/bin/sh"
+
+// nodeStopTimeout bounds the graceful stop of a node agent: it ends every
+// session's process tree (SIGTERM, grace, SIGKILL) before it exits.
+const nodeStopTimeout = 45 * time.Second
+
+// cluster is what a benchmark run starts: an embedded NATS server, an
+// in-process gateway served over real HTTP on loopback, and node agents
+// run as separate `execmesh node` processes. close undoes all of it.
+type cluster struct {
+	log     *slog.Logger
+	dir     string // temporary root; removed by close
+	workdir string // cwd of every command
+	env     []string
+	bin     string // the execmesh binary, for `execmesh node`
+
+	srv  *bus.Server
+	nc   *nats.Conn
+	gw   *gateway.Gateway
+	http *http.Server
+	url  string
+
+	mu    sync.Mutex
+	nodes []*nodeProc
+}
+
+// nodeProc is one running `execmesh node`.
+type nodeProc struct {
+	name   string
+	id     string
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when the process was waited for
+	errMu  sync.Mutex
+	stderr strings.Builder // last lines of the agent's log, for errors
+}
+
+// startCluster starts NATS and the gateway. Nodes are added with addNode.
+func startCluster(ctx context.Context, log *slog.Logger, bin string) (c *cluster, err error) {
+	dir, err := os.MkdirTemp("", "execmesh-bench-")
+	if err != nil {
+		return nil, err
+	}
+	c = &cluster{log: log, dir: dir, bin: bin}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err = multierror.Append(err, c.close(cctx)).ErrorOrNil()
+			c = nil
+		}
+	}()
+	c.workdir = filepath.Join(dir, "work")
+	home := filepath.Join(dir, "home")
+	for _, d := range []string{c.workdir, home} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return c, err
+		}
+	}
+	c.env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "SHELL=" + benchShell, "LANG=C"}
+
+	c.srv, err = bus.StartServer(ctx, bus.ServerConfig{
+		Listen:    "127.0.0.1:-1",
+		StoreDir:  filepath.Join(dir, "nats"),
+		JetStream: true,
+	})
+	if err != nil {
+		return c, fmt.Errorf("embedded NATS: %w", err)
+	}
+	c.nc, err = bus.Connect(ctx, bus.ClientConfig{Name: "execmesh-bench-gateway", InProcess: c.srv}, nil)
+	if err != nil {
+		return c, fmt.Errorf("NATS connect: %w", err)
+	}
+
+	cfg := gateway.DefaultConfig()
+	cfg.StateDir = filepath.Join(dir, "gateway")
+	// Commands run without approvals, as on a trusted single-user
+	// machine (README): the benchmark measures the exec path itself.
+	cfg.Tools.Exec.Security = "full"
+	cfg.Tools.Exec.Ask = "off"
+	cfg.Gateway.Listen = "127.0.0.1:0"
+	c.gw, err = gateway.New(ctx, cfg, gateway.Options{
+		Cwd:     c.workdir,
+		Environ: c.env,
+		Getenv:  func(string) string { return "" },
+	})
+	if err != nil {
+		return c, fmt.Errorf("gateway: %w", err)
+	}
+	if err := c.gw.ServeNATS(c.nc, cfg.NATS.Prefix); err != nil {
+		return c, fmt.Errorf("gateway NATS API: %w", err)
+	}
+	if err := c.gw.SetEmbeddedServer(c.srv); err != nil {
+		return c, fmt.Errorf("gateway embedded server: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return c, err
+	}
+	c.url = "http://" + ln.Addr().String()
+	c.http = &http.Server{
+		Handler:           c.gw.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := c.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "err", err)
+		}
+	}()
+	return c, nil
+}
+
+var nodeIDLine = regexp.MustCompile(`execmesh node: id (\S+),`)
+
+// addNode starts `execmesh node` as a separate process, approves it on the
+// gateway and waits until it runs commands.
+func (c *cluster) addNode(ctx context.Context, name string) (*nodeProc, error) {
+	state := filepath.Join(c.dir, "node-"+name)
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(c.bin, "node",
+		"--nats-url", c.srv.ClientURL(),
+		"--name", name,
+		"--state-dir", state,
+		"--workdir", c.workdir,
+		"--heartbeat", "1s",
+		"--log-level", "warn")
+	cmd.Env = c.env
+	cmd.Dir = c.workdir
+	// Its own process group: a Ctrl-C at the terminal reaches only the
+	// benchmark, which then stops the agent in order. Pdeathsig is a
+	// backstop for a benchmark that dies without cleaning up.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	n := &nodeProc{name: name, cmd: cmd, done: make(chan struct{})}
+	cmd.Stderr = &tailWriter{n: n}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s node: %w", c.bin, err)
+	}
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
+	idc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sent := false
+		for sc.Scan() {
+			if m := nodeIDLine.FindStringSubmatch(sc.Text()); m != nil && !sent {
+				idc <- m[1]
+				sent = true
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+		if !sent {
+			close(idc)
+		}
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(n.done)
+	}()
+
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	select {
+	case id, ok := <-idc:
+		if !ok {
+			return nil, fmt.Errorf("node %s exited before printing its id: %s", name, n.log())
+		}
+		n.id = id
+	case <-wctx.Done():
+		return nil, fmt.Errorf("node %s: no id printed: %w: %s", name, wctx.Err(), n.log())
+	}
+	if err := c.gw.ApproveNode(n.id); err != nil {
+		return nil, fmt.Errorf("approve node %s: %w", name, err)
+	}
+	// The node learns of its pairing asynchronously; probe until a
+	// command runs there.
+	cl := newClient(c.url, 1)
+	body := execBody("echo ready", "node", n.id, false)
+	var last string
+	for {
+		r, err := cl.invoke(wctx, body)
+		if err == nil && r.status() == "completed" {
+			return n, nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = r.describe()
+		}
+		select {
+		case <-wctx.Done():
+			return nil, fmt.Errorf("node %s never ran a command: %s; agent log: %s", name, last, n.log())
+		case <-n.done:
+			return nil, fmt.Errorf("node %s exited: %s", name, n.log())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// pid returns the node agent's process id.
+func (n *nodeProc) pid() int { return n.cmd.Process.Pid }
+
+func (n *nodeProc) log() string {
+	n.errMu.Lock()
+	defer n.errMu.Unlock()
+	s := strings.TrimSpace(n.stderr.String())
+	if s == "" {
+		return "(no log output)"
+	}
+	return s
+}
+
+// stop ends the agent gracefully (SIGTERM: it ends its sessions' process
+// trees and drains NATS), then with SIGKILL after nodeStopTimeout.
+func (n *nodeProc) stop() error {
+	select {
+	case <-n.done:
+		return nil
+	default:
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(nodeStopTimeout)
+	defer t.Stop()
+	select {
+	case <-n.done:
+		return nil
+	case <-t.C:
+		_ = n.cmd.Process.Kill()
+		<-n.done
+		return fmt.Errorf("node %s did not stop within %v; killed", n.name, nodeStopTimeout)
+	}
+}
+
+// removeNode stops a node agent and forgets it.
+func (c *cluster) removeNode(n *nodeProc) error {
+	err := n.stop()
+	c.mu.Lock()
+	for i, x := range c.nodes {
+		if x == n {
+			c.nodes = append(c.nodes[:i], c.nodes[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+	return err
+}
+
+// tailWriter keeps the last few KB of a node's log.
+type tailWriter struct{ n *nodeProc }
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.n.errMu.Lock()
+	defer w.n.errMu.Unlock()
+	w.n.stderr.Write(p)
+	if s := w.n.stderr.String(); len(s) > 8192 {
+		w.n.stderr.Reset()
+		w.n.stderr.WriteString(s[len(s)-4096:])
+	}
+	return len(p), nil
+}
+
+// close stops everything in reverse start order: node agents (which end
+// their sessions), HTTP, the gateway (which ends gateway-host sessions),
+// NATS; then it ends any process re-parented to us and removes the
+// temporary directory. It keeps going after errors and returns them all.
+func (c *cluster) close(ctx context.Context) error {
+	var errs *multierror.Error
+	c.mu.Lock()
+	nodes := c.nodes
+	c.nodes = nil
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	for _, n := range nodes {
+		wg.Go(func() {
+			if err := n.stop(); err != nil {
+				emu.Lock()
+				errs = multierror.Append(errs, err)
+				emu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if c.http != nil {
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := c.http.Shutdown(hctx); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+		cancel()
+	}
+	if c.gw != nil {
+		if err := c.gw.CloseNodes(ctx); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("gateway nodes: %w", err))
+		}
+		if err := c.gw.Close(ctx); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("gateway: %w", err))
+		}
+	}
+	if c.nc != nil {
+		c.nc.Close()
+	}
+	if c.srv != nil {
+		if err := c.srv.Shutdown(ctx); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("nats: %w", err))
+		}
+	}
+	if n := killOrphans(); n > 0 {
+		errs = multierror.Append(errs, fmt.Errorf("%d leftover processes had to be killed", n))
+	}
+	if c.dir != "" {
+		if err := os.RemoveAll(c.dir); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
+	return errs.ErrorOrNil()
+}
+
+// killOrphans kills and reaps every remaining child of this process. The
+// session core makes the process a child subreaper, so a command whose
+// node agent died is re-parented here; by the time close calls this, every
+// agent and the gateway have stopped, so any child left is a leftover.
+func killOrphans() int {
+	n := 0
+	for _, pid := range childPIDs() {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			n++
+		}
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, 0, nil)
+	}
+	return n
+}
+
+// childPIDs lists this process's children (/proc/self/task/*/children).
+func childPIDs() []int {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}

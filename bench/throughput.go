@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// toolBackground starts command in the background through the HTTP API
+// and polls it to completion; the time runs from the exec call to the
+// poll that reports the exit. The finished session is removed afterwards
+// (outside the timed region) so that retained output does not pile up.
+func toolBackground(cl *client, command, host, node string, pty bool, pollEvery time.Duration) func(ctx context.Context) (time.Duration, error) {
+	var extra []any
+	if pty {
+		extra = append(extra, "pty", true)
+	}
+	body := execBody(command, host, node, true, extra...)
+	return func(ctx context.Context) (time.Duration, error) {
+		t0 := time.Now()
+		a, err := cl.invoke(ctx, body)
+		if err != nil {
+			return 0, err
+		}
+		id := a.Result.Details.SessionID
+		if a.status() != "running" || id == "" {
+			return 0, fmt.Errorf("background exec on %s: %s", host, a.describe())
+		}
+		poll := processBody("poll", id)
+		for {
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(pollEvery):
+			}
+			a, err := cl.invoke(ctx, poll)
+			if err != nil {
+				return 0, err
+			}
+			switch a.status() {
+			case "running":
+				continue
+			case "completed":
+				d := time.Since(t0)
+				if ec := a.Result.Details.ExitCode; ec != nil && *ec != 0 {
+					return d, fmt.Errorf("%q on %s exited with %d", command, host, *ec)
+				}
+				if _, err := cl.invoke(ctx, processBody("remove", id)); err != nil {
+					return d, err
+				}
+				return d, nil
+			default:
+				return 0, fmt.Errorf("poll %s on %s: %s", id, host, a.describe())
+			}
+		}
+	}
+}
+
+// countWriter counts what it is given. As cmd.Stdout it makes os/exec
+// create a pipe and copy from it: the least a Go reader of the output
+// must do.
+type countWriter struct{ n int64 }
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// barePipe runs command with its stdout read through a pipe by Go and
+// discarded.
+func (c *cluster) barePipe(command string, want int64) func(ctx context.Context) (time.Duration, error) {
+	return func(ctx context.Context) (time.Duration, error) {
+		cmd := exec.Command(benchShell, "-c", command)
+		cmd.Env = c.env
+		cmd.Dir = c.workdir
+		var w countWriter
+		cmd.Stdout = &w
+		t0 := time.Now()
+		err := cmd.Run()
+		d := time.Since(t0)
+		if err == nil && w.n != want {
+			err = fmt.Errorf("read %d bytes, want %d", w.n, want)
+		}
+		return d, err
+	}
+}
+
+// benchThroughput: a command writing a lot to stdout, run through exec in
+// the background and polled to completion, against the same command
+// writing to /dev/null (section 2).
+func benchThroughput(ctx context.Context, c *cluster, node *nodeProc, o *options, res *results) error {
+	cl := newClient(c.url, 2)
+	n := o.tputBytes
+	zero := fmt.Sprintf("head -c %d /dev/zero", n)
+	text := fmt.Sprintf("yes 'the quick brown fox jumps over the lazy dog' | head -c %d", n)
+	probes := []probe{
+		{"/dev/null", c.bareExec(zero + " > /dev/null")},
+		{"pipe", c.barePipe(zero, n)},
+		{"gateway", toolBackground(cl, zero, "gateway", "", false, o.pollEvery)},
+		{"node", toolBackground(cl, zero, "node", node.id, false, o.pollEvery)},
+		{"gateway pty", toolBackground(cl, zero, "gateway", "", true, o.pollEvery)},
+		{"text /dev/null", c.bareExec(text + " > /dev/null")},
+		{"text gateway", toolBackground(cl, text, "gateway", "", false, o.pollEvery)},
+	}
+	secs := make([][]float64, len(probes))
+	for r := 0; r < o.runs; r++ {
+		ds, err := interleave(ctx, probes, 1, 1)
+		if err != nil {
+			return err
+		}
+		var parts []string
+		for i, d := range ds {
+			secs[i] = append(secs[i], d[0].Seconds())
+			parts = append(parts, fmt.Sprintf("%s %.2fs", probes[i].name, d[0].Seconds()))
+		}
+		o.progress("throughput run %d/%d: %s", r+1, o.runs, strings.Join(parts, ", "))
+	}
+	size := fmt.Sprintf("%s of NUL bytes", humanBytes(n))
+	note := fmt.Sprintf("`%s`, background exec polled every %v until it exits; NUL bytes are shown to agents as \\x00 (4 chars each)", zero, o.pollEvery)
+	add := func(i int, fig string, base int, baseName, target, note string) {
+		f := figure{
+			Section: "throughput", Figure: fig,
+			Value: median(secs[i]), Unit: "s", Baseline: median(secs[base]), BaselineName: baseName, Note: note,
+		}
+		if target != "" {
+			f.Target = target
+		}
+		res.add(f)
+	}
+	add(1, size+", bare Go pipe reader", 0, "to /dev/null", "", "the floor: os/exec copying the pipe into a counting writer, no execmesh")
+	add(2, size+", host=gateway", 0, "to /dev/null", ratioAtMost(1.2), note)
+	add(3, size+", host=node", 0, "to /dev/null", ratioAtMost(1.2), "")
+	add(4, size+", host=gateway pty", 0, "to /dev/null", ratioAtMost(1.2), "")
+	add(6, humanBytes(n)+" of text, host=gateway", 5, "to /dev/null", ratioAtMost(1.2),
+		"`yes 'the quick brown fox…' | head -c N`: printable text, the sanitizer's fast path")
+	return nil
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1_000_000_000 && n%1_000_000_000 == 0:
+		return fmt.Sprintf("%d GB", n/1_000_000_000)
+	case n >= 1_000_000:
+		return fmt.Sprintf("%g MB", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%d B", n)
+}
