@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"unicode"
 	"unicode/utf8"
 )
@@ -119,6 +120,15 @@ func (z *sanitizer) write(dst, src []byte) []byte {
 				i = j
 				continue
 			}
+			// Fast path: a run of other C0 controls and DEL (NUL padding,
+			// binary output) becomes \xNN each, as ground and control
+			// would write them one by one. ESC starts a sequence.
+			if j := i + hexPrefix(src[i:]); j > i {
+				dst = appendHexEscapes(dst, src[i:j])
+				z.units += 4 * (j - i)
+				i = j
+				continue
+			}
 		}
 		c := src[i]
 		if c < utf8.RuneSelf {
@@ -188,6 +198,28 @@ func plainPrefix(b []byte) int {
 		j++
 	}
 	return j
+}
+
+// hexPrefix returns how many leading bytes of b are shown as \xNN in the
+// ground state: C0 controls other than ESC, TAB, LF and CR, and DEL.
+func hexPrefix(b []byte) int {
+	j := 0
+	for j < len(b) && (b[j] < 0x20 && b[j] != 0x1b && !plainBytes[b[j]] || b[j] == 0x7f) {
+		j++
+	}
+	return j
+}
+
+// appendHexEscapes appends \xNN (lower-case hex) for every byte of src.
+func appendHexEscapes(dst, src []byte) []byte {
+	const hex = "0123456789abcdef"
+	n := len(dst)
+	dst = slices.Grow(dst, 4*len(src))[:n+4*len(src)]
+	for i, c := range src {
+		d := dst[n+4*i : n+4*i+4]
+		d[0], d[1], d[2], d[3] = '\\', 'x', hex[c>>4], hex[c&0xF]
+	}
+	return dst
 }
 
 // passThrough reports whether src would come out unchanged (ground state,

@@ -32,10 +32,16 @@ func ExampleManager_Exec() {
 		log.Fatal(err)
 	}
 	fmt.Println(res.Status())
+	id := res.SessionID()
+	// poll waits up to Timeout ms, and returns early when output arrives.
 	wait := int(5 * time.Second / time.Millisecond)
-	poll := m.Process(ctx, "agent:main:main", protocol.ProcessArgs{Action: "poll", SessionID: res.SessionID(), Timeout: &wait})
+	poll := m.Process(ctx, "agent:main:main", protocol.ProcessArgs{Action: "poll", SessionID: id, Timeout: &wait})
+	for poll.Status() == "running" {
+		poll = m.Process(ctx, "agent:main:main", protocol.ProcessArgs{Action: "poll", SessionID: id, Timeout: &wait})
+	}
 	fmt.Println(poll.Status())
-	fmt.Println(poll.Text())
+	logRes := m.Process(ctx, "agent:main:main", protocol.ProcessArgs{Action: "log", SessionID: id})
+	fmt.Println(logRes.Text())
 	// Output:
 	// completed
 	// hello
@@ -44,6 +50,4 @@ func ExampleManager_Exec() {
 	// running
 	// completed
 	// done
-	//
-	// Process exited with code 0.
 }

@@ -88,7 +88,7 @@ const (
 	// pollSettle is how long a waiting poll that got new output lingers
 	// for the exit, so that "print, then exit" is one terminal answer, as
 	// OpenClaw's 250 ms poll steps make it.
-	pollSettle          = 100 * time.Millisecond
+	pollSettle          = 250 * time.Millisecond
 	defaultLogTailLines = 200 // log window when neither offset nor limit is given
 )
 

@@ -61,10 +61,10 @@ func TestTTLExpiry(t *testing.T) {
 	m := newManager(t, nil)
 	// JobTTL cannot be configured below a minute; tests shorten it here,
 	// before any session exists.
-	m.cfg.JobTTL = 300 * time.Millisecond
+	m.cfg.JobTTL = 2 * time.Second
 	first := startBackground(t, m, ExecRequest{Command: "true"})
 	waitExited(t, m, first)
-	second := startBackground(t, m, ExecRequest{Command: "sleep 0.3"})
+	second := startBackground(t, m, ExecRequest{Command: "sleep 0.5"})
 	waitExited(t, m, second)
 	if !m.Has("", second) {
 		t.Fatalf("session dropped at exit")
