@@ -51,6 +51,7 @@ type options struct {
 	pollEvery    time.Duration
 	sessions     int
 	scaleConc    int
+	killWait     time.Duration
 	faninCallers int
 	faninDur     time.Duration
 	goBenchtime  string
@@ -205,6 +206,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.pollEvery, "poll-interval", 20*time.Millisecond, "pause between process polls while waiting for a background command")
 	fs.IntVar(&o.sessions, "sessions", 10000, "background sessions started on one node agent (scale)")
 	fs.IntVar(&o.scaleConc, "scale-concurrency", 8, "concurrent callers starting and killing sessions (scale)")
+	fs.DurationVar(&o.killWait, "kill-wait", 2*time.Minute, "how long the killed sessions' processes may take to disappear (scale)")
 	fs.IntVar(&o.faninCallers, "fanin-callers", 50, "concurrent callers (fan-in)")
 	fs.DurationVar(&o.faninDur, "fanin-duration", 20*time.Second, "duration of the fan-in load")
 	fs.StringVar(&o.goBenchtime, "go-benchtime", "1s", "-benchtime of the Go micro-benchmarks")
