@@ -186,6 +186,7 @@ type nodeRouter struct {
 	closed     chan struct{}
 	closeErr   error
 	discovered chan struct{} // closed once the start-up discovery is done
+	gate       *reloadGate   // node requests vs. reloads of the server's users
 
 	mu        sync.Mutex // guards everything below
 	opts      NodeOptions
@@ -194,6 +195,7 @@ type nodeRouter struct {
 	consumer  jetstream.ConsumeContext
 	nodes     map[string]*nodeEntry
 	index     map[string]map[string]*remoteSession // sessionKey → visible id → session
+	indexSeq  uint64                               // last remoteSession.seq
 	server    *bus.Server
 	invites   map[string]*nodeInvite // by secretKey(secret)
 	delivered map[string]time.Time   // exit-event ids already queued
@@ -231,6 +233,7 @@ func (g *Gateway) attachNodes(ctx context.Context, nc *nats.Conn, prefix string)
 		now:        time.Now,
 		closed:     make(chan struct{}),
 		discovered: make(chan struct{}),
+		gate:       newReloadGate(),
 		opts:       nodeOptionsFromEnv(g.opts.Getenv, g.log),
 		nodes:      map[string]*nodeEntry{},
 		index:      map[string]map[string]*remoteSession{},
@@ -631,6 +634,13 @@ func (r *nodeRouter) announce(req pairRequestWire) pairReplyWire {
 	if err != nil || id != req.NodeID {
 		return pairReplyWire{Error: protocol.Errorf(protocol.ErrInvalidRequest, "pairing request: node id %q does not match public key", req.NodeID)}
 	}
+	// Any client allowed on the pairing subject can claim any key here, so
+	// an announcement only registers an unknown node as pending; the
+	// liveness and details of a known node come from its heartbeats,
+	// which NATS permissions tie to the node's own subject.
+	if n, ok := r.nodeSnapshot(id); ok {
+		return pairReplyWire{Status: n.pairing, NodeID: id}
+	}
 	r.seen(seenInfo{id: id, publicKey: req.PublicKey, name: req.Name, platform: req.Platform, version: req.Version, instance: req.Instance})
 	n, _ := r.nodeSnapshot(id)
 	return pairReplyWire{Status: n.pairing, NodeID: id}
@@ -667,12 +677,16 @@ func (r *nodeRouter) decide(ctx context.Context, id, pairing string, allowUnknow
 	}
 	// A node admitted by code loses (or regains) its NATS identity.
 	if srv != nil && stored.Joined && stored.PublicKey != "" && r.serverAuthOn(srv) {
-		var err error
-		if pairing == pairingRejected {
-			err = srv.RemoveNKeyUser(stored.PublicKey)
-		} else if u, uerr := bus.NodeUser(r.prefix, stored.PublicKey); uerr == nil {
-			err = srv.AddNKeyUser(u)
-		}
+		err := r.gate.reload(ctx, func() error {
+			if pairing == pairingRejected {
+				return srv.RemoveNKeyUser(stored.PublicKey)
+			}
+			u, err := bus.NodeUser(r.prefix, stored.PublicKey)
+			if err != nil {
+				return err
+			}
+			return srv.AddNKeyUser(u)
+		})
 		if err != nil {
 			r.log.Warn("updating the node's NATS identity", "node", id, "err", err)
 		}
@@ -699,6 +713,10 @@ func (r *nodeRouter) notifyPairing(ctx context.Context, id, pairing string) {
 	b, _ := json.Marshal(pairingNoticeWire{Status: pairing})
 	nctx, cancel := context.WithTimeout(ctx, notifyTimeout)
 	defer cancel()
+	if _, err := r.gate.enter(nctx); err != nil {
+		return
+	}
+	defer r.gate.exit()
 	if _, err := bus.RequestChunked(nctx, r.nc, r.subj.Node(id, nodeEndpointPairing), b, nil); err != nil {
 		r.log.Debug("pairing notice not delivered", "node", id, "err", err)
 	}
@@ -706,37 +724,100 @@ func (r *nodeRouter) notifyPairing(ctx context.Context, id, pairing string) {
 
 // discover asks every node service for a PING at start, so that live
 // nodes are known (and resynchronised) before their next heartbeat.
+//
+// Any client may answer $SRV.PING with any metadata, so an answer is only
+// a hint: each node id it names is probed on that node's own list
+// endpoint, which NATS permissions let only that node serve, and only the
+// probe's answer (its instance and sessions) counts.
 func (r *nodeRouter) discover(ctx context.Context) {
 	defer close(r.discovered)
+	ids := r.pingNodes(ctx)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, listConcurrency)
+	for _, id := range ids {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			r.probe(ctx, id)
+		})
+	}
+	wg.Wait()
+}
+
+// probe asks node id for its complete session list on its own subject;
+// an answer proves the node is there and which run of it answers, and
+// rebuilds its index entries when it is paired.
+func (r *nodeRouter) probe(ctx context.Context, id string) {
+	n, ok := r.nodeSnapshot(id)
+	if !ok {
+		n = nodeInfo{nodeEntry: nodeEntry{id: id}}
+	}
+	body, _ := json.Marshal(nodeListWire{All: true})
+	asOf := r.indexMark()
+	m, err := r.call(ctx, n, nodeEndpointList, body, nil, r.options().CallTimeout)
+	if err != nil {
+		r.log.Debug("discovery probe unanswered", "node", id, "err", err)
+		return
+	}
+	var reply nodeListReplyWire
+	if err := json.Unmarshal(m.Data, &reply); err != nil || reply.NodeID != id || reply.Instance == "" {
+		return
+	}
+	r.seen(seenInfo{id: id, instance: reply.Instance, sessions: len(reply.Sessions)})
+	if n, ok := r.nodeSnapshot(id); !ok || n.pairing != pairingPaired {
+		return
+	}
+	entries := map[string][]protocol.Details{}
+	for _, s := range reply.Sessions {
+		entries[s.SessionKey] = append(entries[s.SessionKey], s.Details)
+	}
+	r.reconcile(id, reply.Instance, entries, true, asOf)
+	r.mu.Lock()
+	if e := r.nodes[id]; e != nil && e.instance == reply.Instance {
+		e.synced = reply.Instance
+	}
+	r.mu.Unlock()
+}
+
+// pingNodes collects the node ids named in answers to a micro PING.
+func (r *nodeRouter) pingNodes(ctx context.Context) []string {
 	inbox := r.nc.NewRespInbox()
 	sub, err := r.nc.SubscribeSync(inbox)
 	if err != nil {
-		return
+		return nil
 	}
 	defer sub.Unsubscribe() //nolint:errcheck
 	subject, err := micro.ControlSubject(micro.PingVerb, bus.NodeServiceName, "")
 	if err != nil {
-		return
-	}
-	if err := r.nc.PublishRequest(subject, inbox, nil); err != nil {
-		return
+		return nil
 	}
 	dctx, cancel := context.WithTimeout(ctx, discoveryWait)
 	defer cancel()
+	// The answers are responses too (see reloadGate).
+	if _, err := r.gate.enter(dctx); err != nil {
+		return nil
+	}
+	defer r.gate.exit()
+	if err := r.nc.PublishRequest(subject, inbox, nil); err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var ids []string
 	for {
 		m, err := sub.NextMsgWithContext(dctx)
 		if err != nil {
-			return
+			return ids
 		}
 		var p micro.Ping
 		if json.Unmarshal(m.Data, &p) != nil {
 			continue
 		}
 		id := p.Metadata["nodeId"]
-		if protocol.ValidateNodeID(id) != nil {
+		if protocol.ValidateNodeID(id) != nil || seen[id] {
 			continue
 		}
-		r.seen(seenInfo{id: id, name: p.Metadata["name"], platform: p.Metadata["platform"], instance: p.Metadata["instance"]})
+		seen[id] = true
+		ids = append(ids, id)
 	}
 }
 
@@ -795,11 +876,16 @@ func (r *nodeRouter) sweep(ctx context.Context) {
 	for _, id := range resync {
 		r.startResync(id)
 	}
-	if srv != nil {
-		for _, user := range expired {
-			if err := srv.RemoveUser(user); err != nil {
-				r.log.Warn("removing a join code's one-time user", "err", err)
+	if srv != nil && len(expired) > 0 {
+		err := r.gate.reload(ctx, func() error {
+			var errs []error
+			for _, user := range expired {
+				errs = append(errs, srv.RemoveUser(user))
 			}
+			return errors.Join(errs...)
+		})
+		if err != nil {
+			r.log.Warn("removing expired join codes' one-time users", "err", err)
 		}
 	}
 }

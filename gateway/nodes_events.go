@@ -114,6 +114,20 @@ func (r *nodeRouter) onExitMsg(m jetstream.Msg) {
 	_, dup := r.delivered[id]
 	n := r.nodes[ev.NodeID]
 	paired := n != nil && n.pairing == pairingPaired
+	notify := ev.Notify && ev.Text != "" && ev.SessionKey != ""
+	owned := r.ownsLocked(ev.SessionKey, ev.NodeID, ev.SessionID)
+	r.mu.Unlock()
+	if !dup && paired && notify && !owned {
+		// Not in the index: the gateway restarted, or the exit overtook
+		// the exec answer. Ask the node itself, on its own subject.
+		pctx, cancel := context.WithTimeout(r.ctx, exitProbeTimeout)
+		r.probe(pctx, ev.NodeID)
+		cancel()
+		r.mu.Lock()
+		owned = r.ownsLocked(ev.SessionKey, ev.NodeID, ev.SessionID)
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
 	visible := r.visibleIDLocked(ev.SessionKey, ev.NodeID, ev.SessionID)
 	if !dup {
 		r.delivered[id] = r.now()
@@ -127,7 +141,14 @@ func (r *nodeRouter) onExitMsg(m jetstream.Msg) {
 		r.log.Debug("duplicate exit event dropped", "id", id)
 	case !paired:
 		r.log.Warn("exit event of a node that is not paired dropped", "nodeId", ev.NodeID, "sessionId", ev.SessionID)
-	case ev.Notify && ev.Text != "" && ev.SessionKey != "":
+	case !notify:
+		// A killed or removed session, a polled end, a silent success.
+	case !owned:
+		// An exit event counts only for a session the sending node runs
+		// for that sessionKey; anything else would let one node notify
+		// any agent about any session.
+		r.log.Warn("exit event for a session the node does not run dropped", "nodeId", ev.NodeID, "sessionId", ev.SessionID, "sessionKey", ev.SessionKey)
+	default:
 		r.g.emit(protocol.SystemEvent{
 			SessionKey: ev.SessionKey,
 			ContextKey: "exec:" + visible,
@@ -138,6 +159,22 @@ func (r *nodeRouter) onExitMsg(m jetstream.Msg) {
 	if err := m.Ack(); err != nil {
 		r.log.Debug("exit event ack", "id", id, "err", err)
 	}
+}
+
+// exitProbeTimeout bounds asking a node about a session its exit event
+// names, when the index does not know it.
+const exitProbeTimeout = 5 * time.Second
+
+// ownsLocked reports whether the index holds node nodeID's session
+// nodeSession under sessionKey (a lost one too: its exit may still be on
+// its way). r.mu is held.
+func (r *nodeRouter) ownsLocked(sessionKey, nodeID, nodeSession string) bool {
+	for _, rs := range r.index[sessionKey] {
+		if rs.nodeID == nodeID && rs.nodeSession == nodeSession {
+			return true
+		}
+	}
+	return false
 }
 
 // pruneDeliveredLocked halves the set of delivered ids, oldest first.

@@ -33,6 +33,9 @@ type remoteSession struct {
 	instance string
 	details  protocol.Details // last list entry seen, for lost sessions
 	lost     bool
+	// seq orders index additions: a node's list answers only for entries
+	// added before it was asked (see reconcile).
+	seq uint64
 }
 
 // errNodeTimeout marks a request whose answer did not come in time: it
@@ -55,6 +58,14 @@ func (r *nodeRouter) call(ctx context.Context, n nodeInfo, endpoint string, body
 		rctx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	defer cancel()
+	if _, err := r.gate.enter(rctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
+			Message: fmt.Sprintf("node %s: the NATS server is reloading its users; nothing was sent. Retry.", n.label())}
+	}
+	defer r.gate.exit()
 	m, err := bus.RequestChunked(rctx, r.nc, r.subj.Node(n.id, endpoint), body, hdr)
 	switch {
 	case errors.Is(err, bus.ErrUnreachable):
@@ -149,7 +160,15 @@ func (r *nodeRouter) Exec(ctx context.Context, req NodeExecRequest) (protocol.Re
 	key := newUUID()
 	hdr := nats.Header{}
 	hdr.Set(nodeHeaderIdempotencyKey, key)
+	epoch := r.gate.current()
 	m, err := r.call(ctx, n, nodeEndpointExec, body, hdr, deadline)
+	if errors.Is(err, errNodeTimeout) && r.gate.reloaded(epoch) {
+		// A reload of the server's users may have cost the answer (see
+		// reloadGate). The same key makes asking again safe: the node
+		// answers what the first start answered.
+		r.log.Info("exec answer may have been lost to a NATS reload; asking again with the same idempotency key", "node", n.id, "idempotencyKey", key)
+		m, err = r.call(ctx, n, nodeEndpointExec, body, hdr, deadline)
+	}
 	if errors.Is(err, errNodeTimeout) {
 		r.log.Warn("exec start outcome unknown", "node", n.id, "idempotencyKey", key, "err", err)
 		return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
@@ -319,7 +338,8 @@ func (r *nodeRouter) indexAddLocked(sessionKey, nodeID, instance, nodeSession st
 			return rs
 		}
 	}
-	rs := &remoteSession{sessionKey: sessionKey, nodeID: nodeID, nodeSession: nodeSession, instance: instance, details: details}
+	r.indexSeq++
+	rs := &remoteSession{sessionKey: sessionKey, nodeID: nodeID, nodeSession: nodeSession, instance: instance, details: details, seq: r.indexSeq}
 	rs.id = r.aliasLocked(sessionKey, nodeID, nodeSession)
 	scope[rs.id] = rs
 	return rs
@@ -538,6 +558,7 @@ func (r *nodeRouter) List(ctx context.Context, sessionKey string) ([]protocol.De
 	r.waitDiscovered(ctx)
 	nodes := r.allNodes()
 	timeout := r.options().CallTimeout
+	asOf := r.indexMark()
 	body, _ := json.Marshal(nodeListWire{SessionKey: sessionKey})
 	type answer struct {
 		n     nodeInfo
@@ -584,7 +605,7 @@ func (r *nodeRouter) List(ctx context.Context, sessionKey string) ([]protocol.De
 				entries[sessionKey] = append(entries[sessionKey], s.Details)
 			}
 		}
-		r.reconcile(a.n.id, a.reply.Instance, entries, false)
+		r.reconcile(a.n.id, a.reply.Instance, entries, false, asOf)
 	}
 	// Everything now in the index for this scope: fresh entries of the
 	// nodes asked, last known entries of the others, and lost sessions.
@@ -613,13 +634,22 @@ func cloneDetails(d protocol.Details) protocol.Details {
 	return out
 }
 
+// indexMark returns the sequence number of the latest index addition;
+// take it before asking a node for its list.
+func (r *nodeRouter) indexMark() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.indexSeq
+}
+
 // reconcile brings the index in line with what node nodeID (running as
 // instance) listed for the sessionKeys in entries; with all set, with
 // every sessionKey. Listed sessions are added or refreshed; indexed ones
 // it no longer lists are dropped when the same instance holds them
 // (removed or swept) and marked lost when they belonged to an earlier
-// instance (the node restarted).
-func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]protocol.Details, all bool) {
+// instance (the node restarted). Entries added after asOf (indexMark
+// before the list was asked for) are newer than the list and left alone.
+func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]protocol.Details, all bool, asOf uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	listed := map[string]map[string]bool{} // sessionKey → node session ids
@@ -646,7 +676,7 @@ func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]pro
 			continue
 		}
 		for vid, rs := range sessions {
-			if rs.nodeID != nodeID || rs.lost || listed[scope][rs.nodeSession] {
+			if rs.nodeID != nodeID || rs.lost || listed[scope][rs.nodeSession] || rs.seq > asOf {
 				continue
 			}
 			if rs.instance != "" && rs.instance != instance {
@@ -679,6 +709,7 @@ func (r *nodeRouter) resync(ctx context.Context, id string) {
 		return
 	}
 	body, _ := json.Marshal(nodeListWire{All: true})
+	asOf := r.indexMark()
 	m, err := r.call(ctx, n, nodeEndpointList, body, nil, r.options().CallTimeout)
 	if err != nil {
 		r.log.Debug("node resync failed; retrying later", "node", id, "err", err)
@@ -693,7 +724,7 @@ func (r *nodeRouter) resync(ctx context.Context, id string) {
 	for _, s := range reply.Sessions {
 		entries[s.SessionKey] = append(entries[s.SessionKey], s.Details)
 	}
-	r.reconcile(id, reply.Instance, entries, true)
+	r.reconcile(id, reply.Instance, entries, true, asOf)
 	r.mu.Lock()
 	if e := r.nodes[id]; e != nil {
 		e.synced = reply.Instance

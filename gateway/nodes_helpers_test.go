@@ -35,7 +35,7 @@ type nodeEnv struct {
 // startNodeGateway starts a gateway on srv (a fresh embedded server when
 // nil) with the node backend attached before the HTTP handler is built, as
 // the daemon wiring does. stateDir "" means a fresh one.
-func startNodeGateway(t *testing.T, srv *bus.Server, stateDir string, mutate func(*Config, *Options)) *nodeEnv {
+func startNodeGateway(t *testing.T, srv *bus.Server, stateDir string, mutate func(*Config, *Options), client ...func(*bus.ClientConfig)) *nodeEnv {
 	t.Helper()
 	if srv == nil {
 		srv = bustest.StartServer(t)
@@ -62,7 +62,11 @@ func startNodeGateway(t *testing.T, srv *bus.Server, stateDir string, mutate fun
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}
-	nc := bustest.Connect(t, srv, bus.ClientConfig{Name: "gateway"})
+	cc := bus.ClientConfig{Name: "gateway"}
+	for _, f := range client {
+		f(&cc)
+	}
+	nc := bustest.Connect(t, srv, cc)
 	if err := g.ServeNATS(nc, cfg.NATS.Prefix); err != nil {
 		t.Fatalf("ServeNATS: %v", err)
 	}

@@ -18,11 +18,6 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// joinUserGrace is how long the one-time NATS user of a redeemed code
-// lives on, so that the joining node reads the answer before the server
-// drops its connection.
-const joinUserGrace = 2 * time.Second
-
 // inviteKeep is how long an expired invite is remembered, to say
 // "expired" rather than "unknown".
 const inviteKeep = time.Hour
@@ -35,7 +30,6 @@ type nodeInvite struct {
 	expiresAt   time.Time
 	used        bool
 	usedBy      string
-	removeAt    time.Time // when the one-time user goes after a use
 	userRemoved bool
 }
 
@@ -94,11 +88,50 @@ func (g *Gateway) SetEmbeddedServer(s *bus.Server) error {
 	if added == 0 {
 		return nil
 	}
-	if err := s.ReloadUsers(users, nk); err != nil {
+	if err := r.gate.reload(r.ctx, func() error { return s.ReloadUsers(users, nk) }); err != nil {
 		return fmt.Errorf("gateway: re-admitting %d joined nodes: %w", added, err)
 	}
 	r.log.Info("joined nodes re-admitted to the embedded NATS server", "nodes", added)
 	return nil
+}
+
+// AdmitNode pairs the node holding publicKey as if it had joined by code:
+// the decision is stored (marked joined, so that a restarted embedded
+// server re-admits the key), and when the embedded server authenticates
+// clients its nkey is added with permissions confined to the node's own
+// subjects. `execmesh up` uses it for its local node when the embedded
+// server listens beyond loopback; on loopback ApproveNode is enough. Call
+// it after ServeNATS (and SetEmbeddedServer, if the key must be admitted
+// to the server right away).
+func (g *Gateway) AdmitNode(publicKey string) error {
+	r := g.router()
+	if r == nil {
+		return errNodesNotAttached
+	}
+	id, err := bus.NodeIDFromPublicKey(publicKey)
+	if err != nil {
+		return protocol.Errorf(protocol.ErrInvalidRequest, "%v", err)
+	}
+	r.mu.Lock()
+	srv := r.server
+	n := r.nodes[id]
+	if n == nil {
+		n = &nodeEntry{id: id, interval: defaultHeartbeatInterval, firstSeen: r.now()}
+		r.nodes[id] = n
+	}
+	n.publicKey, n.joined = publicKey, true
+	r.mu.Unlock()
+	if srv != nil && r.serverAuthOn(srv) {
+		u, err := bus.NodeUser(r.prefix, publicKey)
+		if err != nil {
+			return err
+		}
+		if err := r.gate.reload(r.ctx, func() error { return srv.AddNKeyUser(u) }); err != nil {
+			return fmt.Errorf("gateway: admit node %s: %w", id, err)
+		}
+	}
+	_, err = r.decide(r.ctx, id, pairingPaired, true)
+	return err
 }
 
 // serverAuthOn reports whether the server authenticates clients: then a
@@ -169,7 +202,9 @@ func (r *nodeRouter) createInvite(name string, ttl time.Duration) (inviteReply, 
 		if err != nil {
 			return inviteReply{}, protocol.Errorf(protocol.ErrInternal, "join permissions: %v", err)
 		}
-		if err := srv.AddUser(bus.User{Name: inv.user, Password: secret, Permissions: perms}); err != nil {
+		if err := r.gate.reload(r.ctx, func() error {
+			return srv.AddUser(bus.User{Name: inv.user, Password: secret, Permissions: perms})
+		}); err != nil {
 			return inviteReply{}, protocol.Errorf(protocol.ErrInternal, "adding the join code's one-time NATS user: %v", err)
 		}
 	}
@@ -226,14 +261,14 @@ func (r *nodeRouter) redeem(req pairRequestWire) pairReplyWire {
 		r.mu.Unlock()
 		return refuse(protocol.ErrInvalidRequest, "join: the code's user does not match")
 	}
-	inv.used, inv.usedBy, inv.removeAt = true, id, now.Add(joinUserGrace)
+	inv.used, inv.usedBy = true, id
 	srv := r.server
 	r.mu.Unlock()
 
 	if srv != nil && r.serverAuthOn(srv) {
 		u, err := bus.NodeUser(r.prefix, req.PublicKey)
 		if err == nil {
-			err = srv.AddNKeyUser(u)
+			err = r.gate.reload(r.ctx, func() error { return srv.AddNKeyUser(u) })
 		}
 		if err != nil {
 			r.mu.Lock()
@@ -273,8 +308,11 @@ func (r *nodeRouter) redeem(req pairRequestWire) pairReplyWire {
 func (r *nodeRouter) expireInvitesLocked(now time.Time) []string {
 	var users []string
 	for k, inv := range r.invites {
-		if inv.user != "" && !inv.userRemoved && r.server != nil &&
-			(inv.used && now.After(inv.removeAt) || now.After(inv.expiresAt)) {
+		// A used code's user is kept until the code expires (the gateway
+		// refuses it anyway): removing it is a reload, which costs the
+		// nodes' answers in flight (see reloadGate), so it is not done
+		// for every join.
+		if inv.user != "" && !inv.userRemoved && r.server != nil && now.After(inv.expiresAt) {
 			inv.userRemoved = true
 			users = append(users, inv.user)
 		}

@@ -396,6 +396,13 @@ func TestNodeRestartLosesSessions(t *testing.T) {
 	// Same identity (state dir), new run.
 	a2 := startAgent(t, cfg)
 	checkFor(t, 10*time.Second, func() error {
+		n, ok := env.g.router().nodeSnapshot(a2.ID())
+		if !ok || !n.live || n.instance != a2.Instance() {
+			return fmt.Errorf("new run not seen yet")
+		}
+		return nil
+	})
+	checkFor(t, 10*time.Second, func() error {
 		p := env.invoke("process", map[string]any{"action": "poll", "sessionId": id}, "")
 		if p.Details["lost"] != true || !strings.Contains(p.Text(), "was lost: node alpha ("+a2.ID()+") restarted") {
 			return fmt.Errorf("poll: %s %v", p.Text(), p.Details)

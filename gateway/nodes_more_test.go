@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/bus/bustest"
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// fakeNode beats like a node but answers nothing else: requests to it are
+// delivered and never answered.
+type fakeNode struct {
+	id   bus.Identity
+	seen chan *nats.Msg
+}
+
+func startFakeNode(t *testing.T, env *nodeEnv) *fakeNode {
+	t.Helper()
+	id, err := bus.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeNode{id: id, seen: make(chan *nats.Msg, 16)}
+	sub, err := env.nc.Subscribe(protocol.Subjects("execmesh").NodeAll(id.NodeID), func(m *nats.Msg) { f.seen <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(testHeartbeat)
+		defer tick.Stop()
+		for {
+			b, _ := json.Marshal(heartbeatWire{NodeID: id.NodeID, PublicKey: id.PublicKey, Name: "silent", Instance: "i1", IntervalMs: testHeartbeat.Milliseconds()})
+			_ = env.nc.Publish(protocol.Subjects("execmesh").PresenceOf(id.NodeID), b)
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return f
+}
+
+func TestNodeStartOutcomeUnknown(t *testing.T) {
+	env := startNodeGateway(t, nil, "", nil)
+	f := startFakeNode(t, env)
+	env.waitNode(f.id.NodeID, "connected", pairingPending)
+	if err := env.g.ApproveNode(f.id.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.g.SetNodeOptions(NodeOptions{RequestMargin: 300 * time.Millisecond, CallTimeout: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	r := env.invokeRaw("exec", map[string]any{"command": "echo maybe", "host": "node", "background": true}, "")
+	if r.Status != http.StatusServiceUnavailable || r.Error == nil || !r.Error.Retryable ||
+		!strings.Contains(r.Error.Message, "may or may not have started") || !strings.Contains(r.Error.Message, "idempotency key") {
+		t.Fatalf("outcome unknown: %d %s", r.Status, r.Raw)
+	}
+	// The request was delivered once, with its key; it was not re-sent.
+	var got []*nats.Msg
+	for len(got) < 3 {
+		select {
+		case m := <-f.seen:
+			if strings.HasSuffix(m.Subject, ".exec") {
+				got = append(got, m)
+			}
+			continue
+		case <-time.After(500 * time.Millisecond):
+		}
+		break
+	}
+	if len(got) != 1 || got[0].Header.Get(nodeHeaderIdempotencyKey) == "" || !strings.Contains(r.Error.Message, got[0].Header.Get(nodeHeaderIdempotencyKey)) {
+		t.Fatalf("exec deliveries: %d", len(got))
+	}
+	// The request carried the resolved timeout and no routing fields.
+	var w nodeExecWire
+	if err := json.Unmarshal(got[0].Data, &w); err != nil {
+		t.Fatal(err)
+	}
+	var args map[string]any
+	_ = json.Unmarshal(w.Args, &args)
+	if args["timeout"] != float64(DefaultTimeoutSec) || args["host"] != nil || w.Security != "full" || w.Ask != "off" {
+		t.Fatalf("exec request: %s", got[0].Data)
+	}
+}
+
+func TestNodeGhostsExpire(t *testing.T) {
+	env := startNodeGateway(t, nil, "", nil)
+	if err := env.g.SetNodeOptions(NodeOptions{GhostTTL: 500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testAgentConfig(t, env.srv, "kept")
+	a := env.pairAgent(cfg)
+	ctx := t.Context()
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	env.waitNode(a.ID(), "unreachable", pairingPaired)
+	// An unpaired node last heard from a minute ago is swept away.
+	r := env.g.router()
+	r.mu.Lock()
+	r.nodes["ghostghostghost1"] = &nodeEntry{id: "ghostghostghost1", pairing: pairingPending, lastSeen: time.Now().Add(-time.Minute), interval: testHeartbeat}
+	r.mu.Unlock()
+	checkFor(t, 5*time.Second, func() error {
+		for _, n := range env.g.Nodes() {
+			if n.ID == "ghostghostghost1" {
+				return fmt.Errorf("ghost still listed")
+			}
+		}
+		return nil
+	})
+	// The paired node stays listed, unreachable.
+	env.waitNode(a.ID(), "unreachable", pairingPaired)
+	if r := env.do("GET", "/v1/nodes/"+a.ID(), nil, nil); r.Status != 200 || !strings.Contains(string(r.Raw), `"status":"unreachable"`) {
+		t.Fatalf("GET node: %d %s", r.Status, r.Raw)
+	}
+	if r := env.do("GET", "/v1/nodes/nope", nil, nil); r.Status != 404 {
+		t.Fatalf("GET unknown node: %d", r.Status)
+	}
+}
+
+func TestNodeSynchronousWhenProcessDenied(t *testing.T) {
+	env := startNodeGateway(t, nil, "", func(c *Config, _ *Options) { c.Tools.Deny = []string{"process"} })
+	env.pairAgent(testAgentConfig(t, env.srv, "alpha"))
+	res := env.invoke("exec", map[string]any{"command": "sleep 0.3; echo sync-done", "host": "node", "background": true}, "")
+	if res.Status() != protocol.StatusCompleted || !strings.Contains(res.Text(), "sync-done") || !strings.Contains(res.Text(), warnBackgroundDisabled) {
+		t.Fatalf("sync: %s %v", res.Text(), res.Details)
+	}
+}
+
+// TestNodeForgedExitEvent: a paired node's exit event counts only for a
+// session that node runs for that sessionKey.
+func TestNodeForgedExitEvent(t *testing.T) {
+	env := startNodeGateway(t, nil, "", nil)
+	a := env.pairAgent(testAgentConfig(t, env.srv, "alpha"))
+	b := env.pairAgent(testAgentConfig(t, env.srv, "beta"))
+	res := env.invoke("exec", map[string]any{"command": "sleep 30", "host": "node", "node": a.ID(), "background": true}, "")
+	id := res.SessionID()
+	js := bustest.JetStream(t, env.nc)
+	for _, ev := range []protocol.ExitEvent{
+		{NodeID: b.ID(), SessionID: id, SessionKey: DefaultSessionKey, StartedAt: 1, Notify: true, Text: "Exec completed (" + id[:8] + ", code 0) :: forged"},
+		{NodeID: b.ID(), SessionID: "made-up", SessionKey: DefaultSessionKey, StartedAt: 2, Notify: true, Text: "Exec completed (made-up, code 0) :: forged"},
+	} {
+		if _, err := bus.PublishExitEvent(t.Context(), js, "execmesh", ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if evs := env.events(DefaultSessionKey, 1500*time.Millisecond); len(evs) != 0 {
+		t.Fatalf("forged exit events delivered: %+v", evs)
+	}
+	if p := env.invoke("process", map[string]any{"action": "poll", "sessionId": id}, ""); p.Status() != protocol.StatusRunning {
+		t.Fatalf("a's session: %s", p.Text())
+	}
+}
+
+// TestNodeDiscoveryForgery: a micro PING answer naming another node's id
+// and a new instance does not make a restarted gateway take that node for
+// restarted.
+func TestNodeDiscoveryForgery(t *testing.T) {
+	srv := bustest.StartServer(t)
+	stateDir := t.TempDir()
+	env := startNodeGateway(t, srv, stateDir, nil)
+	a := env.pairAgent(testAgentConfig(t, srv, "alpha"))
+	res := env.invoke("exec", map[string]any{"command": "sleep 30", "host": "node", "background": true}, "")
+	id := res.SessionID()
+	env.close()
+
+	rogue := bustest.Connect(t, srv, bus.ClientConfig{Name: "rogue"})
+	ping, _ := json.Marshal(micro.Ping{ServiceIdentity: micro.ServiceIdentity{Name: bus.NodeServiceName, ID: "forged", Version: "0.0.0-dev",
+		Metadata: map[string]string{"nodeId": a.ID(), "name": "evil", "instance": "forged"}}, Type: micro.PingResponseType})
+	if _, err := rogue.Subscribe("$SRV.PING."+bus.NodeServiceName, func(m *nats.Msg) { _ = m.Respond(ping) }); err != nil {
+		t.Fatal(err)
+	}
+	_ = rogue.Flush()
+	env2 := startNodeGateway(t, srv, stateDir, nil)
+	v := env2.waitNode(a.ID(), "connected", pairingPaired)
+	if v.Name != "alpha" {
+		t.Fatalf("renamed: %+v", v)
+	}
+	if p := env2.invoke("process", map[string]any{"action": "poll", "sessionId": id}, ""); p.Status() != protocol.StatusRunning {
+		t.Fatalf("session after a forged discovery answer: %s %v", p.Text(), p.Details)
+	}
+}

@@ -1,0 +1,646 @@
+package nodeagent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/session"
+)
+
+// Errors of the agent's life cycle.
+var (
+	// ErrClosed: the agent is closed or closing.
+	ErrClosed = errors.New("nodeagent: closed")
+	// ErrNoServer: neither the configuration nor a saved join names a
+	// NATS server.
+	ErrNoServer = errors.New("nodeagent: no NATS server configured (pass --nats-url, or --join CODE)")
+)
+
+// announceTimeout bounds one pairing request to the gateway.
+const announceTimeout = 3 * time.Second
+
+// Agent is a headless node agent: it connects to NATS, serves its micro
+// endpoints under <prefix>.node.<id>, runs the session core for the
+// commands the gateway sends, publishes heartbeats and exit events, and
+// keeps its sessions running across NATS disconnects and gateway
+// restarts. Build it with New, then Start (or Run); Close releases it.
+type Agent struct {
+	cfg       Config
+	log       *slog.Logger
+	id        bus.Identity
+	name      string
+	hostname  string
+	platform  string
+	instance  string
+	startedAt time.Time
+	subj      protocol.SubjectSet
+	baseEnv   map[string]string // own environment, sanitised once
+	ownPath   string
+	mgr       *session.Manager
+	idem      *idemCache
+	authorize func(context.Context, AuthorizeRequest) error
+
+	// handlerCtx bounds handler waits (yield windows, polls); it ends
+	// when Close begins so that they answer promptly. pubCtx bounds the
+	// publication of exit events; it ends when Close's flush time is up.
+	handlerCtx    context.Context
+	cancelHandler context.CancelFunc
+	pubCtx        context.Context
+	cancelPub     context.CancelFunc
+	loopCancel    context.CancelFunc
+
+	handlerWG sync.WaitGroup // endpoint handlers
+	pubWG     sync.WaitGroup // exit-event publishers
+	loopWG    sync.WaitGroup // heartbeat loop
+
+	mu        sync.Mutex // guards the fields below
+	started   bool
+	closing   bool // no new handler goroutines
+	pubClosed bool // no new exit publishers
+	pairing   string
+	scopes    map[string]map[string]struct{} // sessionKey → session ids held
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	svc       micro.Service
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New validates cfg, loads (or creates) the node's identity and builds the
+// session core. Nothing is started or connected yet.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	var id bus.Identity
+	if cfg.Identity != nil {
+		id = *cfg.Identity
+	} else {
+		var err error
+		id, err = bus.LoadOrCreateNodeIdentity(cfg.StateDir)
+		if err != nil {
+			return nil, fmt.Errorf("nodeagent: StateDir: %w", err)
+		}
+	}
+	if err := protocol.ValidateNodeID(id.NodeID); err != nil {
+		return nil, fmt.Errorf("nodeagent: Identity: %w", err)
+	}
+	hostname, _ := os.Hostname()
+	name := cfg.Name
+	if name == "" {
+		name = hostname
+	}
+	if name == "" {
+		name = id.NodeID
+	}
+	a := &Agent{
+		cfg:       cfg,
+		id:        id,
+		name:      name,
+		hostname:  hostname,
+		platform:  runtime.GOOS + "/" + runtime.GOARCH,
+		instance:  randomHex(8),
+		startedAt: time.Now(),
+		subj:      protocol.Subjects(cfg.Prefix),
+		idem:      newIdemCache(cfg.IdempotencyTTL, cfg.MaxIdempotencyKeys),
+		authorize: cfg.Authorize,
+		scopes:    map[string]map[string]struct{}{},
+	}
+	a.log = cfg.Logger.With("nodeId", id.NodeID)
+	if a.authorize == nil {
+		a.authorize = defaultAuthorize
+	}
+	own := protocol.EnvMap(cfg.Environ)
+	a.ownPath = own["PATH"]
+	a.baseEnv = own
+
+	scfg := cfg.Session
+	if scfg.Logger == nil {
+		scfg.Logger = a.log.With("component", "session")
+	}
+	scfg.OnExit = a.onExit
+	// A terminal poll through the gateway acknowledges the queued event
+	// there; the node has nothing to drop.
+	scfg.OnAcknowledged = nil
+	m, err := session.NewManager(scfg)
+	if err != nil {
+		return nil, fmt.Errorf("nodeagent: session core: %w", err)
+	}
+	a.mgr = m
+	a.handlerCtx, a.cancelHandler = context.WithCancel(context.Background())
+	a.pubCtx, a.cancelPub = context.WithCancel(context.Background())
+	return a, nil
+}
+
+// ID returns the node id, derived from the node's public key.
+func (a *Agent) ID() string { return a.id.NodeID }
+
+// PublicKey returns the node's nkey user public key.
+func (a *Agent) PublicKey() string { return a.id.PublicKey }
+
+// Name returns the display name.
+func (a *Agent) Name() string { return a.name }
+
+// Instance returns the id of this run of the agent; it changes on every
+// start, and a gateway that sees it change knows the node lost its
+// sessions.
+func (a *Agent) Instance() string { return a.instance }
+
+// Pairing returns the pairing status the gateway last reported
+// (PairingPending, PairingPaired, PairingRejected), or "" before any
+// answer.
+func (a *Agent) Pairing() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pairing
+}
+
+// Conn returns the agent's NATS connection, nil before Start.
+func (a *Agent) Conn() *nats.Conn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.nc
+}
+
+// Ready waits until the agent is connected and the server has registered
+// its endpoints, so that requests sent from now on find it. The agent
+// works without it (it connects in the background); it is for callers that
+// send work right after Start, such as `execmesh up` and tests.
+func (a *Agent) Ready(ctx context.Context) error {
+	nc := a.Conn()
+	if nc == nil {
+		return errors.New("nodeagent: not started")
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if nc.IsConnected() {
+			if err := nc.FlushWithContext(ctx); err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nodeagent: not ready: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Run starts the agent, serves until ctx ends, then closes it within
+// closeTimeout (on a fresh context: ctx is already done by then).
+func (a *Agent) Run(ctx context.Context, closeTimeout time.Duration) error {
+	if err := a.Start(ctx); err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		return errors.Join(err, a.Close(cctx))
+	}
+	<-ctx.Done()
+	a.log.Info("node agent stopping")
+	cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	return a.Close(cctx)
+}
+
+// Start redeems the join code if one is configured, connects to NATS (it
+// keeps retrying in the background when no server answers yet: a node
+// may start before its gateway), registers the micro service and starts
+// the heartbeats. ctx bounds the join only.
+func (a *Agent) Start(ctx context.Context) error {
+	a.mu.Lock()
+	if a.closing {
+		a.mu.Unlock()
+		return ErrClosed
+	}
+	if a.started {
+		a.mu.Unlock()
+		return errors.New("nodeagent: already started")
+	}
+	a.started = true
+	a.mu.Unlock()
+
+	cc := a.cfg.Client
+	if a.cfg.Join != "" {
+		code, err := DecodeJoinCode(a.cfg.Join)
+		if err != nil {
+			return err
+		}
+		if a.cfg.Name == "" && code.Name != "" {
+			a.name = code.Name // the name chosen at `execmesh nodes invite --name`
+		}
+		jctx, cancel := context.WithTimeout(ctx, a.cfg.JoinTimeout)
+		res, err := a.join(jctx, code)
+		cancel()
+		if err != nil {
+			return err
+		}
+		a.log.Info("joined by code: paired with the gateway", "status", res.Status, "urls", code.URLs)
+		a.setPairing(res.Status)
+		if len(cc.URLs) == 0 && cc.InProcess == nil {
+			cc.URLs = code.URLs
+		}
+		if code.Prefix != a.cfg.Prefix {
+			a.cfg.Prefix = code.Prefix
+			a.subj = protocol.Subjects(code.Prefix)
+		}
+		if err := saveJoin(a.cfg.StateDir, savedJoin{URLs: code.URLs, Prefix: code.Prefix, NodeID: a.id.NodeID, Name: code.Name, JoinedAt: time.Now().UnixMilli()}); err != nil {
+			a.log.Warn("could not save the join settings; pass --nats-url next time", "err", err)
+		}
+	} else if len(cc.URLs) == 0 && cc.InProcess == nil {
+		saved, err := loadJoin(a.cfg.StateDir)
+		if err != nil {
+			return err
+		}
+		if saved == nil {
+			return ErrNoServer
+		}
+		cc.URLs = saved.URLs
+		if a.cfg.Name == "" && saved.Name != "" {
+			a.name = saved.Name
+		}
+		if saved.Prefix != "" && a.cfg.Prefix == protocol.DefaultSubjectPrefix {
+			a.cfg.Prefix = saved.Prefix
+			a.subj = protocol.Subjects(saved.Prefix)
+		}
+	}
+	if !hasCredentials(cc) {
+		cc.NKeySeed = a.id.Seed
+	}
+	cc.InboxPrefix = bus.InboxPrefix(a.id.NodeID)
+	if cc.Name == "" {
+		cc.Name = "execmesh-node " + a.name
+	}
+	// Async: keep trying in the background; subscriptions made meanwhile
+	// are sent when the connection comes up.
+	cc.Async = true
+	nc, err := bus.Connect(ctx, cc, a.log)
+	if err != nil {
+		return fmt.Errorf("nodeagent: connect: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("nodeagent: jetstream: %w", err)
+	}
+	a.mu.Lock()
+	a.nc, a.js = nc, js
+	a.mu.Unlock()
+	svc, err := a.addService(nc)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.svc = svc
+	a.mu.Unlock()
+
+	lctx, cancel := context.WithCancel(context.Background())
+	a.loopCancel = cancel
+	a.loopWG.Add(1)
+	go func() {
+		defer a.loopWG.Done()
+		a.presenceLoop(lctx)
+	}()
+	a.log.Info("node agent started", "name", a.name, "platform", a.platform, "group", a.subj.NodeGroup(a.id.NodeID),
+		"publicKey", a.id.PublicKey, "client", cc)
+	return nil
+}
+
+func hasCredentials(cc bus.ClientConfig) bool {
+	return cc.CredsFile != "" || cc.NKeySeedFile != "" || len(cc.NKeySeed) > 0 || cc.User != "" || cc.Password != "" || cc.Token != ""
+}
+
+// addService registers the micro service execmesh-node with its
+// endpoints in the group <prefix>.node.<id>.
+func (a *Agent) addService(nc *nats.Conn) (micro.Service, error) {
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        bus.NodeServiceName,
+		Version:     a.cfg.Version,
+		Description: "execmesh node agent",
+		Metadata: map[string]string{
+			"nodeId": a.id.NodeID, "name": a.name, "platform": a.platform, "instance": a.instance,
+		},
+		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
+			a.log.Warn("micro service error", "subject", e.Subject, "err", e.Description)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nodeagent: micro service: %w", err)
+	}
+	g := svc.AddGroup(a.subj.NodeGroup(a.id.NodeID))
+	endpoints := []struct {
+		name, subject string
+		fn            headerFunc
+	}{
+		{"exec", EndpointExec, noHeader(a.handleExec)},
+		{"process", EndpointProcess, a.handleProcess},
+		{"list", EndpointList, noHeader(a.handleList)},
+		{"approvals-get", EndpointApprovalsGet, noHeader(a.handleApprovals)},
+		{"approvals-set", EndpointApprovalsSet, noHeader(a.handleApprovals)},
+		{"which", EndpointWhich, noHeader(a.handleWhich)},
+		{"pairing", EndpointPairing, noHeader(a.handlePairing)},
+	}
+	for _, e := range endpoints {
+		if err := g.AddEndpoint(e.name, a.endpoint(e.name, e.fn), micro.WithEndpointSubject(e.subject),
+			micro.WithEndpointPendingLimits(bus.PendingMsgsLimit, bus.PendingBytesLimit)); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("nodeagent: endpoint %s: %w", e.name, err)
+		}
+	}
+	return svc, nil
+}
+
+// Close stops the agent in order: refuse new requests and stop the micro
+// service, end handler waits, end every session's process tree (the
+// session core), flush the exit events still being published (bounded by
+// Config.ExitFlushTimeout and ctx), then drain the NATS connection. It is
+// idempotent.
+func (a *Agent) Close(ctx context.Context) error {
+	a.closeOnce.Do(func() {
+		var errs *multierror.Error
+		a.mu.Lock()
+		a.closing = true
+		svc, nc := a.svc, a.nc
+		a.mu.Unlock()
+		if a.loopCancel != nil {
+			a.loopCancel()
+		}
+		if svc != nil {
+			if err := svc.Stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				errs = multierror.Append(errs, fmt.Errorf("stop micro service: %w", err))
+			}
+		}
+		a.cancelHandler()
+		a.loopWG.Wait()
+		if err := waitGroup(ctx, &a.handlerWG); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("handlers: %w", err))
+		}
+		if err := a.mgr.Close(ctx); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("session core: %w", err))
+		}
+		// Exit events of sessions that ended during the close are
+		// published now; after the flush time whatever is left is given up.
+		fctx, cancel := context.WithTimeout(ctx, a.cfg.ExitFlushTimeout)
+		if err := waitGroup(fctx, &a.pubWG); err != nil {
+			a.log.Warn("exit events not flushed before shutdown", "err", err)
+		}
+		cancel()
+		a.mu.Lock()
+		a.pubClosed = true
+		a.mu.Unlock()
+		a.cancelPub()
+		a.pubWG.Wait()
+		if nc != nil {
+			if err := drainConn(ctx, nc); err != nil {
+				errs = multierror.Append(errs, err)
+			}
+		}
+		a.closeErr = errs.ErrorOrNil()
+		a.log.Info("node agent stopped")
+	})
+	return a.closeErr
+}
+
+// waitGroup waits for wg until ctx ends.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// drainConn drains nc and waits until it is closed, bounded by ctx (a
+// connection that is down cannot drain; it is closed instead).
+func drainConn(ctx context.Context, nc *nats.Conn) error {
+	if nc.IsClosed() {
+		return nil
+	}
+	if !nc.IsConnected() {
+		nc.Close()
+		return nil
+	}
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return nil
+	}
+	select {
+	case <-closed:
+		return nil
+	case <-ctx.Done():
+		nc.Close()
+		return fmt.Errorf("drain nats connection: %w", ctx.Err())
+	}
+}
+
+// onExit publishes a session's exit event to JetStream, retrying until
+// the stream acknowledges it (the message id makes retries harmless), the
+// connection permitting. It runs in the session core's goroutine and
+// hands the work to a tracked one.
+func (a *Agent) onExit(ev protocol.ExitEvent) {
+	ev.NodeID = a.id.NodeID
+	a.mu.Lock()
+	if a.pubClosed || a.js == nil {
+		a.mu.Unlock()
+		a.log.Warn("exit event dropped: agent closed", "sessionId", ev.SessionID)
+		return
+	}
+	js := a.js
+	a.pubWG.Add(1)
+	a.mu.Unlock()
+	go func() {
+		defer a.pubWG.Done()
+		ack, err := bus.PublishExitEvent(a.pubCtx, js, a.cfg.Prefix, ev)
+		if err != nil {
+			a.log.Warn("exit event not published", "sessionId", ev.SessionID, "err", err)
+			return
+		}
+		a.log.Debug("exit event published", "sessionId", ev.SessionID, "seq", ack.Sequence, "duplicate", ack.Duplicate)
+	}()
+}
+
+func (a *Agent) setPairing(status string) {
+	a.mu.Lock()
+	old := a.pairing
+	a.pairing = status
+	a.mu.Unlock()
+	if old == status {
+		return
+	}
+	switch status {
+	case PairingPaired:
+		a.log.Info("pairing: paired with the gateway")
+	case PairingPending:
+		a.log.Warn("pairing: pending; approve this node on the gateway", "approve", "execmesh nodes approve "+a.id.NodeID)
+	case PairingRejected:
+		a.log.Warn("pairing: rejected by the gateway; this node gets no work")
+	}
+}
+
+// presenceLoop publishes heartbeats every interval, and announces the
+// node (a pairing request) when the connection comes up or comes back
+// and, while the node is not paired, with every heartbeat.
+func (a *Agent) presenceLoop(ctx context.Context) {
+	hb := time.NewTicker(a.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	watch := time.NewTicker(min(100*time.Millisecond, a.cfg.HeartbeatInterval))
+	defer watch.Stop()
+	nc := a.Conn()
+	var lastReconnects uint64
+	wasConnected := false
+	for {
+		connected := nc.IsConnected()
+		reconnects := nc.Stats().Reconnects
+		if connected && (!wasConnected || reconnects != lastReconnects) {
+			a.beat(nc)
+			a.announce(ctx, nc)
+		}
+		wasConnected, lastReconnects = connected, reconnects
+		select {
+		case <-ctx.Done():
+			return
+		case <-hb.C:
+			if nc.IsConnected() {
+				a.beat(nc)
+				if a.Pairing() != PairingPaired {
+					a.announce(ctx, nc)
+				}
+			}
+		case <-watch.C:
+		}
+	}
+}
+
+// beat publishes one heartbeat.
+func (a *Agent) beat(nc *nats.Conn) {
+	now := time.Now()
+	hb := Heartbeat{
+		NodeID: a.id.NodeID, PublicKey: a.id.PublicKey, Name: a.name, Platform: a.platform,
+		Hostname: a.hostname, Version: a.cfg.Version, Instance: a.instance,
+		StartedAt: a.startedAt.UnixMilli(), Sessions: a.sessionCount(),
+		Server: bus.ConnectedServer(nc), IntervalMs: a.cfg.HeartbeatInterval.Milliseconds(), TS: now.UnixMilli(),
+	}
+	b, err := json.Marshal(hb)
+	if err != nil {
+		return
+	}
+	if err := nc.Publish(a.subj.PresenceOf(a.id.NodeID), b); err != nil {
+		a.log.Debug("heartbeat not sent", "err", err)
+	}
+}
+
+// announce asks the gateway for the node's pairing status.
+func (a *Agent) announce(ctx context.Context, nc *nats.Conn) {
+	req := PairRequest{
+		Type: PairAnnounce, NodeID: a.id.NodeID, PublicKey: a.id.PublicKey, Name: a.name,
+		Platform: a.platform, Version: a.cfg.Version, Instance: a.instance,
+	}
+	b, _ := json.Marshal(req)
+	rctx, cancel := context.WithTimeout(ctx, announceTimeout)
+	defer cancel()
+	m, err := bus.RequestChunked(rctx, nc, a.subj.PairRequest, b, nil)
+	if err != nil {
+		// No gateway yet: the next heartbeat asks again.
+		a.log.Debug("pairing request unanswered", "err", err)
+		return
+	}
+	var resp PairResponse
+	if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Status == "" {
+		a.log.Warn("malformed pairing answer", "err", err)
+		return
+	}
+	if resp.Error != nil {
+		a.log.Warn("pairing request refused", "err", resp.Error.Message)
+		return
+	}
+	a.setPairing(resp.Status)
+}
+
+// track records that sessionKey holds sessionID, or forgets it when the
+// session core no longer has it.
+func (a *Agent) track(sessionKey, sessionID string) {
+	if sessionID == "" {
+		return
+	}
+	has := a.mgr.Has(sessionKey, sessionID)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ids := a.scopes[sessionKey]
+	if has {
+		if ids == nil {
+			ids = map[string]struct{}{}
+			a.scopes[sessionKey] = ids
+		}
+		ids[sessionID] = struct{}{}
+		return
+	}
+	delete(ids, sessionID)
+	if len(ids) == 0 {
+		delete(a.scopes, sessionKey)
+	}
+}
+
+// scopeKeys returns the sessionKeys that hold sessions.
+func (a *Agent) scopeKeys() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	keys := make([]string, 0, len(a.scopes))
+	for k := range a.scopes {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// sessionCount counts the sessions the session core still holds,
+// forgetting those it swept.
+func (a *Agent) sessionCount() int {
+	type ref struct{ scope, id string }
+	a.mu.Lock()
+	refs := make([]ref, 0, len(a.scopes))
+	for scope, ids := range a.scopes {
+		for id := range ids {
+			refs = append(refs, ref{scope, id})
+		}
+	}
+	a.mu.Unlock()
+	n := 0
+	for _, r := range refs {
+		// track takes the lock itself; Has is called outside it.
+		if a.mgr.Has(r.scope, r.id) {
+			n++
+		} else {
+			a.track(r.scope, r.id)
+		}
+	}
+	return n
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,562 @@
+package nodeagent
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"go.uber.org/goleak"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/bus/bustest"
+	"github.com/execmesh/execmesh/protocol"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const ownPath = "/usr/local/bin:/usr/bin:/bin"
+
+// harness is a node agent on a real embedded server, with a client
+// connection standing in for the gateway.
+type harness struct {
+	t   *testing.T
+	srv *bus.Server
+	nc  *nats.Conn
+	a   *Agent
+}
+
+func newHarness(t *testing.T, mutate func(*Config)) *harness {
+	t.Helper()
+	srv := bustest.StartServer(t)
+	nc := bustest.Connect(t, srv, bus.ClientConfig{Name: "test-gateway"})
+	if err := bus.EnsureStreams(t.Context(), bustest.JetStream(t, nc), "execmesh", 1); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.Name = "test-node"
+	cfg.Client = bus.ClientConfig{URLs: []string{srv.ClientURL()}}
+	cfg.HeartbeatInterval = 50 * time.Millisecond
+	cfg.Cwd = t.TempDir()
+	cfg.Environ = []string{"PATH=" + ownPath, "HOME=" + cfg.Cwd, "LANG=C", "LD_PRELOAD=/evil.so", "NODE_OPTIONS=--require=/evil.js"}
+	cfg.Session.Shell = "/bin/sh"
+	cfg.Session.KillGrace = time.Second
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := a.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	h := &harness{t: t, srv: srv, nc: nc, a: a}
+	// Wait until the endpoints answer.
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		_, err := h.raw(EndpointWhich, []byte(`{"bins":[]}`), nil)
+		return err
+	})
+	return h
+}
+
+// raw sends a request to one endpoint of the agent.
+func (h *harness) raw(endpoint string, body []byte, hdr nats.Header) (*nats.Msg, error) {
+	ctx, cancel := context.WithTimeout(h.t.Context(), 20*time.Second)
+	defer cancel()
+	return bus.RequestChunked(ctx, h.nc, protocol.Subjects("execmesh").Node(h.a.ID(), endpoint), body, hdr)
+}
+
+// call sends a request and returns the result, or the node's error.
+func (h *harness) call(endpoint string, v any, hdr nats.Header) (*nats.Msg, *protocol.Error) {
+	h.t.Helper()
+	body, err := json.Marshal(v)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m, err := h.raw(endpoint, body, hdr)
+	if err != nil {
+		h.t.Fatalf("%s: %v", endpoint, err)
+	}
+	if e := bus.ReplyError(m); e != nil {
+		var pe protocol.Error
+		if err := json.Unmarshal(e.(*bus.ServiceError).Data, &pe); err != nil {
+			h.t.Fatalf("%s: error without a protocol error: %v", endpoint, e)
+		}
+		return m, &pe
+	}
+	return m, nil
+}
+
+func (h *harness) exec(args map[string]any, hdr nats.Header) (protocol.Result, *protocol.Error) {
+	h.t.Helper()
+	raw, _ := json.Marshal(args)
+	m, e := h.call(EndpointExec, ExecRequest{SessionKey: "agent:main:main", Args: raw, Security: "full", Ask: "off"}, hdr)
+	if e != nil {
+		return protocol.Result{}, e
+	}
+	var res protocol.Result
+	if err := json.Unmarshal(m.Data, &res); err != nil {
+		h.t.Fatal(err)
+	}
+	return res, nil
+}
+
+func (h *harness) mustExec(args map[string]any) protocol.Result {
+	h.t.Helper()
+	res, e := h.exec(args, nil)
+	if e != nil {
+		h.t.Fatalf("exec %v: %v", args, e)
+	}
+	return res
+}
+
+func (h *harness) process(sessionKey string, args map[string]any) (protocol.Result, nats.Header) {
+	h.t.Helper()
+	raw, _ := json.Marshal(args)
+	m, e := h.call(EndpointProcess, ProcessRequest{SessionKey: sessionKey, Args: raw}, nil)
+	if e != nil {
+		h.t.Fatalf("process %v: %v", args, e)
+	}
+	var res protocol.Result
+	if err := json.Unmarshal(m.Data, &res); err != nil {
+		h.t.Fatal(err)
+	}
+	return res, m.Header
+}
+
+func (h *harness) listAll() ListResponse {
+	h.t.Helper()
+	m, e := h.call(EndpointList, ListRequest{All: true}, nil)
+	if e != nil {
+		h.t.Fatal(e)
+	}
+	var lr ListResponse
+	if err := json.Unmarshal(m.Data, &lr); err != nil {
+		h.t.Fatal(err)
+	}
+	return lr
+}
+
+func TestNodeExecAndProcess(t *testing.T) {
+	h := newHarness(t, nil)
+	res := h.mustExec(map[string]any{"command": "echo hi; pwd"})
+	if res.Status() != protocol.StatusCompleted || !strings.Contains(res.Text(), "hi") || !strings.Contains(res.Text(), h.a.cfg.Cwd) {
+		t.Fatalf("foreground: %s %v", res.Text(), res.Details)
+	}
+	res = h.mustExec(map[string]any{"command": "cat", "pty": true, "background": true})
+	id := res.SessionID()
+	if res.Status() != protocol.StatusRunning || id == "" {
+		t.Fatalf("background: %s", res.Text())
+	}
+	if _, hdr := h.process("agent:main:main", map[string]any{"action": "send-keys", "sessionId": id, "literal": "typed-text", "keys": []string{"Enter"}}); hdr.Get(HeaderInstance) != h.a.Instance() {
+		t.Fatalf("instance header: %v", hdr)
+	}
+	bustest.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+		p, _ := h.process("agent:main:main", map[string]any{"action": "log", "sessionId": id})
+		if !strings.Contains(p.Text(), "typed-text") {
+			return fmt.Errorf("log: %q", p.Text())
+		}
+		return nil
+	})
+	lr := h.listAll()
+	if len(lr.Sessions) != 1 || lr.Sessions[0].SessionKey != "agent:main:main" || lr.Sessions[0].Details["sessionId"] != id || lr.Instance != h.a.Instance() {
+		t.Fatalf("list all: %+v", lr)
+	}
+	// Unknown session: a failed result, marked gone.
+	res, hdr := h.process("agent:main:main", map[string]any{"action": "poll", "sessionId": "no-such-session"})
+	if res.Status() != protocol.StatusFailed || hdr.Get(HeaderSession) != SessionGone {
+		t.Fatalf("unknown session: %s %v", res.Text(), hdr)
+	}
+	// Another scope cannot see it.
+	res, hdr = h.process("agent:main:other", map[string]any{"action": "poll", "sessionId": id})
+	if res.Status() != protocol.StatusFailed || hdr.Get(HeaderSession) != SessionGone {
+		t.Fatalf("other scope: %s", res.Text())
+	}
+	h.process("agent:main:main", map[string]any{"action": "remove", "sessionId": id})
+	if lr := h.listAll(); len(lr.Sessions) != 0 {
+		t.Fatalf("list after remove: %+v", lr)
+	}
+}
+
+func TestNodeMalformedRequests(t *testing.T) {
+	h := newHarness(t, nil)
+	cases := []struct {
+		endpoint, body, want string
+	}{
+		{EndpointExec, `garbage`, "request must be a JSON object"},
+		{EndpointExec, `{"sessionKey":`, "malformed request"},
+		{EndpointExec, `{"sessionKey":5,"args":{}}`, `field "sessionKey" must be a string`},
+		{EndpointExec, `{"sessionKey":"k","args":{"command":"true"},"extra":1}`, `unknown field "extra"`},
+		{EndpointExec, `{"sessionKey":"","args":{"command":"true"}}`, "sessionKey is required"},
+		{EndpointExec, `{"sessionKey":"k","args":{"command":"true","cwd":"/"}}`, `use "workdir" instead`},
+		{EndpointExec, `{"sessionKey":"k","args":{"command":""}}`, "Provide a command to start."},
+		{EndpointExec, `{"sessionKey":"k","args":{"command":"true","pty":"yes"}}`, `"pty" must be a boolean`},
+		{EndpointExec, `{"sessionKey":"k","args":"echo"}`, "must be a JSON object"},
+		{EndpointExec, `{"sessionKey":"k"} {"x":1}`, "trailing data"},
+		{EndpointProcess, `[]`, "request must be a JSON object"},
+		{EndpointProcess, `{"sessionKey":"k","args":{"action":"poll","timeout":"soon"}}`, `"timeout" must be`},
+		{EndpointProcess, `{"sessionKey":"k","args":{}}`, `"action" is required`},
+		{EndpointList, `{}`, "sessionKey or all is required"},
+		{EndpointList, `{"all":"yes"}`, `field "all" must be a boolean`},
+		{EndpointWhich, `{"bins":"sh"}`, `field "bins" must be an array`},
+		{EndpointPairing, `{"status":"best-friends"}`, "unknown status"},
+	}
+	for _, c := range cases {
+		t.Run(c.endpoint+" "+c.body, func(t *testing.T) {
+			m, err := h.raw(c.endpoint, []byte(c.body), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := bus.ReplyError(m)
+			if e == nil {
+				t.Fatalf("accepted: %s", m.Data)
+			}
+			se := e.(*bus.ServiceError)
+			var pe protocol.Error
+			if err := json.Unmarshal(se.Data, &pe); err != nil || se.Code != "400" || pe.Type != protocol.ErrInvalidRequest || !strings.Contains(pe.Message, c.want) {
+				t.Fatalf("error %v (%+v), want 400 containing %q", e, pe, c.want)
+			}
+		})
+	}
+	bad := nats.Header{}
+	bad.Set(HeaderIdempotencyKey, "has space")
+	if _, e := h.exec(map[string]any{"command": "true"}, bad); e == nil || !strings.Contains(e.Message, "invalid "+HeaderIdempotencyKey) {
+		t.Fatalf("bad key: %v", e)
+	}
+	// Nothing ran, nothing changed.
+	if lr := h.listAll(); len(lr.Sessions) != 0 {
+		t.Fatalf("sessions after malformed requests: %+v", lr)
+	}
+	if h.a.idem.len() != 0 {
+		t.Fatalf("idempotency keys kept: %d", h.a.idem.len())
+	}
+	// A request without a reply subject is ignored, not run.
+	if err := h.nc.Publish(protocol.Subjects("execmesh").Node(h.a.ID(), EndpointExec), []byte(`{"sessionKey":"k","args":{"command":"touch fire-and-forget","background":true}}`)); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.nc.Flush()
+	time.Sleep(200 * time.Millisecond) // nothing to poll for: the absence is the point
+	if _, err := os.Stat(filepath.Join(h.a.cfg.Cwd, "fire-and-forget")); err == nil {
+		t.Fatal("a request without reply subject ran")
+	}
+}
+
+func TestNodeEnvPolicy(t *testing.T) {
+	h := newHarness(t, nil)
+	// Inherited dangerous variables are dropped; OPENCLAW_CLI is set.
+	res := h.mustExec(map[string]any{"command": "env"})
+	out := res.Text()
+	if strings.Contains(out, "LD_PRELOAD") || strings.Contains(out, "NODE_OPTIONS") || !strings.Contains(out, "OPENCLAW_CLI=1") || !strings.Contains(out, "OPENCLAW_SHELL=exec") {
+		t.Fatalf("env: %s", out)
+	}
+	// PATH may prepend absolute directories to the node's own PATH.
+	res = h.mustExec(map[string]any{"command": "echo $PATH", "env": map[string]string{"PATH": "/opt/tools/bin:" + ownPath}})
+	if !strings.Contains(res.Text(), "/opt/tools/bin:"+ownPath) {
+		t.Fatalf("prepend: %s", res.Text())
+	}
+	for _, env := range []map[string]string{
+		{"PATH": "/opt/tools/bin"},
+		{"PATH": "relative/bin:" + ownPath},
+		{"PATH": ownPath + ":/opt/after"},
+		{"Path": "/opt/x:" + ownPath},
+	} {
+		if _, e := h.exec(map[string]any{"command": "true", "env": env}, nil); e == nil || e.Type != protocol.ErrSecurityViolation || !strings.Contains(e.Message, "Custom 'PATH' variable is forbidden") {
+			t.Fatalf("PATH %v: %v", env, e)
+		}
+	}
+	if _, e := h.exec(map[string]any{"command": "true", "env": map[string]string{"LD_PRELOAD": "/x.so"}}, nil); e == nil || e.Message != "Security Violation: Environment variable 'LD_PRELOAD' is forbidden during host execution." {
+		t.Fatalf("LD_PRELOAD: %v", e)
+	}
+	res = h.mustExec(map[string]any{"command": "echo $GREETING", "env": map[string]string{"GREETING": "hello"}})
+	if !strings.Contains(res.Text(), "hello") {
+		t.Fatalf("override: %s", res.Text())
+	}
+}
+
+func TestNodeWorkdir(t *testing.T) {
+	h := newHarness(t, nil)
+	if err := os.Mkdir(filepath.Join(h.a.cfg.Cwd, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res := h.mustExec(map[string]any{"command": "pwd", "workdir": "sub"})
+	if !strings.Contains(res.Text(), filepath.Join(h.a.cfg.Cwd, "sub")) {
+		t.Fatalf("relative workdir: %s", res.Text())
+	}
+	for _, dir := range []string{"/no/such/dir", "   ", "sub/missing"} {
+		res := h.mustExec(map[string]any{"command": "touch ran", "workdir": dir})
+		if res.Status() != protocol.StatusFailed || res.Details["failureKind"] != "runtime-error" ||
+			res.Text() != workdirUnavailable(dir) {
+			t.Fatalf("workdir %q: %s %v", dir, res.Text(), res.Details)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(h.a.cfg.Cwd, "ran")); err == nil {
+		t.Fatal("a command ran despite an unusable workdir")
+	}
+}
+
+func TestNodePolicy(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Ask = "on-miss" })
+	raw, _ := json.Marshal(map[string]any{"command": "true"})
+	for _, c := range []struct{ security, ask, want string }{
+		{"deny", "off", "exec denied: host=node security=deny"},
+		{"full", "off", "requires approval"}, // the node's own ask=on-miss tightens
+		{"", "", "requires approval"},        // unset: allowlist/on-miss
+	} {
+		_, e := h.call(EndpointExec, ExecRequest{SessionKey: "k", Args: raw, Security: c.security, Ask: c.ask}, nil)
+		if e == nil || e.Type != protocol.ErrDenied || !strings.Contains(e.Message, c.want) {
+			t.Fatalf("%s/%s: %v", c.security, c.ask, e)
+		}
+	}
+	h2 := newHarness(t, nil)
+	_, e := h2.call(EndpointExec, ExecRequest{SessionKey: "k", Args: raw, Security: "allowlist", Ask: "off"}, nil)
+	if e == nil || e.Message != "exec denied: allowlist miss" {
+		t.Fatalf("allowlist miss: %v", e)
+	}
+}
+
+func TestNodeIdempotency(t *testing.T) {
+	h := newHarness(t, nil)
+	hdr := nats.Header{}
+	hdr.Set(HeaderIdempotencyKey, "3b241101-e2bb-4255-8caf-4136c566a962")
+	var wg sync.WaitGroup
+	ids := make([]string, 4)
+	for i := range ids {
+		wg.Go(func() {
+			res, e := h.exec(map[string]any{"command": "echo run >> count.txt; sleep 0.5", "yieldMs": 100}, hdr)
+			if e != nil {
+				t.Error(e)
+				return
+			}
+			ids[i] = res.SessionID()
+		})
+	}
+	wg.Wait()
+	for _, id := range ids {
+		if id == "" || id != ids[0] {
+			t.Fatalf("session ids %v", ids)
+		}
+	}
+	bustest.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+		p, _ := h.process("agent:main:main", map[string]any{"action": "poll", "sessionId": ids[0]})
+		if p.Status() == protocol.StatusRunning {
+			return fmt.Errorf("running")
+		}
+		return nil
+	})
+	b, err := os.ReadFile(filepath.Join(h.a.cfg.Cwd, "count.txt"))
+	if err != nil || strings.Count(string(b), "run") != 1 {
+		t.Fatalf("ran %q times (%v)", b, err)
+	}
+}
+
+func TestNodeIdemCacheBounds(t *testing.T) {
+	c := newIdemCache(time.Minute, 2)
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	for i := range 5 {
+		if _, err, replayed := c.do(t.Context(), fmt.Sprint("k", i), "s", func() ([]byte, error) { return []byte("x"), nil }); err != nil || replayed {
+			t.Fatal(err, replayed)
+		}
+	}
+	if c.len() != 2 {
+		t.Fatalf("kept %d, want 2", c.len())
+	}
+	now = now.Add(2 * time.Minute)
+	c.do(t.Context(), "fresh", "s", func() ([]byte, error) { return nil, nil })
+	if c.len() != 1 {
+		t.Fatalf("kept %d after expiry, want 1", c.len())
+	}
+	if _, _, replayed := c.do(t.Context(), "fresh", "s", func() ([]byte, error) { t.Fatal("ran twice"); return nil, nil }); !replayed {
+		t.Fatal("not replayed")
+	}
+}
+
+func TestNodeWhichApprovalsPairing(t *testing.T) {
+	h := newHarness(t, nil)
+	m, e := h.call(EndpointWhich, WhichRequest{Bins: []string{"sh", "definitely-not-a-binary", "/bin/sh", ""}}, nil)
+	if e != nil {
+		t.Fatal(e)
+	}
+	var w WhichResponse
+	_ = json.Unmarshal(m.Data, &w)
+	if len(w.Bins) != 1 || !strings.HasSuffix(w.Bins["sh"], "/sh") {
+		t.Fatalf("which: %+v", w)
+	}
+	m, err := h.raw(EndpointApprovalsGet, []byte(`{}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if se, ok := bus.ReplyError(m).(*bus.ServiceError); !ok || se.Code != "501" || !strings.Contains(se.Description, "not implemented") {
+		t.Fatalf("approvals.get: %v", bus.ReplyError(m))
+	}
+	if _, e := h.call(EndpointPairing, PairingNotice{Status: PairingRejected}, nil); e != nil {
+		t.Fatal(e)
+	}
+	if h.a.Pairing() != PairingRejected {
+		t.Fatalf("pairing %q", h.a.Pairing())
+	}
+	if _, e := h.exec(map[string]any{"command": "true"}, nil); e == nil || !strings.Contains(e.Message, "not paired") {
+		t.Fatalf("exec while rejected: %v", e)
+	}
+	h.call(EndpointPairing, PairingNotice{Status: PairingPaired}, nil)
+	h.mustExec(map[string]any{"command": "true"})
+}
+
+func TestNodePresenceAndDiscovery(t *testing.T) {
+	h := newHarness(t, nil)
+	sub, err := h.nc.SubscribeSync("execmesh.presence.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := sub.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hb Heartbeat
+	if err := json.Unmarshal(m.Data, &hb); err != nil {
+		t.Fatal(err)
+	}
+	if hb.NodeID != h.a.ID() || hb.PublicKey != h.a.PublicKey() || hb.Name != "test-node" || hb.Instance != h.a.Instance() || hb.Server == "" || hb.IntervalMs != 50 || m.Subject != "execmesh.presence."+h.a.ID() {
+		t.Fatalf("heartbeat %s: %+v", m.Subject, hb)
+	}
+	// micro discovery: $SRV.PING/INFO answer with the node's metadata.
+	reply, err := h.nc.Request("$SRV.INFO.execmesh-node", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info micro.Info
+	if err := json.Unmarshal(reply.Data, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Name != "execmesh-node" || info.Metadata["nodeId"] != h.a.ID() || len(info.Endpoints) != 7 {
+		t.Fatalf("info: %+v", info)
+	}
+	subjects := map[string]bool{}
+	for _, ep := range info.Endpoints {
+		subjects[ep.Subject] = true
+	}
+	for _, s := range []string{"exec", "process", "list", "approvals.get", "approvals.set", "which", "pairing"} {
+		if !subjects["execmesh.node."+h.a.ID()+"."+s] {
+			t.Fatalf("endpoint %s missing: %v", s, subjects)
+		}
+	}
+}
+
+func TestNodeExitEventPublished(t *testing.T) {
+	h := newHarness(t, nil)
+	js := bustest.JetStream(t, h.nc)
+	res := h.mustExec(map[string]any{"command": "echo bye; exit 2", "background": true})
+	id := res.SessionID()
+	stream, err := js.Stream(t.Context(), bus.StreamNamesFor("execmesh").Exit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev protocol.ExitEvent
+	bustest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		m, err := stream.GetLastMsgForSubject(t.Context(), "execmesh.events.exit."+h.a.ID())
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			return err
+		}
+		if m.Header.Get("Nats-Msg-Id") != bus.ExitMsgID(ev) {
+			return fmt.Errorf("msg id %q", m.Header.Get("Nats-Msg-Id"))
+		}
+		return nil
+	})
+	if ev.SessionID != id || ev.NodeID != h.a.ID() || ev.SessionKey != "agent:main:main" || !ev.Notify || ev.Text != "Exec completed ("+id[:8]+", code 2) :: bye" {
+		t.Fatalf("exit event: %+v", ev)
+	}
+}
+
+func TestNodeCloseRefusesRequests(t *testing.T) {
+	h := newHarness(t, nil)
+	res := h.mustExec(map[string]any{"command": "sleep 30", "background": true})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := h.a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Fatalf("close took %s", d)
+	}
+	// The endpoints are gone: requests find no responder.
+	_, err := h.raw(EndpointProcess, []byte(`{"sessionKey":"agent:main:main","args":{"action":"poll","sessionId":"`+res.SessionID()+`"}}`), nil)
+	if err == nil || !strings.Contains(err.Error(), "no responders") {
+		t.Fatalf("after close: %v", err)
+	}
+	if err := h.a.Start(t.Context()); err == nil {
+		t.Fatal("Start after Close succeeded")
+	}
+}
+
+func TestNodeJoinCodeDecoding(t *testing.T) {
+	good, err := EncodeJoinCode(JoinCode{V: 1, URLs: []string{"nats://10.0.0.1:4222"}, Prefix: "execmesh", Secret: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := DecodeJoinCode(" " + good + "\n"); err != nil || c.URLs[0] != "nats://10.0.0.1:4222" {
+		t.Fatalf("decode: %+v %v", c, err)
+	}
+	enc := func(v any) string {
+		b, _ := json.Marshal(v)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	for name, code := range map[string]string{
+		"empty":       "",
+		"not base64":  "!!!",
+		"not json":    base64.RawURLEncoding.EncodeToString([]byte("hello")),
+		"no urls":     enc(map[string]any{"v": 1, "prefix": "execmesh", "secret": "s"}),
+		"no secret":   enc(map[string]any{"v": 1, "urls": []string{"nats://x:1"}, "prefix": "execmesh"}),
+		"bad prefix":  enc(map[string]any{"v": 1, "urls": []string{"nats://x:1"}, "prefix": "a.b", "secret": "s"}),
+		"bad version": enc(map[string]any{"v": 2, "urls": []string{"nats://x:1"}, "prefix": "execmesh", "secret": "s"}),
+		"unknown key": enc(map[string]any{"v": 1, "urls": []string{"nats://x:1"}, "prefix": "execmesh", "secret": "s", "admin": true}),
+	} {
+		if _, err := DecodeJoinCode(code); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestNodeNoServerConfigured(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.Cwd = t.TempDir()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(t.Context()); err != ErrNoServer {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := a.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Prefix: "bad prefix", StateDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "Prefix") {
+		t.Fatalf("bad prefix: %v", err)
+	}
+	if _, err := New(Config{Security: "most", StateDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "Security") {
+		t.Fatalf("bad security: %v", err)
+	}
+}

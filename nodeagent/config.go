@@ -1,0 +1,243 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/session"
+)
+
+// Defaults and clamps of the node agent, in one place.
+const (
+	DefaultHeartbeatInterval = 5 * time.Second
+	MinHeartbeatInterval     = 50 * time.Millisecond
+	MaxHeartbeatInterval     = time.Minute
+	DefaultIdempotencyTTL    = 15 * time.Minute
+	DefaultMaxIdempotency    = 4096
+	DefaultExitFlushTimeout  = 5 * time.Second
+	// DefaultJoinTimeout bounds joining by code: connecting with the
+	// one-time credential and waiting for the gateway's answer.
+	DefaultJoinTimeout = 20 * time.Second
+	// DefaultStateDirName is the state dir below the home directory.
+	DefaultStateDirName = ".execmesh-node"
+	// JoinFile is written into the state dir after a successful join: the
+	// NATS URLs and prefix, so later starts need no flags.
+	JoinFile = "node-join.json"
+)
+
+// Config configures an Agent. Start from DefaultConfig; New validates it
+// and names the offending field.
+type Config struct {
+	// Logger receives the agent's logs; nil discards them.
+	Logger *slog.Logger
+
+	// Client says how to reach NATS: server URLs (or an in-process
+	// server), credentials, TLS. When it carries no credentials the node
+	// authenticates with its own nkey (Identity), which is what a node
+	// admitted by a join code needs. InboxPrefix is always replaced by
+	// bus.InboxPrefix(<node id>): a node's permissions only let it read
+	// replies there.
+	Client bus.ClientConfig
+
+	// Prefix is the subject prefix (default protocol.DefaultSubjectPrefix).
+	Prefix string
+
+	// StateDir holds the node's nkey (node.nkey) and, after a join, the
+	// saved connection settings (JoinFile). Default ~/.execmesh-node.
+	StateDir string
+
+	// Identity overrides the key pair in StateDir (tests, embedding).
+	Identity *bus.Identity
+
+	// Name is the display name; default the host name.
+	Name string
+
+	// Version is reported in heartbeats and micro INFO; it must be SemVer.
+	Version string
+
+	// Session configures the session core. DefaultConfig fills it from
+	// session.DefaultConfig; OnExit and OnAcknowledged are set by the
+	// agent.
+	Session session.Config
+
+	// Environ is the node's own environment, inherited (after
+	// protocol.SanitizeHostEnv) by every command; nil means os.Environ().
+	// Its PATH is the one a request may only prepend to.
+	Environ []string
+
+	// Cwd is the working directory of commands that name none; empty
+	// means the agent's working directory.
+	Cwd string
+
+	// Security and Ask are node-local limits: the effective policy of a
+	// run is the stricter of these and what the gateway sent. Empty
+	// means no further limit. (The exec-approvals engine is not wired in
+	// yet; see Authorize.)
+	Security string
+	Ask      string
+
+	// Authorize decides whether a run may start, given the effective
+	// policy. nil applies the interim rule the gateway applies for
+	// host=gateway until approvals are wired: security=full with ask=off
+	// runs; allowlist with ask=off is "exec denied: allowlist miss";
+	// everything else needs an approval, which is refused.
+	Authorize func(ctx context.Context, r AuthorizeRequest) error
+
+	// HeartbeatInterval is how often the node publishes its presence
+	// (default 5 s, clamped 50 ms..1 min).
+	HeartbeatInterval time.Duration
+
+	// IdempotencyTTL is how long the answer of an exec start is kept for
+	// a retry carrying the same key (default 15 min); MaxIdempotencyKeys
+	// bounds how many are kept (default 4096, oldest dropped first).
+	IdempotencyTTL     time.Duration
+	MaxIdempotencyKeys int
+
+	// ExitFlushTimeout bounds how long Close waits for exit events still
+	// being published (default 5 s).
+	ExitFlushTimeout time.Duration
+
+	// Join is a join code (`execmesh nodes invite`). Start redeems it
+	// before connecting normally, and saves the URLs and prefix it
+	// carries in StateDir (JoinFile).
+	Join string
+	// JoinTimeout bounds the join (default 20 s).
+	JoinTimeout time.Duration
+}
+
+// AuthorizeRequest is what Config.Authorize decides on.
+type AuthorizeRequest struct {
+	SessionKey string
+	AgentID    string
+	Command    string
+	Workdir    string
+	Security   string // effective: deny, allowlist or full
+	Ask        string // effective: off, on-miss or always
+}
+
+// DefaultConfig returns a fresh configuration with every default set.
+func DefaultConfig() Config {
+	return Config{
+		Prefix:             protocol.DefaultSubjectPrefix,
+		StateDir:           defaultStateDir(),
+		Version:            "0.0.0-dev",
+		Session:            session.DefaultConfig(),
+		HeartbeatInterval:  DefaultHeartbeatInterval,
+		IdempotencyTTL:     DefaultIdempotencyTTL,
+		MaxIdempotencyKeys: DefaultMaxIdempotency,
+		ExitFlushTimeout:   DefaultExitFlushTimeout,
+		JoinTimeout:        DefaultJoinTimeout,
+	}
+}
+
+func defaultStateDir() string {
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return DefaultStateDirName
+	}
+	return filepath.Join(home, DefaultStateDirName)
+}
+
+var (
+	securityRank = map[string]int{"deny": 0, "allowlist": 1, "full": 2}
+	askRank      = map[string]int{"off": 0, "on-miss": 1, "always": 2}
+)
+
+// normalize fills in defaults and clamps, and checks what can be checked
+// without touching the disk. Errors name the field.
+func (c *Config) normalize() error {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Prefix == "" {
+		c.Prefix = protocol.DefaultSubjectPrefix
+	}
+	if err := protocol.ValidateSubjectPrefix(c.Prefix); err != nil {
+		return fmt.Errorf("nodeagent: Prefix: %w", err)
+	}
+	if c.StateDir == "" && c.Identity == nil {
+		c.StateDir = defaultStateDir()
+	}
+	if c.Version == "" {
+		c.Version = "0.0.0-dev"
+	}
+	if c.Security != "" {
+		if _, ok := securityRank[c.Security]; !ok {
+			return fmt.Errorf("nodeagent: Security: %q is not one of deny, allowlist, full", c.Security)
+		}
+	}
+	if c.Ask != "" {
+		if _, ok := askRank[c.Ask]; !ok {
+			return fmt.Errorf("nodeagent: Ask: %q is not one of off, on-miss, always", c.Ask)
+		}
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	c.HeartbeatInterval = min(max(c.HeartbeatInterval, MinHeartbeatInterval), MaxHeartbeatInterval)
+	if c.IdempotencyTTL <= 0 {
+		c.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	if c.MaxIdempotencyKeys <= 0 {
+		c.MaxIdempotencyKeys = DefaultMaxIdempotency
+	}
+	if c.ExitFlushTimeout <= 0 {
+		c.ExitFlushTimeout = DefaultExitFlushTimeout
+	}
+	if c.JoinTimeout <= 0 {
+		c.JoinTimeout = DefaultJoinTimeout
+	}
+	if c.Environ == nil {
+		c.Environ = os.Environ()
+	}
+	if c.Cwd == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("nodeagent: Cwd: %w", err)
+		}
+		c.Cwd = wd
+	}
+	if st, err := os.Stat(c.Cwd); err != nil || !st.IsDir() {
+		return fmt.Errorf("nodeagent: Cwd: %q is not a directory", c.Cwd)
+	}
+	return nil
+}
+
+// stricter returns the stricter security and ask of the gateway's policy
+// and the node's limits; an empty or unknown gateway value means the
+// OpenClaw node defaults (allowlist, on-miss).
+func (c *Config) stricter(security, ask string) (string, string) {
+	if _, ok := securityRank[security]; !ok {
+		security = "allowlist"
+	}
+	if _, ok := askRank[ask]; !ok {
+		ask = "on-miss"
+	}
+	if c.Security != "" && securityRank[c.Security] < securityRank[security] {
+		security = c.Security
+	}
+	if c.Ask != "" && askRank[c.Ask] > askRank[ask] {
+		ask = c.Ask
+	}
+	return security, ask
+}
+
+// defaultAuthorize is the interim policy until the approvals engine is
+// wired in; it matches the gateway's host=gateway rule.
+func defaultAuthorize(_ context.Context, r AuthorizeRequest) error {
+	switch {
+	case r.Security == "deny":
+		return protocol.Errorf(protocol.ErrDenied, "exec denied: host=node security=deny")
+	case r.Security == "full" && r.Ask == "off":
+		return nil
+	case r.Security == "allowlist" && r.Ask == "off":
+		return protocol.Errorf(protocol.ErrDenied, "exec denied: allowlist miss")
+	}
+	return protocol.Errorf(protocol.ErrDenied, "exec denied: host=node security=%s ask=%s requires approval, which is not available on this node yet", r.Security, r.Ask)
+}

@@ -1,0 +1,77 @@
+package nodeagent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/nodeagent"
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// A node agent on an embedded NATS server runs a command a gateway sends
+// to its exec endpoint.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "nodeagent-example-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+
+	srv, err := bus.StartServer(ctx, bus.ServerConfig{Listen: "127.0.0.1:-1", JetStream: true, StoreDir: filepath.Join(dir, "nats")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown(context.Background()) //nolint:errcheck
+
+	cfg := nodeagent.DefaultConfig()
+	cfg.StateDir = filepath.Join(dir, "node") // holds the node's nkey
+	cfg.Name = "build-1"
+	cfg.Client = bus.ClientConfig{URLs: []string{srv.ClientURL()}}
+	cfg.Cwd = dir
+	agent, err := nodeagent.New(cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer agent.Close(context.Background()) //nolint:errcheck
+	if err := agent.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := agent.Ready(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// What a gateway sends: the exec arguments plus routing and policy.
+	nc, err := bus.Connect(ctx, bus.ClientConfig{URLs: []string{srv.ClientURL()}}, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer nc.Close()
+	args, _ := json.Marshal(map[string]any{"command": "echo hello from $0"})
+	req, _ := json.Marshal(nodeagent.ExecRequest{SessionKey: "agent:main:main", Args: args, Security: "full", Ask: "off"})
+	m, err := bus.RequestChunked(ctx, nc, protocol.Subjects("").Node(agent.ID(), nodeagent.EndpointExec), req, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var res protocol.Result
+	if err := json.Unmarshal(m.Data, &res); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.Status(), strings.Contains(res.Text(), "hello from"))
+	// Output: completed true
+}

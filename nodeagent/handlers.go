@@ -1,0 +1,327 @@
+package nodeagent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/session"
+)
+
+// handlerFunc serves one endpoint: it returns the JSON reply, or an error
+// that is answered as a micro error (an *protocol.Error keeps its type and
+// text).
+type handlerFunc func(ctx context.Context, req micro.Request) ([]byte, error)
+
+// headerFunc is a handlerFunc whose reply carries headers too.
+type headerFunc func(ctx context.Context, req micro.Request) ([]byte, nats.Header, error)
+
+// noHeader adapts a handlerFunc to a headerFunc.
+func noHeader(fn handlerFunc) headerFunc {
+	return func(ctx context.Context, req micro.Request) ([]byte, nats.Header, error) {
+		b, err := fn(ctx, req)
+		return b, nil, err
+	}
+}
+
+// endpoint adapts fn to micro. Every endpoint is a single subscription
+// whose messages are handled one at a time, so the handler only hands the
+// request to a tracked goroutine: a poll waiting 30 s must not hold up
+// the next exec. Once Close has begun requests are refused as retryable.
+func (a *Agent) endpoint(name string, fn headerFunc) micro.HandlerFunc {
+	return func(req micro.Request) {
+		if req.Reply() == "" {
+			// Nobody to answer: do nothing rather than run blind.
+			a.log.Debug("request without reply subject ignored", "endpoint", name)
+			return
+		}
+		a.mu.Lock()
+		if a.closing {
+			a.mu.Unlock()
+			a.replyError(req, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: "node agent " + a.id.NodeID + " is shutting down"})
+			return
+		}
+		a.handlerWG.Add(1)
+		nc := a.nc
+		a.mu.Unlock()
+		go func() {
+			defer a.handlerWG.Done()
+			defer func() {
+				if r := recover(); r != nil {
+					a.log.Error("handler panic", "endpoint", name, "panic", r)
+					a.publishError(nc, req.Reply(), protocol.Errorf(protocol.ErrInternal, "node agent %s: internal error in %s", a.id.NodeID, name))
+				}
+			}()
+			reply, hdr, err := fn(a.handlerCtx, req)
+			if err != nil {
+				pe := protocol.AsError(err)
+				if a.handlerCtx.Err() != nil && pe.Type == protocol.ErrInternal {
+					// Close cut the wait short (a foreground command is
+					// stopped with the agent): say so, retryably.
+					pe = &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: "node agent " + a.id.NodeID + " is shutting down: " + pe.Message}
+				}
+				a.publishError(nc, req.Reply(), pe)
+				return
+			}
+			if hdr == nil {
+				hdr = nats.Header{}
+			}
+			hdr.Set(HeaderInstance, a.instance)
+			if err := bus.RespondChunked(nc, req.Reply(), reply, hdr); err != nil {
+				a.log.Warn("reply not sent", "endpoint", name, "err", err)
+			}
+		}()
+	}
+}
+
+// replyError answers req with a micro error: code = the HTTP status of the
+// error type, description = its message, data = the *protocol.Error. Only
+// from the micro handler's own goroutine: req.Error records the error for
+// STATS in a field the handler's caller reads unsynchronised.
+func (a *Agent) replyError(req micro.Request, e *protocol.Error) {
+	if err := req.Error(errorCode(e), e.Message, errorData(e)); err != nil {
+		a.log.Debug("error reply not sent", "err", err)
+	}
+}
+
+// publishError sends the same error reply as replyError from any
+// goroutine (such errors are not counted in the service's STATS).
+func (a *Agent) publishError(nc *nats.Conn, reply string, e *protocol.Error) {
+	m := nats.NewMsg(reply)
+	m.Header.Set(micro.ErrorHeader, e.Message)
+	m.Header.Set(micro.ErrorCodeHeader, errorCode(e))
+	m.Data = errorData(e)
+	if err := nc.PublishMsg(m); err != nil {
+		a.log.Debug("error reply not sent", "err", err)
+	}
+}
+
+// handleExec starts a command (ExecRequest). With an idempotency key, a
+// repeated start answers what the first one answered.
+func (a *Agent) handleExec(ctx context.Context, req micro.Request) ([]byte, error) {
+	var r ExecRequest
+	if err := decodeStrict("exec", req.Data(), &r); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(r.SessionKey) == "" {
+		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "exec: sessionKey is required")
+	}
+	args, err := protocol.DecodeExecArgs(r.Args)
+	if err != nil {
+		return nil, err
+	}
+	key := req.Headers().Get(HeaderIdempotencyKey)
+	if key == "" {
+		return a.runExec(ctx, &r, args)
+	}
+	if !validIdempotencyKey(key) {
+		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "exec: invalid %s header (1 to %d printable characters)", HeaderIdempotencyKey, maxIdempotencyKeyLen)
+	}
+	reply, err, replayed := a.idem.do(ctx, key, r.SessionKey, func() ([]byte, error) { return a.runExec(ctx, &r, args) })
+	if replayed {
+		a.log.Info("exec start repeated; answering the first start", "idempotencyKey", key)
+	}
+	return reply, err
+}
+
+// runExec applies the node's own checks and runs the command.
+func (a *Agent) runExec(ctx context.Context, r *ExecRequest, args protocol.ExecArgs) ([]byte, error) {
+	if st := a.Pairing(); st == PairingPending || st == PairingRejected {
+		return nil, protocol.Errorf(protocol.ErrDenied, "node %s is not paired with the gateway (pairing %s); approve it with `execmesh nodes approve %s`", a.id.NodeID, st, a.id.NodeID)
+	}
+	env, err := a.commandEnv(args.Env)
+	if err != nil {
+		return nil, err
+	}
+	workdir, ok := a.resolveWorkdir(args.Workdir)
+	if !ok {
+		return json.Marshal(workdirFailed(args.Workdir))
+	}
+	security, ask := a.cfg.stricter(r.Security, r.Ask)
+	if err := a.authorize(ctx, AuthorizeRequest{
+		SessionKey: r.SessionKey, AgentID: r.AgentID, Command: args.Command,
+		Workdir: workdir, Security: security, Ask: ask,
+	}); err != nil {
+		return nil, err
+	}
+	res, err := a.mgr.Exec(ctx, session.ExecRequest{
+		Command:     args.Command,
+		Workdir:     workdir,
+		Env:         env,
+		YieldMs:     args.YieldMs,
+		Background:  args.Background,
+		TimeoutSec:  args.Timeout,
+		PTY:         args.PTY,
+		Synchronous: r.Sync,
+		ScopeKey:    r.SessionKey,
+		Warnings:    r.Warnings,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.track(r.SessionKey, res.SessionID())
+	return json.Marshal(res)
+}
+
+// handleProcess runs a process action on one of the node's sessions. The
+// reply carries HeaderSession "gone" when the session is not (or no
+// longer) there, so the gateway can drop it from its index without
+// reading result texts.
+func (a *Agent) handleProcess(ctx context.Context, req micro.Request) ([]byte, nats.Header, error) {
+	var r ProcessRequest
+	if err := decodeStrict("process", req.Data(), &r); err != nil {
+		return nil, nil, err
+	}
+	if strings.TrimSpace(r.SessionKey) == "" {
+		return nil, nil, protocol.Errorf(protocol.ErrInvalidRequest, "process: sessionKey is required")
+	}
+	args, err := protocol.DecodeProcessArgs(r.Args)
+	if err != nil {
+		return nil, nil, err
+	}
+	res := a.mgr.Process(ctx, r.SessionKey, args)
+	var hdr nats.Header
+	if args.SessionID != "" {
+		a.track(r.SessionKey, args.SessionID)
+		if !a.mgr.Has(r.SessionKey, args.SessionID) {
+			hdr = nats.Header{}
+			hdr.Set(HeaderSession, SessionGone)
+		}
+	}
+	b, err := json.Marshal(res)
+	return b, hdr, err
+}
+
+// handleList lists the sessions of one sessionKey, or of all.
+func (a *Agent) handleList(ctx context.Context, req micro.Request) ([]byte, error) {
+	var r ListRequest
+	if err := decodeStrict("list", req.Data(), &r); err != nil {
+		return nil, err
+	}
+	var scopes []string
+	switch {
+	case r.All:
+		scopes = a.scopeKeys()
+	case strings.TrimSpace(r.SessionKey) != "":
+		scopes = []string{r.SessionKey}
+	default:
+		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "list: sessionKey or all is required")
+	}
+	resp := ListResponse{NodeID: a.id.NodeID, Instance: a.instance, Sessions: []ListedSession{}}
+	for _, scope := range scopes {
+		entries, err := a.listScope(ctx, scope)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range entries {
+			resp.Sessions = append(resp.Sessions, ListedSession{SessionKey: scope, Details: d})
+		}
+	}
+	return json.Marshal(resp)
+}
+
+// listScope returns the process-list entries of one sessionKey and
+// forgets the sessions the session core no longer lists.
+func (a *Agent) listScope(ctx context.Context, scope string) ([]protocol.Details, error) {
+	res := a.mgr.Process(ctx, scope, protocol.ProcessArgs{Action: "list"})
+	entries, err := DetailsList(res.Details["sessions"])
+	if err != nil {
+		return nil, protocol.Errorf(protocol.ErrInternal, "list: %v", err)
+	}
+	listed := make(map[string]bool, len(entries))
+	for _, d := range entries {
+		if id, _ := d["sessionId"].(string); id != "" {
+			listed[id] = true
+			a.track(scope, id)
+		}
+	}
+	a.mu.Lock()
+	var stale []string
+	for id := range a.scopes[scope] {
+		if !listed[id] {
+			stale = append(stale, id)
+		}
+	}
+	a.mu.Unlock()
+	for _, id := range stale {
+		a.track(scope, id)
+	}
+	return entries, nil
+}
+
+// DetailsList converts the "sessions" of a process list result, which
+// the session core may hold as []protocol.Details, []map[string]any or
+// []any (after a JSON round trip), to []protocol.Details.
+func DetailsList(v any) ([]protocol.Details, error) {
+	switch l := v.(type) {
+	case nil:
+		return nil, nil
+	case []protocol.Details:
+		return l, nil
+	case []map[string]any:
+		out := make([]protocol.Details, len(l))
+		for i, d := range l {
+			out[i] = d
+		}
+		return out, nil
+	case []any:
+		out := make([]protocol.Details, 0, len(l))
+		for _, e := range l {
+			switch d := e.(type) {
+			case map[string]any:
+				out = append(out, d)
+			case protocol.Details:
+				out = append(out, d)
+			default:
+				return nil, fmt.Errorf("list entry of type %T", e)
+			}
+		}
+		return out, nil
+	}
+	// Anything else: round-trip through JSON.
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out []protocol.Details
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// handleApprovals answers approvals.get and approvals.set: the node's
+// exec-approvals engine is not wired in yet.
+func (a *Agent) handleApprovals(_ context.Context, req micro.Request) ([]byte, error) {
+	return nil, &protocol.Error{Type: errNotImplemented, Message: fmt.Sprintf("node %s: exec approvals (%s) are not implemented on node agents yet", a.id.NodeID, req.Subject())}
+}
+
+// handleWhich finds binaries on the node's PATH.
+func (a *Agent) handleWhich(_ context.Context, req micro.Request) ([]byte, error) {
+	var r WhichRequest
+	if err := decodeStrict("which", req.Data(), &r); err != nil {
+		return nil, err
+	}
+	return json.Marshal(WhichResponse{Bins: a.which(r.Bins)})
+}
+
+// handlePairing takes the gateway's word on the node's pairing.
+func (a *Agent) handlePairing(_ context.Context, req micro.Request) ([]byte, error) {
+	var n PairingNotice
+	if err := decodeStrict("pairing", req.Data(), &n); err != nil {
+		return nil, err
+	}
+	switch n.Status {
+	case PairingPending, PairingPaired, PairingRejected:
+	default:
+		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "pairing: unknown status %q", n.Status)
+	}
+	a.setPairing(n.Status)
+	return []byte("{}"), nil
+}
