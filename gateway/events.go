@@ -4,6 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -23,8 +29,28 @@ type eventQueue struct {
 	// acked holds the context keys whose terminal status a poll already
 	// delivered, so a late (node) exit event for them is dropped.
 	acked map[string]time.Time
-	now   func() time.Time
+	// seen holds the ids of events pushed with an id of their own (node
+	// exit events), so a redelivered copy is dropped.
+	seen map[string]time.Time
+	now  func() time.Time
+	// path, when set, is where the queue survives a restart (and a kill -9):
+	// it is rewritten, synced, on every change, before the caller acks the
+	// event's source.
+	path string
+	log  *slog.Logger
 }
+
+// eventState is the persisted form of the queue.
+type eventState struct {
+	Queues map[string][]protocol.SystemEvent `json:"queues"`
+	Acked  map[string]int64                  `json:"acked,omitempty"`
+	Seen   map[string]int64                  `json:"seen,omitempty"`
+}
+
+// eventRetention bounds how long acknowledgements and seen ids are kept;
+// JetStream redelivers within minutes, and session ids are not reused
+// within a day.
+const eventRetention = 24 * time.Hour
 
 type eventSub struct {
 	ch chan protocol.SystemEvent
@@ -36,8 +62,95 @@ func newEventQueue() *eventQueue {
 		waiters: map[string][]chan struct{}{},
 		subs:    map[string]map[*eventSub]struct{}{},
 		acked:   map[string]time.Time{},
+		seen:    map[string]time.Time{},
 		now:     time.Now,
+		log:     slog.New(slog.DiscardHandler),
 	}
+}
+
+// openEventQueue returns a queue persisted at path, loading what an
+// earlier run left there. A corrupt file is set aside, not trusted.
+func openEventQueue(path string, log *slog.Logger) *eventQueue {
+	q := newEventQueue()
+	q.path, q.log = path, log
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			log.Warn("reading queued events", "path", path, "err", err)
+		}
+		return q
+	}
+	var st eventState
+	if err := json.Unmarshal(b, &st); err != nil {
+		log.Error("queued events file is corrupt; moved aside", "path", path, "err", err)
+		_ = os.Rename(path, path+".corrupt")
+		return q
+	}
+	for k, l := range st.Queues {
+		q.queues[k] = l
+	}
+	for k, ms := range st.Acked {
+		q.acked[k] = time.UnixMilli(ms)
+	}
+	for k, ms := range st.Seen {
+		q.seen[k] = time.UnixMilli(ms)
+	}
+	return q
+}
+
+// saveLocked writes the queue to q.path. q.mu must be held.
+func (q *eventQueue) saveLocked() {
+	if q.path == "" {
+		return
+	}
+	now := q.now()
+	st := eventState{Queues: q.queues, Acked: map[string]int64{}, Seen: map[string]int64{}}
+	for k, at := range q.acked {
+		if now.Sub(at) > eventRetention {
+			delete(q.acked, k)
+			continue
+		}
+		st.Acked[k] = at.UnixMilli()
+	}
+	for k, at := range q.seen {
+		if now.Sub(at) > eventRetention {
+			delete(q.seen, k)
+			continue
+		}
+		st.Seen[k] = at.UnixMilli()
+	}
+	b, err := json.Marshal(st)
+	if err == nil {
+		err = writeFileSync(q.path, b)
+	}
+	if err != nil {
+		q.log.Error("persisting queued events", "path", q.path, "err", err)
+	}
+}
+
+// writeFileSync replaces path atomically and durably (0600).
+func writeFileSync(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 func newEventID() string {
@@ -58,6 +171,10 @@ func (q *eventQueue) push(ev protocol.SystemEvent) bool {
 	}
 	if ev.ID == "" {
 		ev.ID = newEventID()
+	} else if _, dup := q.seen[ev.ID]; dup {
+		return false
+	} else {
+		q.seen[ev.ID] = q.now()
 	}
 	if ev.TS == 0 {
 		ev.TS = q.now().UnixMilli()
@@ -70,6 +187,7 @@ func (q *eventQueue) push(ev protocol.SystemEvent) bool {
 			default: // a stuck stream reader must not block the gateway
 			}
 		}
+		q.saveLocked()
 		return true
 	}
 	l := append(q.queues[ev.SessionKey], ev)
@@ -77,6 +195,7 @@ func (q *eventQueue) push(ev protocol.SystemEvent) bool {
 		l = l[len(l)-maxQueuedEvents:]
 	}
 	q.queues[ev.SessionKey] = l
+	q.saveLocked()
 	for _, w := range q.waiters[ev.SessionKey] {
 		close(w)
 	}
@@ -90,9 +209,8 @@ func (q *eventQueue) acknowledge(sessionKey, contextKey string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.acked[contextKey] = q.now()
-	// Forget old acknowledgements; a session id is not reused within a day.
 	for k, at := range q.acked {
-		if q.now().Sub(at) > 24*time.Hour {
+		if q.now().Sub(at) > eventRetention {
 			delete(q.acked, k)
 		}
 	}
@@ -104,6 +222,7 @@ func (q *eventQueue) acknowledge(sessionKey, contextKey string) {
 		}
 	}
 	q.queues[sessionKey] = out
+	q.saveLocked()
 }
 
 // take returns and removes every queued event for sessionKey, waiting up to
@@ -115,6 +234,7 @@ func (q *eventQueue) take(ctx context.Context, sessionKey string, wait time.Dura
 		q.mu.Lock()
 		if l := q.queues[sessionKey]; len(l) > 0 {
 			delete(q.queues, sessionKey)
+			q.saveLocked()
 			q.mu.Unlock()
 			return l
 		}
@@ -159,6 +279,9 @@ func (q *eventQueue) subscribe(sessionKey string) (<-chan protocol.SystemEvent, 
 	q.mu.Lock()
 	backlog := q.queues[sessionKey]
 	delete(q.queues, sessionKey)
+	if len(backlog) > 0 {
+		q.saveLocked()
+	}
 	if q.subs[sessionKey] == nil {
 		q.subs[sessionKey] = map[*eventSub]struct{}{}
 	}

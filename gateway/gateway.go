@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -124,7 +125,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		opts:         opts,
 		log:          opts.Logger,
 		cfg:          cfg,
-		events:       newEventQueue(),
+		events:       openEventQueue(filepath.Join(cfg.StateDir, "events.json"), opts.Logger.With("component", "events")),
 		limiter:      newAuthLimiter(),
 		execDefaults: map[string]SessionExecDefaults{},
 		approvals:    newApprovalStore(),
