@@ -149,7 +149,10 @@ func (r *nodeRouter) onExitMsg(m jetstream.Msg) {
 		// any agent about any session.
 		r.log.Warn("exit event for a session the node does not run dropped", "nodeId", ev.NodeID, "sessionId", ev.SessionID, "sessionKey", ev.SessionKey)
 	default:
+		// The event id is the exit's own id: the gateway's persisted queue
+		// drops a copy JetStream redelivers after a crash before the ack.
 		r.g.emit(protocol.SystemEvent{
+			ID:         id,
 			SessionKey: ev.SessionKey,
 			ContextKey: "exec:" + visible,
 			Kind:       protocol.EventExecExit,
