@@ -113,11 +113,14 @@ func (z *sanitizer) write(dst, src []byte) []byte {
 	}
 	for i := 0; i < len(src); {
 		if z.state == stGround {
-			// Fast path: printable ASCII, TAB, LF and CR pass unchanged.
-			if j := i + plainPrefix(src[i:]); j > i {
-				dst = append(dst, src[i:j]...)
-				z.units += j - i
-				i = j
+			// Fast path: a run of text that passes unchanged is copied at
+			// once: printable ASCII, TAB, LF, CR, and valid non-ASCII
+			// characters other than C1 controls and format characters.
+			if j, units, nonASCII := plainRun(src[i:]); j > 0 {
+				dst = append(dst, src[i:i+j]...)
+				z.units += units
+				z.nonASCII = z.nonASCII || nonASCII
+				i += j
 				continue
 			}
 			// Fast path: a run of other C0 controls and DEL (NUL padding,
@@ -198,6 +201,57 @@ func plainPrefix(b []byte) int {
 		j++
 	}
 	return j
+}
+
+// plainRun measures the longest prefix of b that passes unchanged in the
+// ground state: plain ASCII (see plainPrefix) and complete, valid non-ASCII
+// characters that are neither C1 controls nor format characters. It
+// returns the length in bytes, in UTF-16 units, and whether it has
+// non-ASCII characters.
+func plainRun(b []byte) (n, units int, nonASCII bool) {
+	for n < len(b) {
+		if k := plainPrefix(b[n:]); k > 0 {
+			n += k
+			units += k
+			continue
+		}
+		c := b[n]
+		if c < utf8.RuneSelf {
+			break
+		}
+		var r rune
+		size := 2
+		if c >= 0xC2 && c <= 0xDF && n+1 < len(b) && b[n+1]&0xC0 == 0x80 {
+			r = rune(c&0x1F)<<6 | rune(b[n+1]&0x3F) // two bytes, decoded inline
+		} else {
+			if !utf8.FullRune(b[n:]) {
+				break
+			}
+			if r, size = utf8.DecodeRune(b[n:]); r == utf8.RuneError && size == 1 {
+				break
+			}
+		}
+		if r <= 0x9F || isFormat(r) {
+			break
+		}
+		n += size
+		units += runeUnits(r)
+		nonASCII = true
+	}
+	return n, units, nonASCII
+}
+
+// isFormat reports whether r is a Unicode format character (Cf), which
+// the sanitizer drops. Most text never reaches the table lookup: Cf
+// characters live only in the ranges tested first.
+func isFormat(r rune) bool {
+	switch {
+	case r < 0xAD, r > 0xAD && r < 0x600, r > 0x206F && r < 0xFEFF:
+		return false
+	case r >= 0x2010 && r <= 0x2029, r >= 0x202F && r <= 0x205F:
+		return false // general punctuation: dashes, quotes, bullets
+	}
+	return unicode.Is(unicode.Cf, r)
 }
 
 // hexPrefix returns how many leading bytes of b are shown as \xNN in the
@@ -353,7 +407,7 @@ func (z *sanitizer) ground(dst []byte, r rune, raw []byte) []byte {
 		z.units++
 		z.nonASCII = true
 		return append(dst, "\uFFFD"...)
-	case r >= utf8.RuneSelf && unicode.Is(unicode.Cf, r):
+	case r >= utf8.RuneSelf && isFormat(r):
 		return dst // format characters are dropped
 	}
 	z.units += runeUnits(r)

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -196,5 +197,25 @@ func BenchmarkSanitizerPassThrough(b *testing.B) {
 		if !z.passThrough(src) {
 			b.Fatal("not plain")
 		}
+	}
+}
+
+// TestIsFormat: the pre-filtered check agrees with the Unicode table for
+// every code point.
+func TestIsFormat(t *testing.T) {
+	check := func(r rune) {
+		if isFormat(r) != unicode.Is(unicode.Cf, r) {
+			t.Fatalf("isFormat(%U) = %v", r, isFormat(r))
+		}
+	}
+	// Every Cf character is in the first two planes or in plane 14.
+	for r := rune(0); r < 0x20000; r++ {
+		check(r)
+	}
+	for r := rune(0xE0000); r < 0xE1000; r++ {
+		check(r)
+	}
+	for r := rune(0x20000); r <= unicode.MaxRune; r += 97 {
+		check(r)
 	}
 }

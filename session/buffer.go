@@ -1,8 +1,8 @@
 package session
 
 import (
+	"encoding/binary"
 	"strings"
-	"unicode/utf8"
 )
 
 // A session keeps its output twice, as OpenClaw does (spec §10.3):
@@ -95,13 +95,7 @@ func (r *textRing) dropFront(excess int) int {
 		}
 		nb, nu := need, need
 		if !s.ascii {
-			b := r.buf[r.start : r.start+s.n]
-			nb, nu = 0, 0
-			for nu < need {
-				c, size := utf8.DecodeRune(b[nb:])
-				nb += size
-				nu += runeUnits(c)
-			}
+			nb, nu = prefixForUnits(r.buf[r.start:r.start+s.n], need)
 		}
 		s.n -= nb
 		s.units -= nu
@@ -134,17 +128,8 @@ func (r *textRing) tail(n int) string {
 			off -= need
 			break
 		}
-		b := r.buf[off-s.n : off]
-		for need > 0 {
-			c, size := utf8.DecodeLastRune(b)
-			if w := runeUnits(c); w <= need {
-				need -= w
-				b = b[:len(b)-size]
-				off -= size
-				continue
-			}
-			break
-		}
+		start, _ := suffixForUnits(r.buf[off-s.n:off], need)
+		off -= s.n - start
 		break
 	}
 	return string(r.buf[off:])
@@ -159,17 +144,64 @@ func suffixUnits(p []byte, units int, ascii bool, n int) ([]byte, int) {
 	if ascii {
 		return p[len(p)-n:], n
 	}
-	i, got := len(p), 0
-	for i > 0 {
-		c, size := utf8.DecodeLastRune(p[:i])
-		w := runeUnits(c)
-		if got+w > n {
+	start, got := suffixForUnits(p, n)
+	return p[start:], got
+}
+
+// The text in the buffers is valid UTF-8 (the sanitizer guarantees it), so
+// UTF-16 lengths follow from the lead bytes alone: one unit per character,
+// two for 4-byte characters. The scans below use that instead of decoding.
+
+// prefixForUnits returns the shortest prefix of b (valid UTF-8) that holds
+// at least need UTF-16 units, and its units. A 4-byte character that
+// straddles need is taken whole, so units may be need+1.
+func prefixForUnits(b []byte, need int) (n, units int) {
+	for n < len(b) && units < need {
+		if n+8 <= len(b) && units+8 <= need && binary.LittleEndian.Uint64(b[n:])&highs == 0 {
+			n += 8
+			units += 8
+			continue
+		}
+		switch c := b[n]; {
+		case c < 0x80:
+			n, units = n+1, units+1
+		case c < 0xE0:
+			n, units = n+2, units+1
+		case c < 0xF0:
+			n, units = n+3, units+1
+		default:
+			n, units = n+4, units+2
+		}
+	}
+	return min(n, len(b)), units
+}
+
+// suffixForUnits returns where the longest suffix of b (valid UTF-8) with
+// at most n UTF-16 units starts, and its units; a 4-byte character that
+// would exceed n is left out.
+func suffixForUnits(b []byte, n int) (start, units int) {
+	start = len(b)
+	for start > 0 && units < n {
+		if start >= 8 && units+8 <= n && binary.LittleEndian.Uint64(b[start-8:])&highs == 0 {
+			start -= 8
+			units += 8
+			continue
+		}
+		j := start - 1
+		for j > 0 && b[j]&0xC0 == 0x80 {
+			j--
+		}
+		w := 1
+		if b[j] >= 0xF0 {
+			w = 2
+		}
+		if units+w > n {
 			break
 		}
-		got += w
-		i -= size
+		units += w
+		start = j
 	}
-	return p[i:], got
+	return start, units
 }
 
 // Output streams.

@@ -29,7 +29,7 @@ func TestExitEvents(t *testing.T) {
 		if h.Text != ev.Text {
 			t.Errorf("hook got %+v", h)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(waitLimit):
 		t.Fatal("OnExitHook not called")
 	}
 
@@ -211,7 +211,7 @@ func TestOnExitMayCallBack(t *testing.T) {
 		if r.Status() != "completed" || r.Text() != "hi\n\nProcess exited with code 0." {
 			t.Errorf("poll from OnExit: %s %q", r.Status(), r.Text())
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitLimit):
 		t.Fatal("OnExit did not return: deadlock?")
 	}
 	if a := <-acked; a != id {

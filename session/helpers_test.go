@@ -55,6 +55,10 @@ func loadFixture(t *testing.T, name string, v any) {
 	}
 }
 
+// waitLimit bounds every wait in the tests. It only matters when a test
+// fails; it is generous because the tests share slow, loaded machines.
+const waitLimit = 90 * time.Second
+
 // testConfig is the default configuration with a short kill grace, which
 // only matters for commands that ignore SIGTERM.
 func testConfig() Config {
@@ -142,7 +146,7 @@ func waitExited(t *testing.T, m *Manager, id string) {
 	}
 	select {
 	case <-s.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(waitLimit):
 		t.Fatalf("session %s did not exit", id)
 	}
 }
@@ -164,7 +168,7 @@ func waitOutput(t *testing.T, m *Manager, id, want string) {
 	if s == nil {
 		t.Fatalf("session %s unknown", id)
 	}
-	checkFor(t, 20*time.Second, 5*time.Millisecond, func() error {
+	checkFor(t, waitLimit, 5*time.Millisecond, func() error {
 		s.mu.Lock()
 		got := s.out.aggregated()
 		s.mu.Unlock()
@@ -206,7 +210,7 @@ func (r *eventRecorder) next(t *testing.T) protocol.ExitEvent {
 	select {
 	case ev := <-r.ch:
 		return ev
-	case <-time.After(30 * time.Second):
+	case <-time.After(waitLimit):
 		t.Fatal("no exit event")
 	}
 	return protocol.ExitEvent{}

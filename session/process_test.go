@@ -403,7 +403,7 @@ func TestWaitingForInput(t *testing.T) {
 	if r.Details["stdinWritable"] != true || (r.Details["waitingForInput"] != false && r.Details["idleMs"].(int64) < 1000) {
 		t.Errorf("fresh output: %v", r.Details)
 	}
-	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+	checkFor(t, waitLimit, 50*time.Millisecond, func() error {
 		r = proc(t, m, "", protocol.ProcessArgs{Action: "poll", SessionID: id})
 		if r.Details["waitingForInput"] != true {
 			return fmt.Errorf("not waiting for input yet: %v", r.Details)

@@ -44,7 +44,7 @@ func receivedHex(m *Manager, id string) string {
 
 func waitReceived(t *testing.T, m *Manager, id, want string) {
 	t.Helper()
-	checkFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+	checkFor(t, waitLimit, 10*time.Millisecond, func() error {
 		if got := receivedHex(m, id); got != want {
 			if !strings.HasPrefix(want, got) {
 				t.Fatalf("received %s\nwant     %s", got, want)

@@ -211,7 +211,7 @@ func (r *replay) waitFor(args protocol.ProcessArgs, c resultsCall) {
 	case "write", "send-keys", "submit", "paste":
 		if d["status"] == protocol.StatusRunning {
 			// The program printed its startup line first.
-			checkFor(r.t, 20*time.Second, 5*time.Millisecond, func() error {
+			checkFor(r.t, waitLimit, 5*time.Millisecond, func() error {
 				if strings.TrimSpace(r.m.anySession(args.SessionID).aggregatedForTest()) == "" {
 					return fmt.Errorf("no startup output yet")
 				}

@@ -69,7 +69,7 @@ func TestTTLExpiry(t *testing.T) {
 	if !m.Has("", second) {
 		t.Fatalf("session dropped at exit")
 	}
-	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	checkFor(t, waitLimit, 20*time.Millisecond, func() error {
 		if m.Has("", first) || m.Has("", second) {
 			return fmt.Errorf("still retained: %v %v", m.Has("", first), m.Has("", second))
 		}

@@ -42,7 +42,7 @@ func processGone(pid int) error {
 
 func waitGoneAll(t *testing.T, pids []int) {
 	t.Helper()
-	checkFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+	checkFor(t, waitLimit, 20*time.Millisecond, func() error {
 		for _, pid := range pids {
 			if err := processGone(pid); err != nil {
 				return err
@@ -161,7 +161,7 @@ func TestRemoveKeepsBlockerUntilGone(t *testing.T) {
 	if b := m.Blockers(); len(b) != 1 || !b[0].Removed {
 		t.Errorf("blockers right after remove: %+v", b)
 	}
-	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	checkFor(t, waitLimit, 20*time.Millisecond, func() error {
 		if b := m.Blockers(); len(b) != 0 {
 			return fmt.Errorf("still blocked by %+v", b)
 		}
@@ -195,7 +195,7 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 		_, err := m.Exec(context.Background(), ExecRequest{Command: "sleep 1000", Synchronous: true})
 		fg <- err
 	}()
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	checkFor(t, waitLimit, 10*time.Millisecond, func() error {
 		if n := len(m.Blockers()); n != 3 {
 			return fmt.Errorf("%d blockers", n)
 		}
@@ -270,7 +270,7 @@ func TestManySessions(t *testing.T) {
 			seen[id] = true
 		case err := <-errs:
 			t.Fatalf("Exec: %v", err)
-		case <-time.After(60 * time.Second):
+		case <-time.After(waitLimit):
 			t.Fatalf("only %d sessions started", i)
 		}
 	}
@@ -292,7 +292,7 @@ func TestManySessions(t *testing.T) {
 	if left := markedProcesses(m); len(left) != 0 {
 		t.Errorf("%d processes remain", len(left))
 	}
-	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	checkFor(t, waitLimit, 20*time.Millisecond, func() error {
 		if g, f := runtime.NumGoroutine(), countFDs(t); g > baseGoroutines || f > baseFDs {
 			return fmt.Errorf("goroutines %d (before %d), fds %d (before %d)", g, baseGoroutines, f, baseFDs)
 		}
