@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -383,6 +384,9 @@ type clCluster struct {
 	gwURL   string
 	http    *http.Client
 	nodes   map[string]*clNode
+	emBin   string   // execmesh
+	nsBin   string   // nats-server
+	nodeEnv []string // the node unit's env file, rendered
 }
 
 // clNode is a node agent machine.
@@ -394,9 +398,10 @@ type clNode struct {
 }
 
 // clHeartbeat is the nodes' heartbeat in these tests (the env file's
-// EXECMESH_NODE_HEARTBEAT_MS, lowered): the gateway marks a node
-// unreachable after three missed ones.
-const clHeartbeat = 500 * time.Millisecond
+// EXECMESH_NODE_HEARTBEAT_MS, lowered from 5 s): the gateway marks a node
+// unreachable after three missed ones. Much lower and a node starved of
+// CPU on a busy 2-core machine misses three in a row.
+const clHeartbeat = time.Second
 
 // clNodeNames are the node machines of every cluster.
 var clNodeNames = []string{"node-a", "node-b"}
@@ -405,7 +410,8 @@ var clNodeNames = []string{"node-a", "node-b"}
 // servers, gateway, nodes (paired).
 func newClCluster(t *testing.T) *clCluster {
 	t.Helper()
-	machines := append([]string{"nats-1", "nats-2", "nats-3", "gw"}, clNodeNames...)
+	// bad-tls hosts servers with broken certificates (clBadTLS).
+	machines := append(append([]string{"nats-1", "nats-2", "nats-3", "gw"}, clNodeNames...), "bad-tls")
 	cn := newClNet(t, machines...)
 	nsBin, err := clNATSServerBinary()
 	if err != nil {
@@ -415,7 +421,7 @@ func newClCluster(t *testing.T) *clCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &clCluster{t: t, net: cn, dir: t.TempDir(), token: randomToken(), nodes: map[string]*clNode{}}
+	c := &clCluster{t: t, net: cn, dir: t.TempDir(), token: randomToken(), nodes: map[string]*clNode{}, emBin: emBin, nsBin: nsBin}
 	c.tlsDir = filepath.Join(c.dir, "tls")
 	c.ca = filepath.Join(c.tlsDir, "ca.pem")
 	var specs []string
@@ -462,14 +468,12 @@ func newClCluster(t *testing.T) *clCluster {
 	c.startGateway()
 
 	// The nodes, as the systemd unit runs them.
-	nodeEnv := clEnvFile(t, clRender(t, "systemd/execmesh-node.env", filepath.Join(c.dir, "node.env"), 0o600,
+	c.nodeEnv = clEnvFile(t, clRender(t, "systemd/execmesh-node.env", filepath.Join(c.dir, "node.env"), 0o600,
 		"/etc/execmesh/tls/ca.pem", c.ca,
 		"EXECMESH_NODE_HEARTBEAT_MS=5000", "EXECMESH_NODE_HEARTBEAT_MS="+strconv.Itoa(int(clHeartbeat.Milliseconds()))))
 	for _, name := range clNodeNames {
 		n := c.nodes[name]
-		env := append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + n.ident.Dir, "SHELL=/bin/sh", "LANG=C",
-			"EXECMESH_NODE_NAME=" + name}, nodeEnv...)
-		n.proc = newClProc(t, n.host, name, n.ident.Dir, env, emBin, "node", "--state-dir", n.ident.Dir, "--log-level", "debug")
+		n.proc = newClProc(t, n.host, name, n.ident.Dir, c.nodeProcEnv(n.ident.Dir, name), emBin, "node", "--state-dir", n.ident.Dir)
 		n.proc.start(t)
 	}
 	for _, name := range clNodeNames {
@@ -483,6 +487,11 @@ func newClCluster(t *testing.T) *clCluster {
 		c.waitNode(c.nodes[name].ident.NodeID, "connected", "paired", 30*time.Second)
 	}
 	return c
+}
+
+// nodeProcEnv is the environment of a node agent process named name.
+func (c *clCluster) nodeProcEnv(dir, name string) []string {
+	return append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "SHELL=/bin/sh", "LANG=C", "EXECMESH_NODE_NAME=" + name}, c.nodeEnv...)
 }
 
 // startGateway starts (or restarts) the gateway and waits for /healthz.
@@ -577,6 +586,21 @@ func (c *clCluster) call(sessionKey, tool string, args map[string]any) clResp {
 		_ = json.Unmarshal(raw, &r)
 	}
 	return r
+}
+
+// callRetry is call, retried (up to 30 s) while the answer is a
+// retryable error, as the API asks clients to: under CPU starvation a node
+// can miss three heartbeats and be reported unreachable for a moment
+// ("nothing was started").
+func (c *clCluster) callRetry(sessionKey, tool string, args map[string]any) (clResp, int) {
+	deadline := time.Now().Add(30 * time.Second)
+	for retries := 0; ; retries++ {
+		r := c.call(sessionKey, tool, args)
+		if r.Error == nil || !r.Error.Retryable || time.Now().After(deadline) {
+			return r, retries
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // mustCall invokes a tool and fails unless the answer is a 200 result.
@@ -834,4 +858,103 @@ func (c *clCluster) killOrphans(h *clHost, marker string) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+}
+
+// parallel runs f(0..n-1) on workers goroutines and fails the test with
+// the first few errors.
+func (c *clCluster) parallel(t *testing.T, workers, n int, f func(i int) error) {
+	t.Helper()
+	next := make(chan int)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	var first []string
+	count := 0
+	for err := range errs {
+		count++
+		if len(first) < 5 {
+			first = append(first, err.Error())
+		}
+	}
+	if count > 0 {
+		t.Fatalf("%d of %d failed; first: %q", count, n, first)
+	}
+}
+
+// countProcs counts the processes of machine h whose command line
+// contains marker.
+func (c *clCluster) countProcs(h *clHost, marker string) int {
+	out, _ := exec.Command("ip", "netns", "pids", h.ns).Output()
+	n := 0
+	for _, f := range strings.Fields(string(out)) {
+		b, err := os.ReadFile("/proc/" + f + "/cmdline")
+		if err == nil && strings.Contains(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})), marker) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitLog waits until p's log contains one of subs (case-insensitive)
+// and returns the matching line; "" when total passed.
+func (p *clProc) waitLog(total time.Duration, subs ...string) string {
+	deadline := time.Now().Add(total)
+	for {
+		b, _ := os.ReadFile(p.log)
+		for _, line := range strings.Split(string(b), "\n") {
+			l := strings.ToLower(line)
+			for _, s := range subs {
+				if strings.Contains(l, strings.ToLower(s)) {
+					return line
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return ""
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// listed reports whether the gateway lists node id.
+func (c *clCluster) listed(id string) bool {
+	nodes, err := c.nodesView()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// clDialerOption makes a nats client dial from machine h.
+func clDialerOption(h *clHost) []nats.Option {
+	return []nats.Option{nats.SetCustomDialer(clNSDialer{ns: h.ns})}
+}
+
+// startGatewayAfterStop stops the gateway with SIGTERM and starts it
+// again on the same state dir.
+func (c *clCluster) startGatewayAfterStop() {
+	c.t.Helper()
+	if err := c.gw.stop(); err != nil {
+		c.t.Fatalf("gateway stop: %v", err)
+	}
+	c.startGateway()
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +49,12 @@ func TestClusterNetns(t *testing.T) {
 	t.Run("Impersonation", func(t *testing.T) { clImpersonation(t, c) })
 	t.Run("ForgedExitEvent", func(t *testing.T) { clForgedExitEvent(t, c) })
 	t.Run("DiscoveryForgery", func(t *testing.T) { clDiscoveryForgery(t, c) })
+	t.Run("ServerMissing", func(t *testing.T) { clServerMissing(t, c) })
+	t.Run("BadCredentials", func(t *testing.T) { clBadCredentials(t, c) })
+	t.Run("BadTLS", func(t *testing.T) { clBadTLS(t, c) })
+	t.Run("Load", func(t *testing.T) { clLoad(t, c) })
+	t.Run("ThousandSessions", func(t *testing.T) { clManySessions(t, c) })
+	t.Run("NodeStopWithManySessions", func(t *testing.T) { clNodeStopBound(t, c) })
 }
 
 // clSmoke: a foreground and a background command on each node through
@@ -175,7 +183,7 @@ func clLinkCut(t *testing.T, c *clCluster) {
 	}
 	aID := start(a, "echo a-start; sleep 2; echo a-done")
 	bShort := start(b, "echo b-short-start; sleep 1.5; echo b-short-done") // ends during the cut
-	bLong := start(b, "echo b-long-start; sleep 9; echo b-long-done")      // outlives the cut
+	bLong := start(b, "echo b-long-start; sleep 14; echo b-long-done")     // outlives the cut
 	clCheckFor(t, "first output of node-b's sessions", 10*time.Second, 100*time.Millisecond, func() error {
 		for _, id := range []string{bShort, bLong} {
 			log := c.mustCall(key, "process", map[string]any{"action": "log", "sessionId": id}).Text()
@@ -226,7 +234,7 @@ func clLinkCut(t *testing.T, c *clCluster) {
 	// The outage lasts long enough for node-b's short command to end
 	// while it is cut off (its exit event must wait for the link). This
 	// is the length of the fault, not a wait for a condition.
-	time.Sleep(time.Until(cutAt.Add(max(4*time.Second, 2*ttl))))
+	time.Sleep(time.Until(cutAt.Add(2 * ttl)))
 	b.host.restore()
 	restored = true
 	c.waitNode(b.ident.NodeID, "connected", "paired", 60*time.Second)
@@ -509,8 +517,8 @@ func clForgedExitEvent(t *testing.T, c *clCluster) {
 		t.Fatalf("node-b's own exit subject: %v", err)
 	}
 	if evs := c.events(key, 1500*time.Millisecond); len(evs) != 0 {
-		t.Fatalf("gateway delivered a forged exit event: an exit event is delivered when its subject and body name the same paired node "+
-			"(gateway/nodes_events.go onExitMsg) must also be for a session this node runs under that sessionKey, "+
+		t.Fatalf("gateway delivered a forged exit event: besides naming the same paired node in subject and body "+
+			"(gateway/nodes_events.go onExitMsg), an exit event must be for a session that node runs under that sessionKey, "+
 			"or any paired node can inject 'Exec completed' notifications into any agent's events, naming another node's session: %+v", evs)
 	}
 	c.collectExitEvents(key, map[string]string{aSession: "real-done"}, 30*time.Second, time.Second)
@@ -590,4 +598,196 @@ func (c *clCluster) nodeAIntactErr(key, session string, a *clNode) error {
 		return fmt.Errorf("node-a's session %s: %s %q %v", session, p.Status(), p.Text(), p.Details)
 	}
 	return nil
+}
+
+// clLoadDuration is how long the load test runs: EXECMESH_CLUSTER_LOAD_SECONDS,
+// default 20 s so that CI stays quick (issue 7 asks for 60 s: set it to 60).
+func clLoadDuration(t *testing.T) time.Duration {
+	if v := os.Getenv("EXECMESH_CLUSTER_LOAD_SECONDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("EXECMESH_CLUSTER_LOAD_SECONDS=%q: want a positive number of seconds", v)
+		}
+		return time.Duration(n) * time.Second
+	}
+	return 20 * time.Second
+}
+
+// clLoad: 100 concurrent callers do exec round trips (a foreground echo,
+// alternating between the two nodes) for clLoadDuration. Every call must
+// come back completed with exactly its own output. A retryable error (a
+// node starved of CPU missed its heartbeats: "nothing was started") is
+// retried, as the API asks, and counted; the round trip's latency
+// includes the retries. p50/p99 are logged.
+func clLoad(t *testing.T, c *clCluster) {
+	c.use(t)
+	const key = "agent:load:main"
+	const callers = 100
+	dur := clLoadDuration(t)
+	type callerResult struct {
+		lat     []time.Duration
+		retries int
+		failed  int
+		errs    []string
+	}
+	results := make([]callerResult, callers)
+	deadline := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			res := &results[i]
+			for n := 0; time.Now().Before(deadline); n++ {
+				node := clNodeNames[(i+n)%2]
+				want := fmt.Sprintf("load-%d-%d-%s", i, n, node)
+				t0 := time.Now()
+				r, retries := c.callRetry(key, "exec", map[string]any{"command": "echo " + want, "host": "node", "node": node})
+				res.lat = append(res.lat, time.Since(t0))
+				res.retries += retries
+				if r.Status != 200 || r.Result == nil || r.Result.Status() != protocol.StatusCompleted || strings.TrimSpace(r.Result.Text()) != want {
+					res.failed++
+					if len(res.errs) < 3 {
+						res.errs = append(res.errs, fmt.Sprintf("want %q: %d %.400s", want, r.Status, r.Raw))
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var all []time.Duration
+	var errs []string
+	failed, retries := 0, 0
+	for _, r := range results {
+		all = append(all, r.lat...)
+		failed += r.failed
+		retries += r.retries
+		errs = append(errs, r.errs...)
+	}
+	slices.Sort(all)
+	if len(all) == 0 {
+		t.Fatal("no calls made")
+	}
+	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
+	t.Logf("load: %d callers for %s (EXECMESH_CLUSTER_LOAD_SECONDS, default 20; issue 7 asks for 60), %d exec round trips on 2 nodes, %.1f/s, p50 %s, p99 %s, max %s, %d retried retryable errors",
+		callers, dur, len(all), float64(len(all))/dur.Seconds(), pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond), retries)
+	if failed > 0 {
+		t.Fatalf("%d of %d round trips did not return their own output; first: %q", failed, len(all), errs[:min(len(errs), 5)])
+	}
+}
+
+// clManySessions: 1000 background sessions spread over the two nodes
+// are all listed and polled as running, then killed: none is left
+// running, no process is left on the machines, and killed sessions send no
+// exit notification (DESIGN §7).
+func clManySessions(t *testing.T, c *clCluster) {
+	c.use(t)
+	const key = "agent:many:main"
+	const total = 1000
+	ids := make([]string, total)
+	var retries atomic.Int64
+	t0 := time.Now()
+	c.parallel(t, 16, total, func(i int) error {
+		r, n := c.callRetry(key, "exec", map[string]any{"command": "sleep 600", "host": "node", "node": clNodeNames[i%2], "background": true})
+		retries.Add(int64(n))
+		if r.Status != 200 || r.Result == nil || r.Result.Status() != protocol.StatusRunning {
+			return fmt.Errorf("start %d: %d %.300s", i, r.Status, r.Raw)
+		}
+		ids[i] = r.Result.SessionID()
+		return nil
+	})
+	t.Logf("%d background sessions started in %s", total, time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+	list := c.listSessions(key)
+	t.Logf("list of %d sessions took %s", len(list), time.Since(t0).Round(time.Millisecond))
+	for _, id := range ids {
+		if d, ok := list[id]; !ok || d["status"] != protocol.StatusRunning {
+			t.Fatalf("session %s: listed %v as %v", id, ok, d)
+		}
+	}
+	t0 = time.Now()
+	c.parallel(t, 32, total, func(i int) error {
+		r, n := c.callRetry(key, "process", map[string]any{"action": "poll", "sessionId": ids[i]})
+		retries.Add(int64(n))
+		if r.Status != 200 || r.Result == nil || r.Result.Status() != protocol.StatusRunning {
+			return fmt.Errorf("poll %s: %d %.300s", ids[i], r.Status, r.Raw)
+		}
+		return nil
+	})
+	t.Logf("%d polls took %s", total, time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+	c.parallel(t, 16, total, func(i int) error {
+		r, n := c.callRetry(key, "process", map[string]any{"action": "kill", "sessionId": ids[i]})
+		retries.Add(int64(n))
+		if r.Status != 200 || r.Result == nil || r.Result.Status() == protocol.StatusFailed {
+			return fmt.Errorf("kill %s: %d %.300s", ids[i], r.Status, r.Raw)
+		}
+		return nil
+	})
+	t.Logf("%d kills took %s (%d retryable errors retried overall)", total, time.Since(t0).Round(time.Millisecond), retries.Load())
+	clCheckFor(t, "no session left running", 60*time.Second, 500*time.Millisecond, func() error {
+		running := 0
+		l := c.listSessions(key)
+		for _, id := range ids {
+			if d, ok := l[id]; ok && d["status"] == protocol.StatusRunning {
+				running++
+			}
+		}
+		if running > 0 {
+			return fmt.Errorf("%d sessions still running", running)
+		}
+		return nil
+	})
+	for _, name := range clNodeNames {
+		clCheckFor(t, "no sleep 600 left on "+name, 30*time.Second, 200*time.Millisecond, func() error {
+			if n := c.countProcs(c.node(name).host, "sleep 600"); n > 0 {
+				return fmt.Errorf("%d processes", n)
+			}
+			return nil
+		})
+	}
+	for _, ev := range c.events(key, 500*time.Millisecond) {
+		if ev.Kind == protocol.EventExecExit {
+			t.Fatalf("a killed session sent an exit notification: %+v", ev)
+		}
+	}
+}
+
+// clNodeStopBound: SIGTERM to a node agent holding 200 running sessions
+// (what systemctl stop sends) ends it within its own 30 s bound
+// (nodeCloseTimeout, below the unit's TimeoutStopSec) with every session's
+// process gone. The restarted agent reports them lost, not running.
+func clNodeStopBound(t *testing.T, c *clCluster) {
+	c.use(t)
+	const key = "agent:nodestop:main"
+	const total = 200
+	b := c.node("node-b")
+	ids := make([]string, total)
+	c.parallel(t, 16, total, func(i int) error {
+		r, _ := c.callRetry(key, "exec", map[string]any{"command": "sleep 601", "host": "node", "node": b.name, "background": true})
+		if r.Status != 200 || r.Result == nil || r.Result.Status() != protocol.StatusRunning {
+			return fmt.Errorf("start %d: %d %.300s", i, r.Status, r.Raw)
+		}
+		ids[i] = r.Result.SessionID()
+		return nil
+	})
+	t0 := time.Now()
+	err := b.proc.stop()
+	took := time.Since(t0)
+	t.Logf("node agent with %d sessions stopped by SIGTERM in %s (exit: %v)", total, took.Round(time.Millisecond), err)
+	if err != nil || took > 30*time.Second {
+		t.Fatalf("node agent stop with %d sessions: %v after %s; the unit's TimeoutStopSec (45 s) assumes the agent's 30 s bound", total, err, took)
+	}
+	if n := c.countProcs(b.host, "sleep 601"); n > 0 {
+		t.Fatalf("%d session processes outlived the node agent's shutdown", n)
+	}
+	b.proc.start(t)
+	c.waitNode(b.ident.NodeID, "connected", "paired", 30*time.Second)
+	clCheckFor(t, "sessions of the stopped node reported lost or ended", 30*time.Second, 500*time.Millisecond, func() error {
+		l := c.listSessions(key)
+		for _, id := range ids {
+			if d, ok := l[id]; ok && d["status"] == protocol.StatusRunning {
+				return fmt.Errorf("session %s still listed running: %v", id, d)
+			}
+		}
+		return nil
+	})
 }
