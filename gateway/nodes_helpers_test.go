@@ -18,9 +18,19 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// testHeartbeat is the node heartbeat interval in these tests: a node is
-// unreachable after about a second without one.
+// testHeartbeat is the node heartbeat interval in these tests (see
+// testNodeEnv for the presence TTL).
 const testHeartbeat = 100 * time.Millisecond
+
+// testNodeEnv is the environment the test gateways read: a presence TTL
+// of 3 s, so that heartbeats every 0.1 s may be late on a loaded machine
+// without the node looking lost.
+func testNodeEnv(key string) string {
+	if key == "EXECMESH_NODE_PRESENCE_TTL_MS" {
+		return "3000"
+	}
+	return ""
+}
 
 // nodeEnv is a gateway served over HTTP with its NATS API and node backend
 // attached to a real embedded server.
@@ -52,7 +62,7 @@ func startNodeGateway(t *testing.T, srv *bus.Server, stateDir string, mutate fun
 	opts := Options{
 		Cwd:            cwd,
 		Environ:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + cwd, "SHELL=/bin/sh", "LANG=C"},
-		Getenv:         func(string) string { return "" },
+		Getenv:         testNodeEnv,
 		LoginShellPath: func() string { return "" },
 	}
 	if mutate != nil {
@@ -143,7 +153,7 @@ func startAgent(t *testing.T, cfg nodeagent.Config) *nodeagent.Agent {
 func (e *nodeEnv) waitNode(id, status, pairing string) NodeView {
 	e.t.Helper()
 	var got NodeView
-	checkFor(e.t, 10*time.Second, func() error {
+	checkFor(e.t, 30*time.Second, func() error {
 		for _, n := range e.g.Nodes() {
 			if n.ID == id {
 				got = n
@@ -168,7 +178,7 @@ func (e *nodeEnv) pairAgent(cfg nodeagent.Config) *nodeagent.Agent {
 	if r.Status != 200 {
 		e.t.Fatalf("approve: %d %s", r.Status, r.Raw)
 	}
-	checkFor(e.t, 5*time.Second, func() error {
+	checkFor(e.t, 30*time.Second, func() error {
 		if a.Pairing() != nodeagent.PairingPaired {
 			return fmt.Errorf("agent pairing %q", a.Pairing())
 		}

@@ -249,6 +249,11 @@ func (r *nodeRouter) redeem(req pairRequestWire) pairReplyWire {
 	case req.JoinSecret == "" || inv == nil:
 		r.mu.Unlock()
 		return refuse(protocol.ErrNotFound, "join code is not valid: it was never issued by this gateway, or it expired long ago")
+	case inv.used && inv.usedBy == id:
+		// The same node asking again (its answer was lost): the code is
+		// its own already.
+		r.mu.Unlock()
+		return pairReplyWire{Status: pairingPaired, NodeID: id, Message: "joined and paired"}
 	case inv.used:
 		by := inv.usedBy
 		r.mu.Unlock()

@@ -145,7 +145,7 @@ func TestNodeJoinCodeExpiresAndInvalid(t *testing.T) {
 		t.Fatalf("expired code: %v", err)
 	}
 	// The expired code's one-time user is removed from the server.
-	checkFor(t, 10*time.Second, func() error {
+	checkFor(t, 30*time.Second, func() error {
 		if users, _ := env.srv.Users(); len(users) != 1 {
 			return errors.New("one-time user still there")
 		}

@@ -62,7 +62,7 @@ func TestNodeStartOutcomeUnknown(t *testing.T) {
 	if err := env.g.ApproveNode(f.id.NodeID); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.g.SetNodeOptions(NodeOptions{RequestMargin: 300 * time.Millisecond, CallTimeout: 300 * time.Millisecond}); err != nil {
+	if err := env.g.SetNodeOptions(NodeOptions{PresenceTTL: 3 * time.Second, RequestMargin: 300 * time.Millisecond, CallTimeout: 300 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	r := env.invokeRaw("exec", map[string]any{"command": "echo maybe", "host": "node", "background": true}, "")
@@ -100,7 +100,7 @@ func TestNodeStartOutcomeUnknown(t *testing.T) {
 
 func TestNodeGhostsExpire(t *testing.T) {
 	env := startNodeGateway(t, nil, "", nil)
-	if err := env.g.SetNodeOptions(NodeOptions{GhostTTL: 500 * time.Millisecond}); err != nil {
+	if err := env.g.SetNodeOptions(NodeOptions{PresenceTTL: 3 * time.Second, GhostTTL: 500 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := testAgentConfig(t, env.srv, "kept")
@@ -115,7 +115,7 @@ func TestNodeGhostsExpire(t *testing.T) {
 	r.mu.Lock()
 	r.nodes["ghostghostghost1"] = &nodeEntry{id: "ghostghostghost1", pairing: pairingPending, lastSeen: time.Now().Add(-time.Minute), interval: testHeartbeat}
 	r.mu.Unlock()
-	checkFor(t, 5*time.Second, func() error {
+	checkFor(t, 30*time.Second, func() error {
 		for _, n := range env.g.Nodes() {
 			if n.ID == "ghostghostghost1" {
 				return fmt.Errorf("ghost still listed")

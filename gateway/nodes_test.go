@@ -57,7 +57,7 @@ func TestNodeExecForegroundBackgroundAndProcess(t *testing.T) {
 	if kill.Status() == protocol.StatusFailed {
 		t.Fatalf("kill: %s", kill.Text())
 	}
-	checkFor(t, 10*time.Second, func() error {
+	checkFor(t, 30*time.Second, func() error {
 		p := env.invoke("process", map[string]any{"action": "poll", "sessionId": id}, "")
 		if p.Status() == protocol.StatusRunning {
 			return fmt.Errorf("still running: %s", p.Text())
@@ -166,7 +166,7 @@ func TestNodePairingGate(t *testing.T) {
 	if v.Paired {
 		t.Fatalf("new node paired: %+v", v)
 	}
-	checkFor(t, 5*time.Second, func() error {
+	checkFor(t, 30*time.Second, func() error {
 		if a.Pairing() != nodeagent.PairingPending {
 			return fmt.Errorf("agent pairing %q", a.Pairing())
 		}
@@ -212,7 +212,7 @@ func TestNodePairingGate(t *testing.T) {
 	if st != 400 || !strings.Contains(e.Message, "none available") {
 		t.Fatalf("rejected: %d %v", st, e)
 	}
-	checkFor(t, 5*time.Second, func() error {
+	checkFor(t, 30*time.Second, func() error {
 		if a.Pairing() != nodeagent.PairingRejected {
 			return fmt.Errorf("agent pairing %q", a.Pairing())
 		}
@@ -291,7 +291,7 @@ func TestNodeExitEventOnce(t *testing.T) {
 	res := env.invoke("exec", map[string]any{"command": "sleep 0.3; echo finished-output; exit 3", "host": "node", "background": true}, "")
 	id := res.SessionID()
 	var evs []protocol.SystemEvent
-	checkFor(t, 10*time.Second, func() error {
+	checkFor(t, 30*time.Second, func() error {
 		evs = append(evs, env.events(DefaultSessionKey, 200*time.Millisecond)...)
 		if len(evs) == 0 {
 			return fmt.Errorf("no event yet")
@@ -326,7 +326,7 @@ func TestNodeTerminalPollAcknowledgesExit(t *testing.T) {
 	env.pairAgent(testAgentConfig(t, env.srv, "alpha"))
 	res := env.invoke("exec", map[string]any{"command": "echo polled; exit 1", "host": "node", "background": true}, "")
 	id := res.SessionID()
-	checkFor(t, 10*time.Second, func() error {
+	checkFor(t, 30*time.Second, func() error {
 		p := env.invoke("process", map[string]any{"action": "poll", "sessionId": id}, "")
 		if p.Status() == protocol.StatusRunning {
 			return fmt.Errorf("running")
@@ -364,7 +364,9 @@ func TestNodeUnreachableFailsFast(t *testing.T) {
 	if r.Status != http.StatusServiceUnavailable || r.Error == nil || !r.Error.Retryable || r.Error.Type != protocol.ErrUnavailable || !strings.Contains(r.Error.Message, "unreachable") {
 		t.Fatalf("poll of an unreachable node: %d %s", r.Status, r.Raw)
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	// Far below the 15 s a dispatched request would wait (the bound is
+	// loose for loaded test machines).
+	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("took %s, want fail-fast", d)
 	}
 	env.waitNode(a.ID(), "unreachable", pairingPaired)
@@ -395,14 +397,14 @@ func TestNodeRestartLosesSessions(t *testing.T) {
 	}
 	// Same identity (state dir), new run.
 	a2 := startAgent(t, cfg)
-	checkFor(t, 10*time.Second, func() error {
+	checkFor(t, 30*time.Second, func() error {
 		n, ok := env.g.router().nodeSnapshot(a2.ID())
 		if !ok || !n.live || n.instance != a2.Instance() {
 			return fmt.Errorf("new run not seen yet")
 		}
 		return nil
 	})
-	checkFor(t, 10*time.Second, func() error {
+	checkFor(t, 30*time.Second, func() error {
 		p := env.invoke("process", map[string]any{"action": "poll", "sessionId": id}, "")
 		if p.Details["lost"] != true || !strings.Contains(p.Text(), "was lost: node alpha ("+a2.ID()+") restarted") {
 			return fmt.Errorf("poll: %s %v", p.Text(), p.Details)
@@ -438,7 +440,7 @@ func TestNodeGatewayRestartResync(t *testing.T) {
 		t.Fatalf("list after gateway restart: %s", list.Text())
 	}
 	var evs []protocol.SystemEvent
-	checkFor(t, 10*time.Second, func() error {
+	checkFor(t, 30*time.Second, func() error {
 		evs = append(evs, env2.events(DefaultSessionKey, 200*time.Millisecond)...)
 		if len(evs) == 0 {
 			return fmt.Errorf("no exit event")

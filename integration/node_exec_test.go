@@ -41,7 +41,7 @@ func TestNodeExecAndEveryProcessAction(t *testing.T) {
 	if res.Status() != protocol.StatusRunning {
 		t.Fatalf("yield: %s", res.Text())
 	}
-	if done := gw.pollUntilDone(res.SessionID(), 10*time.Second); !strings.Contains(done.Text(), "yielded-done") {
+	if done := gw.pollUntilDone(res.SessionID(), 60*time.Second); !strings.Contains(done.Text(), "yielded-done") {
 		t.Fatalf("yielded poll: %s", done.Text())
 	}
 
@@ -50,7 +50,7 @@ func TestNodeExecAndEveryProcessAction(t *testing.T) {
 		"command": `printf 'name? '; read n; echo "hi $n"; printf 'again? '; read m; echo "bye $m"; sleep 30`})
 	np.track(res)
 	pty := res.SessionID()
-	waitFor(t, 10*time.Second, func() error {
+	waitFor(t, 60*time.Second, func() error {
 		p := gw.invoke("process", map[string]any{"action": "log", "sessionId": pty})
 		if !strings.Contains(p.Text(), "name?") {
 			return fmt.Errorf("log %q", p.Text())
@@ -60,7 +60,7 @@ func TestNodeExecAndEveryProcessAction(t *testing.T) {
 	if r := gw.invoke("process", map[string]any{"action": "send-keys", "sessionId": pty, "literal": "alice", "keys": []string{"Enter"}}); r.Status() == protocol.StatusFailed {
 		t.Fatalf("send-keys: %s", r.Text())
 	}
-	waitFor(t, 10*time.Second, func() error {
+	waitFor(t, 60*time.Second, func() error {
 		if p := gw.invoke("process", map[string]any{"action": "log", "sessionId": pty}); !hasAll(p.Text(), "hi alice", "again?") {
 			return fmt.Errorf("log %q", p.Text())
 		}
@@ -72,7 +72,7 @@ func TestNodeExecAndEveryProcessAction(t *testing.T) {
 	if r := gw.invoke("process", map[string]any{"action": "submit", "sessionId": pty}); !strings.Contains(r.Text(), "Submitted session "+pty) {
 		t.Fatalf("submit: %s", r.Text())
 	}
-	waitFor(t, 10*time.Second, func() error {
+	waitFor(t, 60*time.Second, func() error {
 		if p := gw.invoke("process", map[string]any{"action": "log", "sessionId": pty}); !strings.Contains(p.Text(), "bye bob") {
 			return fmt.Errorf("log %q", p.Text())
 		}
@@ -87,7 +87,7 @@ func TestNodeExecAndEveryProcessAction(t *testing.T) {
 	if r := gw.invoke("process", map[string]any{"action": "kill", "sessionId": pty}); r.Status() == protocol.StatusFailed {
 		t.Fatalf("kill: %s", r.Text())
 	}
-	if p := gw.pollUntilDone(pty, 10*time.Second); !strings.Contains(p.Text(), "Process stopped by request") {
+	if p := gw.pollUntilDone(pty, 60*time.Second); !strings.Contains(p.Text(), "Process stopped by request") {
 		t.Fatalf("poll after kill: %s", p.Text())
 	}
 
@@ -99,7 +99,7 @@ func TestNodeExecAndEveryProcessAction(t *testing.T) {
 	if r := gw.invoke("process", map[string]any{"action": "write", "sessionId": cat, "data": "line-one\n", "eof": true}); !strings.Contains(r.Text(), "Wrote 9 bytes") {
 		t.Fatalf("write: %s", r.Text())
 	}
-	if p := gw.pollUntilDone(cat, 10*time.Second); !strings.Contains(p.Text(), "line-one") {
+	if p := gw.pollUntilDone(cat, 60*time.Second); !strings.Contains(p.Text(), "line-one") {
 		t.Fatalf("cat poll: %s", p.Text())
 	}
 	if r := gw.invoke("process", map[string]any{"action": "clear", "sessionId": cat}); !strings.Contains(r.Text(), "Cleared session "+cat) {

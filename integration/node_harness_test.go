@@ -29,7 +29,8 @@ import (
 // SIGKILL and restarts are real).
 
 // nodeHeartbeat is the node agents' heartbeat interval in these tests; a
-// node is unreachable about a second after its last one.
+// node is unreachable 3 s after its last one (the gateway's presence TTL
+// here).
 const nodeHeartbeat = 200 * time.Millisecond
 
 // nodeServer is an embedded NATS server that can be restarted on the same
@@ -110,9 +111,16 @@ func startItGateway(t *testing.T, ns *nodeServer, stateDir string, cc bus.Client
 	}
 	cwd := t.TempDir()
 	g, err := gateway.New(t.Context(), cfg, gateway.Options{
-		Cwd:            cwd,
-		Environ:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + cwd, "SHELL=/bin/sh", "LANG=C"},
-		Getenv:         func(string) string { return "" },
+		Cwd:     cwd,
+		Environ: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + cwd, "SHELL=/bin/sh", "LANG=C"},
+		// A presence TTL of 3 s: heartbeats every 0.2 s may be late on a
+		// loaded machine without the node looking lost.
+		Getenv: func(k string) string {
+			if k == "EXECMESH_NODE_PRESENCE_TTL_MS" {
+				return "3000"
+			}
+			return ""
+		},
 		LoginShellPath: func() string { return "" },
 	})
 	if err != nil {
@@ -237,7 +245,7 @@ func (gw *itGateway) nodes() []gateway.NodeView {
 func (gw *itGateway) waitNode(id, status, pairing string) gateway.NodeView {
 	gw.t.Helper()
 	var got gateway.NodeView
-	waitFor(gw.t, 20*time.Second, func() error {
+	waitFor(gw.t, 60*time.Second, func() error {
 		for _, n := range gw.nodes() {
 			if n.ID == id {
 				got = n

@@ -34,7 +34,7 @@ func TestNodeKilledAndRestarted(t *testing.T) {
 	if r.Status != http.StatusServiceUnavailable || r.Error == nil || !r.Error.Retryable || !strings.Contains(r.Error.Message, "unreachable") {
 		t.Fatalf("poll: %d %s", r.Status, r.Raw)
 	}
-	if d := time.Since(start); d > time.Second {
+	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("not fail-fast: %s", d)
 	}
 	r = gw.invokeRaw("exec", map[string]any{"command": "true", "host": "node"})
@@ -44,7 +44,7 @@ func TestNodeKilledAndRestarted(t *testing.T) {
 
 	np.start()
 	gw.waitNode(np.id, "connected", "paired")
-	waitFor(t, 10*time.Second, func() error {
+	waitFor(t, 60*time.Second, func() error {
 		p := gw.invoke("process", map[string]any{"action": "poll", "sessionId": id})
 		if p.Status() != protocol.StatusFailed || p.Details["lost"] != true || !strings.Contains(p.Text(), "was lost") {
 			return fmt.Errorf("poll: %s %v", p.Text(), p.Details)
@@ -80,7 +80,7 @@ func TestNodeNATSRestart(t *testing.T) {
 	if r.Status != http.StatusServiceUnavailable || r.Error == nil || !r.Error.Retryable {
 		t.Fatalf("poll during the outage: %d %s", r.Status, r.Raw)
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("not fail-fast during the outage: %s", d)
 	}
 	time.Sleep(2 * time.Second) // the command ends while NATS is down
@@ -89,7 +89,7 @@ func TestNodeNATSRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw.waitNode(np.id, "connected", "paired")
-	evs := gw.waitExitEvents(30*time.Second, time.Second)
+	evs := gw.waitExitEvents(60*time.Second, time.Second)
 	want := "Exec completed (" + id[:8] + ", code 0) :: survived-the-outage"
 	if len(evs) != 1 || evs[0].Text != want {
 		t.Fatalf("exit events %+v, want one %q", evs, want)
@@ -115,7 +115,7 @@ func TestNodeGatewayRestart(t *testing.T) {
 	if l := gw2.invoke("process", map[string]any{"action": "list"}); !hasAll(l.Text(), id, "running") {
 		t.Fatalf("list after gateway restart: %s", l.Text())
 	}
-	evs := gw2.waitExitEvents(20*time.Second, time.Second)
+	evs := gw2.waitExitEvents(60*time.Second, time.Second)
 	if len(evs) != 1 || !strings.Contains(evs[0].Text, "after-gateway-restart") || evs[0].ContextKey != "exec:"+id {
 		t.Fatalf("exit events: %+v", evs)
 	}

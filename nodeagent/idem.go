@@ -19,14 +19,21 @@ const maxIdempotencyKeyLen = 128
 // most max completed ones are kept, oldest dropped first; an entry still
 // running is never dropped.
 type idemCache struct {
-	ttl time.Duration
-	max int
-	now func() time.Time
+	ttl      time.Duration
+	max      int
+	maxBytes int // bound on the replies kept; a foreground result can be large
+	now      func() time.Time
 
-	mu      sync.Mutex // guards entries, order
+	mu      sync.Mutex // guards entries, order, bytes
 	entries map[string]*idemEntry
 	order   *list.List // of *idemEntry, oldest first
+	bytes   int        // sum of the replies kept
 }
+
+// idemMaxBytes bounds the replies an idempotency cache keeps (the oldest
+// finished ones go first); a start whose reply was dropped runs again if
+// retried after that, as after the TTL.
+const idemMaxBytes = 64 << 20
 
 type idemEntry struct {
 	key        string
@@ -39,7 +46,7 @@ type idemEntry struct {
 }
 
 func newIdemCache(ttl time.Duration, max int) *idemCache {
-	return &idemCache{ttl: ttl, max: max, now: time.Now, entries: map[string]*idemEntry{}, order: list.New()}
+	return &idemCache{ttl: ttl, max: max, maxBytes: idemMaxBytes, now: time.Now, entries: map[string]*idemEntry{}, order: list.New()}
 }
 
 // validIdempotencyKey reports whether key is usable: 1..128 printable
@@ -87,6 +94,7 @@ func (c *idemCache) do(ctx context.Context, key, sessionKey string, run func() (
 	reply, err = run()
 	c.mu.Lock()
 	e.reply = reply
+	c.bytes += len(reply)
 	if err != nil {
 		e.err = protocol.AsError(err)
 	}
@@ -107,16 +115,17 @@ func (c *idemCache) expireLocked() {
 		e := el.Value.(*idemEntry)
 		select {
 		case <-e.done:
-			if over > 0 || now.Sub(e.finished) > c.ttl {
+			if over > 0 || c.bytes > c.maxBytes || now.Sub(e.finished) > c.ttl {
 				c.order.Remove(el)
 				delete(c.entries, e.key)
+				c.bytes -= len(e.reply)
 				over--
 				el = next
 				continue
 			}
 		default: // still running: keep
 		}
-		if over <= 0 {
+		if over <= 0 && c.bytes <= c.maxBytes {
 			// Entries are in start order, so the rest finished about as
 			// late or later: stop here rather than walk the whole list
 			// on every start.

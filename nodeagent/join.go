@@ -101,21 +101,26 @@ func (a *Agent) join(ctx context.Context, code JoinCode) (PairResponse, error) {
 		opts = append(opts, nats.RootCAs(a.cfg.Client.TLSCAFile))
 	}
 	url := strings.Join(code.URLs, ",")
-	var nc *nats.Conn
-	for attempt := 0; ; attempt++ {
-		nc, err = nats.Connect(url, opts...)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
-			return PairResponse{}, fmt.Errorf("%w: the NATS server at %s refused the join code's credential: the code was already used, has expired, or was never issued (%w)", ErrJoinRefused, url, err)
-		}
-		a.log.Info("join: NATS server not reachable yet; retrying", "urls", url, "err", err)
-		if err := sleepCtx(ctx, min(time.Duration(attempt+1)*500*time.Millisecond, 3*time.Second)); err != nil {
-			return PairResponse{}, fmt.Errorf("nodeagent: join: cannot reach %s: %w", url, err)
+	connect := func() (*nats.Conn, error) {
+		for attempt := 0; ; attempt++ {
+			nc, err := nats.Connect(url, opts...)
+			if err == nil {
+				return nc, nil
+			}
+			if isAuthError(err) {
+				return nil, fmt.Errorf("%w: the NATS server at %s refused the join code's credential: the code was already used, has expired, or was never issued (%w)", ErrJoinRefused, url, err)
+			}
+			a.log.Info("join: NATS server not reachable yet; retrying", "urls", url, "err", err)
+			if err := sleepCtx(ctx, min(time.Duration(attempt+1)*500*time.Millisecond, 3*time.Second)); err != nil {
+				return nil, fmt.Errorf("nodeagent: join: cannot reach %s: %w", url, err)
+			}
 		}
 	}
-	defer nc.Close()
+	nc, err := connect()
+	if err != nil {
+		return PairResponse{}, err
+	}
+	defer func() { nc.Close() }()
 
 	req := PairRequest{
 		Type: PairJoin, NodeID: a.id.NodeID, PublicKey: a.id.PublicKey, Name: a.name,
@@ -136,6 +141,17 @@ func (a *Agent) join(ctx context.Context, code JoinCode) (PairResponse, error) {
 			}
 			continue
 		}
+		if err != nil && nc.IsClosed() && ctx.Err() == nil {
+			// The server dropped the connection: when it was the one-time
+			// user's removal (the code expired meanwhile), connecting
+			// again says so; otherwise the request is sent again, which
+			// is safe: a code is redeemed at most once.
+			nc.Close()
+			if nc, err = connect(); err != nil {
+				return PairResponse{}, err
+			}
+			continue
+		}
 		if err != nil {
 			return PairResponse{}, fmt.Errorf("nodeagent: join: %w", err)
 		}
@@ -151,6 +167,11 @@ func (a *Agent) join(ctx context.Context, code JoinCode) (PairResponse, error) {
 		}
 		return resp, nil
 	}
+}
+
+// isAuthError reports whether err is the server refusing the credential.
+func isAuthError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
