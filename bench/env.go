@@ -352,6 +352,37 @@ func (c *cluster) close(ctx context.Context) error {
 	return errs.ErrorOrNil()
 }
 
+// killStrays kills and reaps children of this process that are neither a
+// running node agent nor a gateway-host session: commands of a node agent
+// that was killed, re-parented here (the session core makes this process
+// a child subreaper). It returns how many there were.
+func (c *cluster) killStrays() int {
+	keep := map[int]bool{}
+	c.mu.Lock()
+	for _, n := range c.nodes {
+		keep[n.pid()] = true
+	}
+	c.mu.Unlock()
+	for _, b := range c.gw.Blockers() {
+		keep[b.PID] = true
+	}
+	n := 0
+	for _, pid := range childPIDs() {
+		if keep[pid] {
+			continue
+		}
+		if _, state, ok := procStart(pid); ok && state != 'Z' {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			n++
+		}
+		// Nobody else waits for an orphan, so this returns once it died
+		// (ECHILD if the session core's reaper took it first).
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, 0, nil)
+	}
+	return n
+}
+
 // killOrphans kills and reaps every remaining child of this process. The
 // session core makes the process a child subreaper, so a command whose
 // node agent died is re-parented here; by the time close calls this, every

@@ -203,7 +203,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.warmup, "warmup", 50, "warm-up calls per path before latency runs")
 	fs.IntVar(&o.latencyCalls, "latency-calls", 500, "exec calls per path and run (latency)")
 	fs.Int64Var(&o.tputBytes, "throughput-bytes", 1_000_000_000, "bytes written to stdout by the throughput command")
-	fs.DurationVar(&o.pollEvery, "poll-interval", 20*time.Millisecond, "pause between process polls while waiting for a background command")
+	fs.DurationVar(&o.pollEvery, "poll-interval", 100*time.Millisecond, "pause between process polls while waiting for a background command")
 	fs.IntVar(&o.sessions, "sessions", 10000, "background sessions started on one node agent (scale)")
 	fs.IntVar(&o.scaleConc, "scale-concurrency", 8, "concurrent callers starting and killing sessions (scale)")
 	fs.DurationVar(&o.killWait, "kill-wait", 2*time.Minute, "how long the killed sessions' processes may take to disappear (scale)")

@@ -76,6 +76,9 @@ func benchScale(ctx context.Context, c *cluster, o *options, res *results) error
 		if err := c.removeNode(node); err != nil {
 			o.progress("scale: %v", err)
 		}
+		if n := c.killStrays(); n > 0 {
+			o.progress("scale: killed %d processes the node agent left behind", n)
+		}
 	}()
 	if _, hard, err := limit(node.pid(), "Max open files"); err == nil && hard > 0 && hard < int64(3*n+200) {
 		o.progress("scale: warning: the agent may open %d files (RLIMIT_NOFILE hard limit, which needs CAP_SYS_RESOURCE to raise); %d sessions with two pipes and a pidfd each need about %d",
@@ -292,8 +295,8 @@ func benchScale(ctx context.Context, c *cluster, o *options, res *results) error
 	res.add(figure{Section: "scale", Figure: fmt.Sprintf("kill all %d sessions (until gone from /proc)", len(all)),
 		Value: killRate, Unit: "sessions/s", Baseline: bare.killRate, BaselineName: "bare SIGTERM + Wait",
 		Ratio: costRatio(bare.killRate, killRate),
-		Note: fmt.Sprintf("%d of %d gone %.1f s after the first of the kill calls (%d callers)", len(all)-left, len(all), killDur.Seconds(), o.scaleConc)})
-	leftNote := fmt.Sprintf("still in /proc (pid and start time) %v after the kill calls began", o.killWait)
+		Note:  fmt.Sprintf("%d of %d gone %.1f s after the first of the kill calls (%d callers)", len(all)-left, len(all), killDur.Seconds(), o.scaleConc)})
+	leftNote := fmt.Sprintf("counted in /proc by pid and start time once all had exited, or after -kill-wait %v", o.killWait)
 	if killErr != nil {
 		leftNote += "; " + killErr.Error()
 	}

@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/creack/pty"
 )
 
 // toolBackground starts command in the background through the HTTP API
@@ -87,6 +92,35 @@ func (c *cluster) barePipe(command string, want int64) func(ctx context.Context)
 	}
 }
 
+// barePTY runs command on a PTY whose master Go reads and discards until
+// the terminal hangs up: the kernel's PTY cost without execmesh.
+func (c *cluster) barePTY(command string, want int64) func(ctx context.Context) (time.Duration, error) {
+	return func(ctx context.Context) (time.Duration, error) {
+		cmd := exec.Command(benchShell, "-c", command)
+		cmd.Env = append(append([]string(nil), c.env...), "TERM=xterm-256color")
+		cmd.Dir = c.workdir
+		t0 := time.Now()
+		ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 120, Rows: 30})
+		if err != nil {
+			return 0, err
+		}
+		n, err := io.CopyBuffer(io.Discard, ptmx, make([]byte, 64<<10))
+		if errors.Is(err, syscall.EIO) {
+			err = nil // the normal end of a PTY
+		}
+		werr := cmd.Wait()
+		d := time.Since(t0)
+		ptmx.Close()
+		if err == nil {
+			err = werr
+		}
+		if err == nil && n < want {
+			err = fmt.Errorf("read %d bytes, want at least %d", n, want)
+		}
+		return d, err
+	}
+}
+
 // benchThroughput: a command writing a lot to stdout, run through exec in
 // the background and polled to completion, against the same command
 // writing to /dev/null (section 2).
@@ -101,6 +135,7 @@ func benchThroughput(ctx context.Context, c *cluster, node *nodeProc, o *options
 		{"gateway", toolBackground(cl, zero, "gateway", "", false, o.pollEvery)},
 		{"node", toolBackground(cl, zero, "node", node.id, false, o.pollEvery)},
 		{"gateway pty", toolBackground(cl, zero, "gateway", "", true, o.pollEvery)},
+		{"pty", c.barePTY(zero, n)},
 		{"text /dev/null", c.bareExec(text + " > /dev/null")},
 		{"text gateway", toolBackground(cl, text, "gateway", "", false, o.pollEvery)},
 	}
@@ -133,7 +168,8 @@ func benchThroughput(ctx context.Context, c *cluster, node *nodeProc, o *options
 	add(2, size+", host=gateway", 0, "to /dev/null", ratioAtMost(1.2), note)
 	add(3, size+", host=node", 0, "to /dev/null", ratioAtMost(1.2), "")
 	add(4, size+", host=gateway pty", 0, "to /dev/null", ratioAtMost(1.2), "")
-	add(6, humanBytes(n)+" of text, host=gateway", 5, "to /dev/null", ratioAtMost(1.2),
+	add(5, size+", bare Go PTY reader", 0, "to /dev/null", "", "the PTY floor: the same command on a PTY whose master Go reads and discards")
+	add(7, humanBytes(n)+" of text, host=gateway", 6, "to /dev/null", ratioAtMost(1.2),
 		"`yes 'the quick brown fox…' | head -c N`: printable text, the sanitizer's fast path")
 	return nil
 }
