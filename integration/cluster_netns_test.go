@@ -723,7 +723,12 @@ func clManySessions(t *testing.T, c *clCluster) {
 		return nil
 	})
 	t.Logf("%d kills took %s (%d retryable errors retried overall)", total, time.Since(t0).Round(time.Millisecond), retries.Load())
-	clCheckFor(t, "no session left running", 60*time.Second, 500*time.Millisecond, func() error {
+	t0 = time.Now()
+	var procsGone time.Duration
+	clCheckFor(t, "no session left running", 120*time.Second, 500*time.Millisecond, func() error {
+		if procsGone == 0 && c.countProcs(c.node("node-a").host, "sleep 600")+c.countProcs(c.node("node-b").host, "sleep 600") == 0 {
+			procsGone = time.Since(t0)
+		}
 		running := 0
 		l := c.listSessions(key)
 		for _, id := range ids {
@@ -736,6 +741,7 @@ func clManySessions(t *testing.T, c *clCluster) {
 		}
 		return nil
 	})
+	t.Logf("after the kills: every session ended %s later (their processes were gone after %s)", time.Since(t0).Round(time.Millisecond), procsGone.Round(time.Millisecond))
 	for _, name := range clNodeNames {
 		clCheckFor(t, "no sleep 600 left on "+name, 30*time.Second, 200*time.Millisecond, func() error {
 			if n := c.countProcs(c.node(name).host, "sleep 600"); n > 0 {
