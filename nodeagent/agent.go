@@ -54,7 +54,6 @@ type Agent struct {
 	ownPath   string
 	mgr       *session.Manager
 	idem      *idemCache
-	authorize func(context.Context, AuthorizeRequest) error
 
 	// handlerCtx bounds handler waits (yield windows, polls); it ends
 	// when Close begins so that they answer promptly. pubCtx bounds the
@@ -120,13 +119,9 @@ func New(cfg Config) (*Agent, error) {
 		startedAt: time.Now(),
 		subj:      protocol.Subjects(cfg.Prefix),
 		idem:      newIdemCache(cfg.IdempotencyTTL, cfg.MaxIdempotencyKeys),
-		authorize: cfg.Authorize,
 		scopes:    map[string]map[string]struct{}{},
 	}
 	a.log = cfg.Logger.With("nodeId", id.NodeID)
-	if a.authorize == nil {
-		a.authorize = defaultAuthorize
-	}
 	own := protocol.EnvMap(cfg.Environ)
 	a.ownPath = own["PATH"]
 	a.baseEnv = own
@@ -351,8 +346,8 @@ func (a *Agent) addService(nc *nats.Conn) (micro.Service, error) {
 		{"exec", EndpointExec, noHeader(a.handleExec)},
 		{"process", EndpointProcess, a.handleProcess},
 		{"list", EndpointList, noHeader(a.handleList)},
-		{"approvals-get", EndpointApprovalsGet, noHeader(a.handleApprovals)},
-		{"approvals-set", EndpointApprovalsSet, noHeader(a.handleApprovals)},
+		{"approvals-get", EndpointApprovalsGet, noHeader(a.handleApprovalsGet)},
+		{"approvals-set", EndpointApprovalsSet, noHeader(a.handleApprovalsSet)},
 		{"which", EndpointWhich, noHeader(a.handleWhich)},
 		{"pairing", EndpointPairing, noHeader(a.handlePairing)},
 	}

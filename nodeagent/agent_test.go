@@ -314,12 +314,12 @@ func TestNodeWorkdir(t *testing.T) {
 }
 
 func TestNodePolicy(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Ask = "on-miss" })
+	h := newHarness(t, func(c *Config) { c.Ask = "always" })
 	raw, _ := json.Marshal(map[string]any{"command": "true"})
 	for _, c := range []struct{ security, ask, want string }{
 		{"deny", "off", "exec denied: host=node security=deny"},
-		{"full", "off", "requires approval"}, // the node's own ask=on-miss tightens
-		{"", "", "requires approval"},        // unset: allowlist/on-miss
+		{"full", "off", "approval required"}, // the node's own ask=always tightens; no approver on a node
+		{"", "", "approval required"},        // unset: allowlist/on-miss, and true is no safe bin
 	} {
 		_, e := h.call(EndpointExec, ExecRequest{SessionKey: "k", Args: raw, Security: c.security, Ask: c.ask}, nil)
 		if e == nil || e.Type != protocol.ErrDenied || !strings.Contains(e.Message, c.want) {
@@ -330,6 +330,81 @@ func TestNodePolicy(t *testing.T) {
 	_, e := h2.call(EndpointExec, ExecRequest{SessionKey: "k", Args: raw, Security: "allowlist", Ask: "off"}, nil)
 	if e == nil || e.Message != "exec denied: allowlist miss" {
 		t.Fatalf("allowlist miss: %v", e)
+	}
+}
+
+// TestNodeApprovalsFile: the node re-checks runs with its own
+// exec-approvals.json, served and replaced through approvals.get/set.
+func TestNodeApprovalsFile(t *testing.T) {
+	h := newHarness(t, nil)
+	get := func() approvalsView {
+		t.Helper()
+		m, e := h.call(EndpointApprovalsGet, struct{}{}, nil)
+		if e != nil {
+			t.Fatal(e)
+		}
+		var v approvalsView
+		if err := json.Unmarshal(m.Data, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	v := get()
+	if v.Exists || v.Hash != "" || v.Path != filepath.Join(h.a.cfg.StateDir, "exec-approvals.json") {
+		t.Fatalf("empty: %+v", v)
+	}
+	echo, err := filepath.EvalSymlinks("/bin/echo")
+	if err != nil {
+		t.Skip("no /bin/echo")
+	}
+	file := json.RawMessage(`{"version":1,"agents":{"*":{"allowlist":[{"pattern":"` + echo + `"}]}}}`)
+	m, e := h.call(EndpointApprovalsSet, map[string]any{"file": file, "baseHash": ""}, nil)
+	if e != nil {
+		t.Fatal(e)
+	}
+	var set approvalsView
+	_ = json.Unmarshal(m.Data, &set)
+	if !set.Exists || set.Hash == "" {
+		t.Fatalf("after set: %s", m.Data)
+	}
+	if _, e := h.call(EndpointApprovalsSet, map[string]any{"file": file, "baseHash": ""}, nil); e == nil || !strings.Contains(e.Message, "base hash required") {
+		t.Fatalf("set without the base hash: %v", e)
+	}
+	if _, e := h.call(EndpointApprovalsSet, map[string]any{"file": file, "baseHash": "stale"}, nil); e == nil || !strings.Contains(e.Message, "changed; reload and retry") {
+		t.Fatalf("set with a stale hash: %v", e)
+	}
+	if _, e := h.call(EndpointApprovalsSet, map[string]any{"file": "nope", "baseHash": set.Hash}, nil); e == nil || e.Type != protocol.ErrInvalidRequest {
+		t.Fatalf("set with a bad file: %v", e)
+	}
+	if v := get(); v.Hash != set.Hash {
+		t.Fatalf("hash %s, want %s", v.Hash, set.Hash)
+	}
+
+	// allowlist with ask off: the allowlisted echo runs (as its plan), a
+	// miss is denied.
+	raw, _ := json.Marshal(map[string]any{"command": "echo allowed-by-file"})
+	m, e = h.call(EndpointExec, ExecRequest{SessionKey: "k", Args: raw, Security: "allowlist", Ask: "off"}, nil)
+	if e != nil {
+		t.Fatal(e)
+	}
+	var res protocol.Result
+	_ = json.Unmarshal(m.Data, &res)
+	if !strings.Contains(res.Text(), "allowed-by-file") {
+		t.Fatalf("allowlisted: %s", res.Text())
+	}
+	raw, _ = json.Marshal(map[string]any{"command": "echo a; touch nope"})
+	if _, e := h.call(EndpointExec, ExecRequest{SessionKey: "k", Args: raw, Security: "allowlist", Ask: "off"}, nil); e == nil || e.Message != "exec denied: allowlist miss" {
+		t.Fatalf("chained: %v", e)
+	}
+
+	// The file can tighten what the gateway sent: security deny for all.
+	cur := get()
+	deny := json.RawMessage(`{"version":1,"defaults":{"security":"deny"},"agents":{}}`)
+	if _, e := h.call(EndpointApprovalsSet, map[string]any{"file": deny, "baseHash": cur.Hash}, nil); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := h.exec(map[string]any{"command": "true"}, nil); e == nil || e.Message != "exec denied: host=node security=deny" {
+		t.Fatalf("file deny: %v", e)
 	}
 }
 
@@ -399,7 +474,7 @@ func TestNodeIdemCacheBounds(t *testing.T) {
 	}
 }
 
-func TestNodeWhichApprovalsPairing(t *testing.T) {
+func TestNodeWhichAndPairing(t *testing.T) {
 	h := newHarness(t, nil)
 	m, e := h.call(EndpointWhich, WhichRequest{Bins: []string{"sh", "definitely-not-a-binary", "/bin/sh", ""}}, nil)
 	if e != nil {
@@ -409,13 +484,6 @@ func TestNodeWhichApprovalsPairing(t *testing.T) {
 	_ = json.Unmarshal(m.Data, &w)
 	if len(w.Bins) != 1 || !strings.HasSuffix(w.Bins["sh"], "/sh") {
 		t.Fatalf("which: %+v", w)
-	}
-	m, err := h.raw(EndpointApprovalsGet, []byte(`{}`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if se, ok := bus.ReplyError(m).(*bus.ServiceError); !ok || se.Code != "501" || !strings.Contains(se.Description, "not implemented") {
-		t.Fatalf("approvals.get: %v", bus.ReplyError(m))
 	}
 	if _, e := h.call(EndpointPairing, PairingNotice{Status: PairingRejected}, nil); e != nil {
 		t.Fatal(e)

@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -76,18 +75,11 @@ type Config struct {
 	Cwd string
 
 	// Security and Ask are node-local limits: the effective policy of a
-	// run is the stricter of these and what the gateway sent. Empty
-	// means no further limit. (The exec-approvals engine is not wired in
-	// yet; see Authorize.)
+	// run is the stricter of these, what the gateway sent, and the
+	// agent's entry of <state-dir>/exec-approvals.json. Empty means no
+	// further limit.
 	Security string
 	Ask      string
-
-	// Authorize decides whether a run may start, given the effective
-	// policy. nil applies the interim rule the gateway applies for
-	// host=gateway until approvals are wired: security=full with ask=off
-	// runs; allowlist with ask=off is "exec denied: allowlist miss";
-	// everything else needs an approval, which is refused.
-	Authorize func(ctx context.Context, r AuthorizeRequest) error
 
 	// HeartbeatInterval is how often the node publishes its presence
 	// (default 5 s, clamped 50 ms..1 min).
@@ -109,16 +101,6 @@ type Config struct {
 	Join string
 	// JoinTimeout bounds the join (default 20 s).
 	JoinTimeout time.Duration
-}
-
-// AuthorizeRequest is what Config.Authorize decides on.
-type AuthorizeRequest struct {
-	SessionKey string
-	AgentID    string
-	Command    string
-	Workdir    string
-	Security   string // effective: deny, allowlist or full
-	Ask        string // effective: off, on-miss or always
 }
 
 // DefaultConfig returns a fresh configuration with every default set.
@@ -226,18 +208,4 @@ func (c *Config) stricter(security, ask string) (string, string) {
 		ask = c.Ask
 	}
 	return security, ask
-}
-
-// defaultAuthorize is the interim policy until the approvals engine is
-// wired in; it matches the gateway's host=gateway rule.
-func defaultAuthorize(_ context.Context, r AuthorizeRequest) error {
-	switch {
-	case r.Security == "deny":
-		return protocol.Errorf(protocol.ErrDenied, "exec denied: host=node security=deny")
-	case r.Security == "full" && r.Ask == "off":
-		return nil
-	case r.Security == "allowlist" && r.Ask == "off":
-		return protocol.Errorf(protocol.ErrDenied, "exec denied: allowlist miss")
-	}
-	return protocol.Errorf(protocol.ErrDenied, "exec denied: host=node security=%s ask=%s requires approval, which is not available on this node yet", r.Security, r.Ask)
 }

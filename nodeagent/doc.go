@@ -14,8 +14,8 @@
 //	exec           ExecRequest → protocol.Result (idempotent with HeaderIdempotencyKey)
 //	process        ProcessRequest → protocol.Result
 //	list           ListRequest → ListResponse (one sessionKey, or all: gateway resync)
-//	approvals.get  501 until the approvals engine is wired in
-//	approvals.set  501 until the approvals engine is wired in
+//	approvals.get  {} → the node's exec-approvals.json: {path, exists, hash, file}
+//	approvals.set  {file, baseHash} → the same, after replacing the file
 //	which          WhichRequest → WhichResponse
 //	pairing        PairingNotice → {} (the gateway's approve/reject)
 //
@@ -34,6 +34,14 @@
 // exec while the gateway has told it it is pending or rejected. Exit events
 // of backgrounded sessions go to JetStream (bus.PublishExitEvent) with a
 // message id that makes republishing after a reconnect harmless.
+//
+// # Policy
+//
+// The node re-checks every run with its own <state-dir>/exec-approvals.json
+// (package approvals): the stricter of the gateway's security/ask, the
+// node's --security/--ask and the file decides; allowlisted commands run as
+// their plan of resolved paths. A run that needs an approval gets its
+// askFallback at once, since a headless node has no one to ask.
 //
 // # Environment and working directory
 //

@@ -143,15 +143,13 @@ func (a *Agent) runExec(ctx context.Context, r *ExecRequest, args protocol.ExecA
 	if !ok {
 		return json.Marshal(workdirFailed(args.Workdir))
 	}
-	security, ask := a.cfg.stricter(r.Security, r.Ask)
-	if err := a.authorize(ctx, AuthorizeRequest{
-		SessionKey: r.SessionKey, AgentID: r.AgentID, Command: args.Command,
-		Workdir: workdir, Security: security, Ask: ask,
-	}); err != nil {
+	decision, err := a.authorize(r, args.Command, workdir, protocol.EnvMap(env))
+	if err != nil {
 		return nil, err
 	}
 	res, err := a.mgr.Exec(ctx, session.ExecRequest{
 		Command:     args.Command,
+		Argv:        decision.argv,
 		Workdir:     workdir,
 		Env:         env,
 		YieldMs:     args.YieldMs,
@@ -296,10 +294,34 @@ func DetailsList(v any) ([]protocol.Details, error) {
 	return out, nil
 }
 
-// handleApprovals answers approvals.get and approvals.set: the node's
-// exec-approvals engine is not wired in yet.
-func (a *Agent) handleApprovals(_ context.Context, req micro.Request) ([]byte, error) {
-	return nil, &protocol.Error{Type: errNotImplemented, Message: fmt.Sprintf("node %s: exec approvals (%s) are not implemented on node agents yet", a.id.NodeID, req.Subject())}
+// handleApprovalsGet returns the node's exec-approvals.json: {path,
+// exists, hash, file}, the socket token removed.
+func (a *Agent) handleApprovalsGet(_ context.Context, req micro.Request) ([]byte, error) {
+	if len(req.Data()) > 0 {
+		var empty struct{}
+		if err := decodeStrict("approvals.get", req.Data(), &empty); err != nil {
+			return nil, err
+		}
+	}
+	v, err := a.readApprovals()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// handleApprovalsSet replaces the node's exec-approvals.json, given the
+// hash of the file it replaces (OpenClaw's system.execApprovals.set).
+func (a *Agent) handleApprovalsSet(_ context.Context, req micro.Request) ([]byte, error) {
+	var r approvalsSet
+	if err := decodeStrict("approvals.set", req.Data(), &r); err != nil {
+		return nil, err
+	}
+	v, err := a.writeApprovals(r)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
 }
 
 // handleWhich finds binaries on the node's PATH.

@@ -16,7 +16,7 @@ import (
 //
 // Every request is JSON and decoded strictly: unknown fields, wrong types
 // and trailing data are refused with a micro error reply whose code is the
-// HTTP status of the error type ("400", "404", "409", "501", "503") and
+// HTTP status of the error type ("400", "404", "409", "503") and
 // whose data is the JSON of a *protocol.Error, so the gateway can hand the
 // very same error to its caller.
 
@@ -47,8 +47,8 @@ const (
 	EndpointExec         = protocol.NodeEndpointExec         // ExecRequest → protocol.Result
 	EndpointProcess      = protocol.NodeEndpointProcess      // ProcessRequest → protocol.Result
 	EndpointList         = "list"                            // ListRequest → ListResponse
-	EndpointApprovalsGet = protocol.NodeEndpointApprovalsGet // not implemented yet (501)
-	EndpointApprovalsSet = protocol.NodeEndpointApprovalsSet // not implemented yet (501)
+	EndpointApprovalsGet = protocol.NodeEndpointApprovalsGet // {} → the exec-approvals file
+	EndpointApprovalsSet = protocol.NodeEndpointApprovalsSet // {file, baseHash} → the new file
 	EndpointWhich        = protocol.NodeEndpointWhich        // WhichRequest → WhichResponse
 	EndpointPairing      = "pairing"                         // PairingNotice → {} (gateway tells the node its pairing status)
 )
@@ -255,14 +255,7 @@ func errorData(e *protocol.Error) []byte {
 	return b
 }
 
-// errNotImplemented is the error type of endpoints that exist but are
-// not implemented yet (answered with code 501). protocol has no such type.
-const errNotImplemented protocol.ErrorType = "not_implemented"
-
 // errorCode is the micro error code of e: its HTTP status.
 func errorCode(e *protocol.Error) string {
-	if e.Type == errNotImplemented {
-		return "501"
-	}
 	return fmt.Sprint(e.Type.HTTPStatus())
 }
