@@ -34,7 +34,7 @@ func clBadCredentials(t *testing.T, c *clCluster) {
 	p := newClProc(t, c.node("node-b").host, "rogue-node", rogue.Dir, c.nodeProcEnv(rogue.Dir, "rogue"), c.emBin, "node", "--state-dir", rogue.Dir)
 	p.start(t)
 	defer func() { _ = p.stop() }()
-	line := p.waitLog(8*time.Second, "authorization violation")
+	line := p.waitLog(6*time.Second, "authorization violation")
 	if !p.running() {
 		t.Fatalf("node with unknown credentials exited: %v\n%s", p.err, p.logTail(2000))
 	}
@@ -45,7 +45,7 @@ func clBadCredentials(t *testing.T, c *clCluster) {
 		t.Fatalf("exec on node-a while a rogue node knocks: %q", r.Text())
 	}
 	if line == "" {
-		t.Skipf("MISSING LOG (bus/nodeagent): a node whose nkey the servers refuse logs nothing about it at the default level within 8 s "+
+		t.Skipf("MISSING LOG (bus/nodeagent): a node whose nkey the servers refuse logs nothing about it at the default level within 6 s "+
 			"(bus.Connect logs failed connection attempts at debug level only, \"nats connect attempt failed\"); an operator "+
 			"sees a silent node. Log refused credentials (Authorization Violation) at warn or error. Node log:\n%s", p.logTail(1500))
 	}
@@ -99,7 +99,7 @@ func clBadTLS(t *testing.T, c *clCluster) {
 				c.emBin, "gateway", "--config", c.gwConf, "--state-dir", gwState, "--nats-url", url, "--listen", "127.0.0.1:8421")
 			gw.start(t)
 			defer func() { _ = gw.stop() }()
-			nodeLine := node.waitLog(8*time.Second, want)
+			nodeLine := node.waitLog(6*time.Second, want)
 			gwLine := gw.waitLog(time.Second, want)
 			if !node.running() {
 				t.Fatalf("node exited instead of retrying: %v\n%s", node.err, node.logTail(1500))
@@ -113,7 +113,7 @@ func clBadTLS(t *testing.T, c *clCluster) {
 			}
 			if len(missing) > 0 {
 				t.Skipf("MISSING LOG (bus, cmd/execmesh): a server certificate that fails verification (%s: %q) is not in the log at the "+
-					"default level within 8 s: bus.Connect logs failed connection attempts at debug level only, so the node retries "+
+					"default level within 6 s: bus.Connect logs failed connection attempts at debug level only, so the node retries "+
 					"silently after \"node agent started\", and `execmesh gateway` blocks in bus.Connect before it serves or logs anything "+
 					"(its /healthz never answers). Log verification and authorization failures at warn. %s",
 					kind, want, strings.Join(missing, "\n"))
