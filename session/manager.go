@@ -48,8 +48,9 @@ type Manager struct {
 	closeDone  chan struct{}
 	wg         sync.WaitGroup
 
-	snapMu sync.Mutex // serialises /proc reads; guards snap
-	snap   *procSnapshot
+	snapMu      sync.Mutex // guards snap and snapReading
+	snap        *procSnapshot
+	snapReading chan struct{} // closed when the /proc read in progress ends
 
 	mu       sync.Mutex
 	closed   bool
@@ -466,6 +467,9 @@ func (m *Manager) terminate(s *session) {
 	defer close(s.termDone)
 	spec := s.treeSpec()
 	deadline := time.Now().Add(m.cfg.KillGrace)
+	// The process group first: it is one syscall and holds almost every
+	// tree, so a kill takes effect at once even while /proc is slow to read.
+	_ = signalProcs(map[int]uint64{spec.leader: spec.leaderStart}, spec.pgid, m.selfPGID, unix.SIGTERM)
 	set := m.collect(spec)
 	if err := signalProcs(set, spec.pgid, m.selfPGID, unix.SIGTERM); err != nil {
 		s.log.Warn("SIGTERM failed", "err", err)
@@ -511,22 +515,42 @@ func (m *Manager) collect(spec treeSpec) map[int]uint64 {
 	return snap.collect(spec, leaders)
 }
 
-// snapshot returns a /proc snapshot at most snapshotMaxAge old. Trees that
-// are terminated together (Close) share one read of /proc instead of each
-// reading it; the process group signal covers what a snapshot that old
-// can miss, and the SIGKILL pass reads again.
+// snapshot returns a /proc snapshot that began at most snapshotMaxAge
+// before the call. Concurrent callers share reads: a caller that finds a
+// read in progress waits for it (when it began recently enough) instead of
+// reading /proc again, so terminating a thousand trees at once costs a few
+// reads of /proc, not a thousand. The process group signal covers what a
+// snapshot that old can miss, and the SIGKILL pass reads again.
 func (m *Manager) snapshot() (*procSnapshot, error) {
-	m.snapMu.Lock()
-	defer m.snapMu.Unlock()
-	if m.snap != nil && time.Since(m.snap.taken) < snapshotMaxAge {
-		return m.snap, nil
+	asked := time.Now().Add(-snapshotMaxAge)
+	for {
+		m.snapMu.Lock()
+		if m.snap != nil && !m.snap.taken.Before(asked) {
+			snap := m.snap
+			m.snapMu.Unlock()
+			return snap, nil
+		}
+		if m.snapReading != nil {
+			ch := m.snapReading
+			m.snapMu.Unlock()
+			<-ch // then use it, or start the next read
+			continue
+		}
+		ch := make(chan struct{})
+		m.snapReading = ch
+		m.snapMu.Unlock()
+
+		snap, err := readProcSnapshot(m.selfPID)
+
+		m.snapMu.Lock()
+		m.snapReading = nil
+		if err == nil {
+			m.snap = snap
+		}
+		close(ch)
+		m.snapMu.Unlock()
+		return snap, err
 	}
-	snap, err := readProcSnapshot(m.selfPID)
-	if err != nil {
-		return nil, err
-	}
-	m.snap = snap
-	return snap, nil
 }
 
 func union(a, b map[int]uint64) map[int]uint64 {
