@@ -70,8 +70,26 @@ type daemonProc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	url    string
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	done   chan error
+}
+
+// lockedBuffer is a bytes.Buffer safe to read while a process writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // startDaemon runs `execmesh <mode> --state-dir … --listen … --nats-listen …`
@@ -92,13 +110,13 @@ func startDaemon(t *testing.T, mode string, config map[string]any, extra ...stri
 	args := append([]string{mode, "--state-dir", state, "--config", cfgPath, "--listen", listen, "--nats-listen", freeAddr(t)}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "EXECMESH_GATEWAY_TOKEN=")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d := &daemonProc{t: t, cmd: cmd, url: "http://" + listen, stderr: &stderr, done: make(chan error, 1)}
+	d := &daemonProc{t: t, cmd: cmd, url: "http://" + listen, stderr: stderr, done: make(chan error, 1)}
 	go func() {
 		_, _ = io.Copy(io.Discard, bufio.NewReader(stdout))
 		d.done <- cmd.Wait()
@@ -329,4 +347,65 @@ func TestDaemonSurfaces(t *testing.T) {
 	if code, _ := get("/mcp", ""); code != 401 {
 		t.Fatalf("/mcp without token: %d", code)
 	}
+}
+
+// TestGatewaySIGHUPReloads: SIGHUP re-reads the configuration file without
+// dropping sessions; a broken file keeps the old configuration.
+func TestGatewaySIGHUPReloads(t *testing.T) {
+	d := startDaemon(t, "gateway", fullAccess)
+	res := d.invoke("exec", map[string]any{"command": "sleep 30", "background": true})
+	sid := res["details"].(map[string]any)["sessionId"].(string)
+
+	cfgPath := d.cmd.Args[slicesIndex(d.cmd.Args, "--config")+1]
+	write := func(v any) {
+		b, _ := json.Marshal(v)
+		if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := func() int {
+		b, _ := json.Marshal(map[string]any{"tool": "exec", "args": map[string]any{"command": "echo x"}})
+		r, err := http.Post(d.url+"/tools/invoke", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		return r.StatusCode
+	}
+	write(map[string]any{"tools": map[string]any{"deny": []string{"exec"}, "exec": map[string]any{"security": "full", "ask": "off"}}})
+	_ = d.cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(10 * time.Second)
+	for status() != 404 {
+		if time.Now().After(deadline) {
+			t.Fatalf("exec still allowed after SIGHUP\n%s", d.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The running session survived the reload.
+	list := d.invoke("process", map[string]any{"action": "list"})
+	if !strings.Contains(list["content"].([]any)[0].(map[string]any)["text"].(string), sid+" running") {
+		t.Fatalf("session lost on reload: %v", list)
+	}
+	// A broken file is refused; the configuration in force stays.
+	if err := os.WriteFile(cfgPath, []byte(`{"tools":{"exec":{"host":"mars"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(300 * time.Millisecond)
+	if s := status(); s != 404 {
+		t.Fatalf("a bad reload changed the configuration: exec answers %d", s)
+	}
+	if !strings.Contains(d.stderr.String(), "tools.exec.host") {
+		t.Fatalf("the failed reload does not name the key:\n%s", d.stderr.String())
+	}
+	d.invoke("process", map[string]any{"action": "kill", "sessionId": sid})
+}
+
+func slicesIndex(list []string, v string) int {
+	for i, s := range list {
+		if s == v {
+			return i
+		}
+	}
+	return -1
 }
