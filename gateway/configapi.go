@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 
+	"github.com/execmesh/execmesh/internal/atomicfile"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -107,23 +107,7 @@ func writeExecNode(path, agentID, node string) error {
 	if _, err := DecodeConfig(b); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".config-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, append(b, '\n'), 0o600)
 }
 
 func (g *Gateway) handleGetExecNode(w http.ResponseWriter, r *http.Request) {

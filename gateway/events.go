@@ -9,10 +9,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/execmesh/execmesh/internal/atomicfile"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -121,36 +121,11 @@ func (q *eventQueue) saveLocked() {
 	}
 	b, err := json.Marshal(st)
 	if err == nil {
-		err = writeFileSync(q.path, b)
+		err = atomicfile.Write(q.path, b, 0o600)
 	}
 	if err != nil {
 		q.log.Error("persisting queued events", "path", q.path, "err", err)
 	}
-}
-
-// writeFileSync replaces path atomically and durably (0600).
-func writeFileSync(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 func newEventID() string {

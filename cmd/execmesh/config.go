@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 
 	"github.com/execmesh/execmesh/gateway"
+	"github.com/execmesh/execmesh/internal/atomicfile"
 )
 
 // runConfig is `execmesh config get [KEYPATH] | set KEYPATH VALUE | unset
@@ -408,36 +408,10 @@ func configEdit(file string, path []pathElem, edit func(doc any) (any, error)) e
 	return writeFileAtomic(file, out)
 }
 
-// writeFileAtomic replaces file with data through a temporary file in the
-// same directory and a rename, so readers see the old or the new document,
-// never a part. The directory is created (0700) when missing; the file is
-// 0600, since it may hold the gateway token.
+// writeFileAtomic replaces file with data (0600: it may hold the gateway
+// token), so readers see the old or the new document, never a part.
 func writeFileAtomic(file string, data []byte) error {
-	dir := filepath.Dir(file)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(file)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename this is a no-op
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("config: %w", err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("config: writing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("config: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), file); err != nil {
+	if err := atomicfile.Write(file, data, 0o600); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	return nil
