@@ -46,7 +46,7 @@ func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (pr
 		if node == "" {
 			node = defaults.Node
 		}
-		req := NodeExecRequest{SessionKey: c.sessionKey, AgentID: c.agentID, Requested: node, ConfigNode: c.cfg.Tools.Exec.Node}
+		req := NodeExecRequest{SessionKey: c.sessionKey, AgentID: c.agentID, Requested: node, ConfigNode: c.cfg.Tools.Exec.Node, Security: security}
 		if a, ok := c.cfg.Agent(c.agentID); ok {
 			req.AgentNode = a.Tools.Exec.Node
 		}

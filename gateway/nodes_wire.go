@@ -26,6 +26,8 @@ const (
 	nodeEndpointProcess = protocol.NodeEndpointProcess
 	nodeEndpointList    = "list"
 	nodeEndpointPairing = "pairing"
+	// nodeEndpointApplyPatch is nodeagent.EndpointApplyPatch.
+	nodeEndpointApplyPatch = "applypatch"
 
 	pairingPending  = "pending"
 	pairingPaired   = "paired"
@@ -44,6 +46,14 @@ type nodeExecWire struct {
 	Ask        string          `json:"ask,omitempty"`
 	Warnings   []string        `json:"warnings,omitempty"`
 	Sync       bool            `json:"sync,omitempty"`
+}
+
+// nodeApplyPatchWire is nodeagent.ApplyPatchRequest.
+type nodeApplyPatchWire struct {
+	SessionKey string          `json:"sessionKey"`
+	AgentID    string          `json:"agentId,omitempty"`
+	Args       json.RawMessage `json:"args"`
+	Security   string          `json:"security,omitempty"`
 }
 
 // nodeProcessWire is nodeagent.ProcessRequest.

@@ -22,6 +22,8 @@ func TestNodeWireMatchesNodeAgent(t *testing.T) {
 	}{
 		{"exec", &nodeExecWire{SessionKey: "k", AgentID: "a", Args: args, Security: "full", Ask: "off", Warnings: []string{"w"}, Sync: true},
 			&nodeagent.ExecRequest{SessionKey: "k", AgentID: "a", Args: args, Security: "full", Ask: "off", Warnings: []string{"w"}, Sync: true}},
+		{"applypatch", &nodeApplyPatchWire{SessionKey: "k", AgentID: "a", Args: args, Security: "full"},
+			&nodeagent.ApplyPatchRequest{SessionKey: "k", AgentID: "a", Args: args, Security: "full"}},
 		{"process", &nodeProcessWire{SessionKey: "k", Args: args}, &nodeagent.ProcessRequest{SessionKey: "k", Args: args}},
 		{"list", &nodeListWire{SessionKey: "k", All: true}, &nodeagent.ListRequest{SessionKey: "k", All: true}},
 		{"pairing", &pairingNoticeWire{Status: "paired"}, &nodeagent.PairingNotice{Status: "paired"}},
@@ -70,7 +72,7 @@ func TestNodeWireMatchesNodeAgent(t *testing.T) {
 	}
 	if nodeHeaderIdempotencyKey != nodeagent.HeaderIdempotencyKey || nodeHeaderSession != nodeagent.HeaderSession ||
 		nodeHeaderInstance != nodeagent.HeaderInstance || nodeEndpointList != nodeagent.EndpointList ||
-		nodeEndpointPairing != nodeagent.EndpointPairing || pairingPaired != nodeagent.PairingPaired ||
+		nodeEndpointPairing != nodeagent.EndpointPairing || nodeEndpointApplyPatch != nodeagent.EndpointApplyPatch || pairingPaired != nodeagent.PairingPaired ||
 		pairingPending != nodeagent.PairingPending || pairingRejected != nodeagent.PairingRejected ||
 		pairJoin != nodeagent.PairJoin || pairAnnounce != nodeagent.PairAnnounce || "gone" != nodeagent.SessionGone {
 		t.Fatal("header, endpoint or status names differ")

@@ -350,6 +350,7 @@ func (a *Agent) addService(nc *nats.Conn) (micro.Service, error) {
 		{"approvals-set", EndpointApprovalsSet, noHeader(a.handleApprovalsSet)},
 		{"which", EndpointWhich, noHeader(a.handleWhich)},
 		{"pairing", EndpointPairing, noHeader(a.handlePairing)},
+		{"applypatch", EndpointApplyPatch, noHeader(a.handleApplyPatch)},
 	}
 	for _, e := range endpoints {
 		if err := g.AddEndpoint(e.name, a.endpoint(e.name, e.fn), micro.WithEndpointSubject(e.subject),

@@ -28,22 +28,7 @@ type runDecision struct {
 // here: a headless node has no one to ask (OpenClaw issue #17322), so the
 // askFallback decides at once, and the default fallback denies.
 func (a *Agent) authorize(r *ExecRequest, command, workdir string, env map[string]string) (runDecision, error) {
-	security, ask := a.cfg.stricter(r.Security, r.Ask)
-	policy := approvals.Policy{Security: security, Ask: ask}
-	if a.cfg.StateDir != "" {
-		path := approvals.Path(a.cfg.StateDir)
-		f, _, err := approvals.Load(path)
-		if err != nil {
-			// A corrupt or unsafe file is not trusted to loosen anything:
-			// treat it as empty (it never loosens) and say so.
-			a.log.Warn("exec approvals file unusable; treating it as empty", "path", path, "err", err)
-		}
-		if f == nil {
-			f = approvals.NewFile()
-		}
-		filePolicy := f.Resolve(r.AgentID, approvals.Policy{Security: approvals.SecurityFull, Ask: approvals.AskOff, AskFallback: approvals.SecurityDeny})
-		policy = approvals.Stricter(policy, filePolicy)
-	}
+	policy := a.policy(r.Security, r.Ask, r.AgentID)
 	if policy.Security == approvals.SecurityDeny {
 		return runDecision{}, protocol.Errorf(protocol.ErrDenied, "%s", approvals.DenySecurity(approvals.HostNode))
 	}
@@ -70,6 +55,30 @@ func (a *Agent) authorize(r *ExecRequest, command, workdir string, env map[strin
 		return runDecision{argv: planArgv(ev)}, nil
 	}
 	return runDecision{}, nil
+}
+
+// policy is the node's effective policy for agentID: the stricter of the
+// gateway's security and ask (themselves tightened by Config.Security and
+// Config.Ask) and the agent's entry of <state-dir>/exec-approvals.json,
+// where unset values restrict nothing.
+func (a *Agent) policy(security, ask, agentID string) approvals.Policy {
+	security, ask = a.cfg.stricter(security, ask)
+	policy := approvals.Policy{Security: security, Ask: ask}
+	if a.cfg.StateDir != "" {
+		path := approvals.Path(a.cfg.StateDir)
+		f, _, err := approvals.Load(path)
+		if err != nil {
+			// A corrupt or unsafe file is not trusted to loosen anything:
+			// treat it as empty (it never loosens) and say so.
+			a.log.Warn("exec approvals file unusable; treating it as empty", "path", path, "err", err)
+		}
+		if f == nil {
+			f = approvals.NewFile()
+		}
+		filePolicy := f.Resolve(agentID, approvals.Policy{Security: approvals.SecurityFull, Ask: approvals.AskOff, AskFallback: approvals.SecurityDeny})
+		policy = approvals.Stricter(policy, filePolicy)
+	}
+	return policy
 }
 
 // planArgv is the argv that runs an allowlisted plan: the program itself

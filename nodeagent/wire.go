@@ -51,6 +51,7 @@ const (
 	EndpointApprovalsSet = protocol.NodeEndpointApprovalsSet // {file, baseHash} → the new file
 	EndpointWhich        = protocol.NodeEndpointWhich        // WhichRequest → WhichResponse
 	EndpointPairing      = "pairing"                         // PairingNotice → {} (gateway tells the node its pairing status)
+	EndpointApplyPatch   = "applypatch"                      // ApplyPatchRequest → protocol.Result
 )
 
 // Pairing states, as the gateway reports them.
@@ -85,6 +86,19 @@ type ExecRequest struct {
 	// Sync runs the command to completion (the caller may not use the
 	// process tool).
 	Sync bool `json:"sync,omitempty"`
+}
+
+// ApplyPatchRequest applies an apply_patch patch on the node (endpoint
+// applypatch), under the requested workdir with the node's workdir rules.
+type ApplyPatchRequest struct {
+	SessionKey string `json:"sessionKey"`
+	AgentID    string `json:"agentId,omitempty"`
+	// Args are the apply_patch tool arguments
+	// (protocol.DecodeApplyPatchArgs, strict).
+	Args json.RawMessage `json:"args"`
+	// Security is the gateway's resolved security; the node only
+	// tightens it.
+	Security string `json:"security,omitempty"`
 }
 
 // ProcessRequest is a process action on a node session (endpoint process).
