@@ -253,6 +253,13 @@ func (g *Gateway) Close(ctx context.Context) error {
 	g.closeOnce.Do(func() {
 		g.closing.Store(true)
 		var errs *multierror.Error
+		// The node backend first: it stops taking node messages and
+		// drains the exit-event consumer (idempotent with CloseNodes).
+		if nodes := g.nodeBackend(); nodes != nil {
+			if err := nodes.Close(ctx); err != nil {
+				errs = multierror.Append(errs, fmt.Errorf("node backend: %w", err))
+			}
+		}
 		g.natsMu.Lock()
 		api := g.nats
 		g.nats, g.publish = nil, nil
