@@ -30,6 +30,8 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/admin/blockers", g.authed(g.handleBlockers))
 	mux.HandleFunc("GET /v1/config/exec-node", g.authed(g.handleGetExecNode))
 	mux.HandleFunc("PUT /v1/config/exec-node", g.authed(g.handlePutExecNode))
+	mux.HandleFunc("GET /v1/nodes/{id}/approvals", g.authed(g.handleNodeApprovals(protocol.NodeEndpointApprovalsGet)))
+	mux.HandleFunc("PUT /v1/nodes/{id}/approvals", g.authed(g.handleNodeApprovals(protocol.NodeEndpointApprovalsSet)))
 	mux.HandleFunc("GET /v1/approvals", g.authed(g.handleListApprovals))
 	mux.HandleFunc("POST /v1/approvals/{id}", g.authed(g.handleDecideApproval))
 	for _, extra := range g.extraRoutes() {

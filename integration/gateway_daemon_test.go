@@ -409,3 +409,54 @@ func slicesIndex(list []string, v string) int {
 	}
 	return -1
 }
+
+// TestNodeApprovalsFileEdit: `execmesh nodes approvals get|set` reads and
+// replaces a node's own exec-approvals.json with optimistic concurrency.
+func TestNodeApprovalsFileEdit(t *testing.T) {
+	d := startDaemon(t, "up", fullAccess)
+	bin, _ := execmeshBinary()
+	var nodeID string
+	deadline := time.Now().Add(20 * time.Second)
+	for nodeID == "" {
+		if nodes := httpGetJSON(t, d.url+"/v1/nodes")["nodes"].([]any); len(nodes) == 1 {
+			nodeID = nodes[0].(map[string]any)["id"].(string)
+		} else if time.Now().After(deadline) {
+			t.Fatal("no local node")
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	cli := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command(bin, append(args, "--gateway", d.url)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		cmd.Env = append(os.Environ(), "EXECMESH_STATE_DIR="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := cli("", "nodes", "approvals", "get", nodeID)
+	var view struct {
+		Exists bool   `json:"exists"`
+		Hash   string `json:"hash"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &view) != nil || view.Exists {
+		t.Fatalf("get: %v %s", err, out)
+	}
+	file := `{"version":1,"agents":{"main":{"allowlist":[{"pattern":"/usr/bin/echo"}]}}}`
+	if out, err := cli(file, "nodes", "approvals", "set", nodeID, "-"); err == nil || !strings.Contains(out, "--base-hash is required") {
+		t.Fatalf("set without base hash: %v %s", err, out)
+	}
+	if out, err := cli(file, "nodes", "approvals", "set", nodeID, "-", "--base-hash", ""); err != nil || !strings.Contains(out, "/usr/bin/echo") {
+		t.Fatalf("set: %v %s", err, out)
+	}
+	out, _ = cli("", "nodes", "approvals", "get", nodeID)
+	if err := json.Unmarshal([]byte(out), &view); err != nil || !view.Exists || view.Hash == "" || !strings.Contains(out, "/usr/bin/echo") {
+		t.Fatalf("get after set: %s", out)
+	}
+	// A writer with a stale hash is refused; the file keeps its content.
+	if out, err := cli(`{"version":1,"agents":{}}`, "nodes", "approvals", "set", nodeID, "-", "--base-hash", "stale"); err == nil || !strings.Contains(out, "changed") {
+		t.Fatalf("stale set: %v %s", err, out)
+	}
+	if out, _ := cli("", "nodes", "approvals", "get", nodeID); !strings.Contains(out, "/usr/bin/echo") {
+		t.Fatalf("stale write changed the file: %s", out)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -32,12 +33,13 @@ type nodeInfo struct {
 
 // runNodes is `execmesh nodes list|pending|approve ID|reject ID|invite`.
 func runNodes(ctx context.Context, c *cli, args []string) error {
-	const synopsis = "list | pending | approve ID | reject ID | invite [--name N] [--ttl D]"
+	const synopsis = "list | pending | approve ID | reject ID | invite [--name N] [--ttl D] | approvals get ID | approvals set ID FILE|- --base-hash H"
 	fs := newFlagSet("nodes")
 	var f clientFlags
 	f.register(fs)
 	name := fs.String("name", "", "invite: `name` of the new node")
 	ttl := fs.Duration("ttl", 0, "invite: how long the join code stays valid, such as 15m (default: the gateway's)")
+	baseHash := fs.String("base-hash", "", "approvals set: the `hash` that approvals get printed (\"\" when the node has no file yet)")
 	pos, err := c.parseFlags(fs, synopsis, args, true)
 	if err != nil {
 		return err
@@ -73,6 +75,8 @@ func runNodes(ctx context.Context, c *cli, args []string) error {
 		}
 		fmt.Fprintf(c.stdout, "node %s: %s\n", rest[0], map[string]string{"approve": "approved", "reject": "rejected"}[sub])
 		return nil
+	case "approvals":
+		return nodeApprovals(ctx, c, cl, rest, *baseHash, isSet(fs, "base-hash"))
 	case "invite":
 		if len(rest) > 0 {
 			return usageErrorf("nodes invite: unexpected arguments %q", rest)
@@ -83,6 +87,58 @@ func runNodes(ctx context.Context, c *cli, args []string) error {
 		return inviteNode(ctx, c, cl, *name, *ttl, f.json)
 	default:
 		return usageErrorf("nodes: unknown subcommand %q (want %s)", sub, synopsis)
+	}
+}
+
+// nodeApprovals is `nodes approvals get ID` (prints the node's
+// exec-approvals.json with its path and hash) and `nodes approvals set ID
+// FILE --base-hash H` (replaces it when it still has that hash).
+func nodeApprovals(ctx context.Context, c *cli, cl *client, args []string, baseHash string, hashSet bool) error {
+	if len(args) < 2 {
+		return usageErrorf("nodes approvals: want get ID or set ID FILE")
+	}
+	path := "/v1/nodes/" + url.PathEscape(args[1]) + "/approvals"
+	switch args[0] {
+	case "get":
+		if len(args) != 2 {
+			return usageErrorf("nodes approvals get: want one node ID")
+		}
+		data, err := cl.apiJSON(ctx, http.MethodGet, path, nil, nil, nil)
+		if err != nil {
+			return err
+		}
+		return printJSON(c.stdout, data)
+	case "set":
+		if len(args) != 3 {
+			return usageErrorf("nodes approvals set: want a node ID and a FILE (or - for stdin)")
+		}
+		if !hashSet {
+			return usageErrorf("nodes approvals set: --base-hash is required (the hash printed by \"nodes approvals get\"; \"\" when the node has no file)")
+		}
+		var raw []byte
+		var err error
+		if args[2] == "-" {
+			raw, err = io.ReadAll(c.stdin)
+		} else {
+			raw, err = os.ReadFile(args[2])
+		}
+		if err != nil {
+			return err
+		}
+		if !json.Valid(raw) {
+			return fmt.Errorf("nodes approvals set: %s is not JSON", args[2])
+		}
+		body := struct {
+			File     json.RawMessage `json:"file"`
+			BaseHash string          `json:"baseHash"`
+		}{raw, baseHash}
+		data, err := cl.apiJSON(ctx, http.MethodPut, path, nil, body, nil)
+		if err != nil {
+			return err
+		}
+		return printJSON(c.stdout, data)
+	default:
+		return usageErrorf("nodes approvals: unknown action %q (want get or set)", args[0])
 	}
 }
 
