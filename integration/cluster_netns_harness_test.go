@@ -497,6 +497,9 @@ func (c *clCluster) nodeProcEnv(dir, name string) []string {
 // startGateway starts (or restarts) the gateway and waits for /healthz.
 func (c *clCluster) startGateway() {
 	c.t.Helper()
+	if c.http != nil {
+		c.http.CloseIdleConnections() // connections to the previous run
+	}
 	c.gw.start(c.t)
 	clCheckFor(c.t, "gateway /healthz", 60*time.Second, 100*time.Millisecond, func() error {
 		if !c.gw.running() {
