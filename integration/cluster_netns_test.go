@@ -23,12 +23,16 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// TestClusterNetns runs the deploy/ walkthrough on six machines made of
+// TestClusterNetns runs the deploy/ walkthrough on machines made of
 // network namespaces — three NATS servers (deploy/nats/cluster), the
-// gateway (deploy/gateway.cluster.json) and two node agents (the
-// execmesh-node unit's env file) — and then breaks things one at a time.
-// The subtests share the cluster and leave it healthy; each uses its own
-// sessionKey, so exit events of one never count for another.
+// gateway (deploy/gateway.cluster.json), two node agents (the
+// execmesh-node unit's env file) and a spare host for servers with broken
+// certificates — and then breaks things one at a time: a server killed, a
+// link cut, the gateway and a node agent killed, impersonation attempts,
+// bad credentials and certificates, a server missing, load. The subtests
+// share the cluster and leave it healthy; each uses its own sessionKey, so
+// exit events of one never count for another. Without root and iproute2
+// it skips, loudly.
 //
 // The test reaches the gateway's HTTP API from inside the gateway's
 // namespace (clDialIn): no address is added outside the namespaces.
