@@ -155,7 +155,6 @@ func (c *cluster) addNode(ctx context.Context, name string) (*nodeProc, error) {
 		"--name", name,
 		"--state-dir", state,
 		"--workdir", c.workdir,
-		"--heartbeat", "1s",
 		"--log-level", "warn")
 	cmd.Env = c.env
 	cmd.Dir = c.workdir

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // goBenchPackages and goBenchPattern select the micro-benchmarks of the
@@ -82,6 +83,7 @@ func benchGo(ctx context.Context, o *options, res *results) error {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = o.root
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	o.progress("go %s", strings.Join(args, " "))

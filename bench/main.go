@@ -170,7 +170,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	fmt.Fprintf(stdout, "\nexecmesh benchmarks — %s, %d runs per figure (medians), total %v\n\n",
 		time.Now().Format(time.DateTime), o.runs, time.Since(res.started).Round(time.Second))
 	res.printTable(stdout)
-	if len(res.figs) > 0 {
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(stdout, "\ninterrupted: %s not written\n", o.out)
+	case len(res.figs) > 0:
 		if err := res.writeJSON(o.out); err != nil {
 			errs = multierror.Append(errs, err)
 		} else {
