@@ -199,6 +199,10 @@ type nodeRouter struct {
 	server    *bus.Server
 	invites   map[string]*nodeInvite // by secretKey(secret)
 	delivered map[string]time.Time   // exit-event ids already queued
+
+	// runs holds the approval-gated node runs waiting for their exit
+	// event: approval id → *nodeRunWaiter (nodes_approval.go).
+	runs sync.Map
 }
 
 // attachNodes creates the node backend on nc and makes it the gateway's

@@ -136,6 +136,10 @@ func (r *nodeRouter) onExitMsg(m jetstream.Msg) {
 		}
 	}
 	r.mu.Unlock()
+	if !dup && ev.RunID != "" && paired {
+		// The exit of an approval-gated run: its Exec finished event.
+		r.finishRun(ev, visible)
+	}
 	switch {
 	case dup:
 		r.log.Debug("duplicate exit event dropped", "id", id)

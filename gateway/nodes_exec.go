@@ -90,6 +90,13 @@ func (r *nodeRouter) call(ctx context.Context, n nodeInfo, endpoint string, body
 		errors.As(rerr, &se)
 		var pe protocol.Error
 		if se != nil && json.Unmarshal(se.Data, &pe) == nil && pe.Type != "" && pe.Message != "" {
+			if pe.Type == nodeErrApprovalRequired {
+				var data struct {
+					Approval *nodeApprovalRequiredWire `json:"approval"`
+				}
+				_ = json.Unmarshal(se.Data, &data)
+				return nil, &nodeApprovalNeeded{pe: &pe, summary: data.Approval}
+			}
 			return nil, &pe
 		}
 		return nil, protocol.Errorf(protocol.ErrInternal, "node %s: %v", n.label(), rerr)
@@ -122,6 +129,19 @@ func (r *nodeRouter) Exec(ctx context.Context, req NodeExecRequest) (protocol.Re
 	if err != nil {
 		return protocol.Result{}, err
 	}
+	res, err := r.execOn(ctx, n, req, nil)
+	var need *nodeApprovalNeeded
+	if errors.As(err, &need) {
+		// The node's own evaluation needs an approval: ask for it here,
+		// as for host=gateway, and start the run once it is given.
+		return r.requestApproval(n, req, need.summary), nil
+	}
+	return res, err
+}
+
+// execOn starts the command on node n; approval, set only by the approval
+// flow, is the gateway's approval of the run.
+func (r *nodeRouter) execOn(ctx context.Context, n nodeInfo, req NodeExecRequest, approval *nodeExecApprovalWire) (protocol.Result, error) {
 	opts := r.options()
 	cfg := r.g.Config()
 	args := req.Args
@@ -153,6 +173,7 @@ func (r *nodeRouter) Exec(ctx context.Context, req NodeExecRequest) (protocol.Re
 	body, err := json.Marshal(nodeExecWire{
 		SessionKey: req.SessionKey, AgentID: req.AgentID, Args: rawArgs,
 		Security: req.Security, Ask: req.Ask, Warnings: req.Warnings, Sync: req.Sync,
+		Approval: approval,
 	})
 	if err != nil {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrInternal, "exec: encode request: %v", err)

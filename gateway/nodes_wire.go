@@ -46,6 +46,32 @@ type nodeExecWire struct {
 	Ask        string          `json:"ask,omitempty"`
 	Warnings   []string        `json:"warnings,omitempty"`
 	Sync       bool            `json:"sync,omitempty"`
+	// Approval is set only by the gateway's approval flow
+	// (nodes_approval.go), never from a client's arguments.
+	Approval *nodeExecApprovalWire `json:"approval,omitempty"`
+}
+
+// nodeExecApprovalWire is nodeagent.ExecApproval.
+type nodeExecApprovalWire struct {
+	ID       string `json:"id"`
+	Decision string `json:"decision"`
+}
+
+// nodeErrApprovalRequired is nodeagent.ErrApprovalRequired, and
+// nodeDecisionTimeout nodeagent.DecisionTimeout.
+const (
+	nodeErrApprovalRequired protocol.ErrorType = "approval_required"
+	nodeDecisionTimeout                        = "timeout"
+)
+
+// nodeApprovalRequiredWire is nodeagent.ApprovalRequired.
+type nodeApprovalRequiredWire struct {
+	Command        string `json:"command"`
+	Cwd            string `json:"cwd"`
+	AllowAlways    bool   `json:"allowAlways"`
+	AskFallback    string `json:"askFallback"`
+	FallbackAllows bool   `json:"fallbackAllows"`
+	Reason         string `json:"reason,omitempty"`
 }
 
 // nodeApplyPatchWire is nodeagent.ApplyPatchRequest.

@@ -20,8 +20,10 @@ func TestNodeWireMatchesNodeAgent(t *testing.T) {
 		gateway any
 		agent   any
 	}{
-		{"exec", &nodeExecWire{SessionKey: "k", AgentID: "a", Args: args, Security: "full", Ask: "off", Warnings: []string{"w"}, Sync: true},
-			&nodeagent.ExecRequest{SessionKey: "k", AgentID: "a", Args: args, Security: "full", Ask: "off", Warnings: []string{"w"}, Sync: true}},
+		{"exec", &nodeExecWire{SessionKey: "k", AgentID: "a", Args: args, Security: "full", Ask: "off", Warnings: []string{"w"}, Sync: true, Approval: &nodeExecApprovalWire{ID: "i", Decision: "allow-once"}},
+			&nodeagent.ExecRequest{SessionKey: "k", AgentID: "a", Args: args, Security: "full", Ask: "off", Warnings: []string{"w"}, Sync: true, Approval: &nodeagent.ExecApproval{ID: "i", Decision: "allow-once"}}},
+		{"approval required", &nodeApprovalRequiredWire{Command: "c", Cwd: "/", AllowAlways: true, AskFallback: "deny", FallbackAllows: true, Reason: "r"},
+			&nodeagent.ApprovalRequired{Command: "c", Cwd: "/", AllowAlways: true, AskFallback: "deny", FallbackAllows: true, Reason: "r"}},
 		{"applypatch", &nodeApplyPatchWire{SessionKey: "k", AgentID: "a", Args: args, Security: "full"},
 			&nodeagent.ApplyPatchRequest{SessionKey: "k", AgentID: "a", Args: args, Security: "full"}},
 		{"process", &nodeProcessWire{SessionKey: "k", Args: args}, &nodeagent.ProcessRequest{SessionKey: "k", Args: args}},
@@ -74,7 +76,8 @@ func TestNodeWireMatchesNodeAgent(t *testing.T) {
 		nodeHeaderInstance != nodeagent.HeaderInstance || nodeEndpointList != nodeagent.EndpointList ||
 		nodeEndpointPairing != nodeagent.EndpointPairing || nodeEndpointApplyPatch != nodeagent.EndpointApplyPatch || pairingPaired != nodeagent.PairingPaired ||
 		pairingPending != nodeagent.PairingPending || pairingRejected != nodeagent.PairingRejected ||
-		pairJoin != nodeagent.PairJoin || pairAnnounce != nodeagent.PairAnnounce || "gone" != nodeagent.SessionGone {
+		pairJoin != nodeagent.PairJoin || nodeErrApprovalRequired != nodeagent.ErrApprovalRequired || nodeDecisionTimeout != nodeagent.DecisionTimeout ||
+		DecisionAllowOnce != nodeagent.DecisionAllowOnce || DecisionAllowAlways != nodeagent.DecisionAllowAlways || pairAnnounce != nodeagent.PairAnnounce || "gone" != nodeagent.SessionGone {
 		t.Fatal("header, endpoint or status names differ")
 	}
 	if string(joinSignedText("s", "p")) != string(nodeagent.JoinSignedText("s", "p")) {

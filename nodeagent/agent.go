@@ -130,7 +130,8 @@ func New(cfg Config) (*Agent, error) {
 	if scfg.Logger == nil {
 		scfg.Logger = a.log.With("component", "session")
 	}
-	scfg.OnExit = a.onExit
+	// Exit events are published by each request's OnExitHook (runExec).
+	scfg.OnExit = nil
 	// A terminal poll through the gateway acknowledges the queued event
 	// there; the node has nothing to drop.
 	scfg.OnAcknowledged = nil

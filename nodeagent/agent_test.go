@@ -318,11 +318,15 @@ func TestNodePolicy(t *testing.T) {
 	raw, _ := json.Marshal(map[string]any{"command": "true"})
 	for _, c := range []struct{ security, ask, want string }{
 		{"deny", "off", "exec denied: host=node security=deny"},
-		{"full", "off", "approval required"}, // the node's own ask=always tightens; no approver on a node
-		{"", "", "approval required"},        // unset: allowlist/on-miss, and true is no safe bin
+		{"full", "off", "needs approval"}, // the node's own ask=always tightens; the gateway must ask
+		{"", "", "needs approval"},        // unset: allowlist/on-miss, and true is no safe bin
 	} {
 		_, e := h.call(EndpointExec, ExecRequest{SessionKey: "k", Args: raw, Security: c.security, Ask: c.ask}, nil)
-		if e == nil || e.Type != protocol.ErrDenied || !strings.Contains(e.Message, c.want) {
+		want := ErrApprovalRequired
+		if c.security == "deny" {
+			want = protocol.ErrDenied
+		}
+		if e == nil || e.Type != want || !strings.Contains(e.Message, c.want) {
 			t.Fatalf("%s/%s: %v", c.security, c.ask, e)
 		}
 	}
@@ -524,14 +528,14 @@ func TestNodePresenceAndDiscovery(t *testing.T) {
 	if err := json.Unmarshal(reply.Data, &info); err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "execmesh-node" || info.Metadata["nodeId"] != h.a.ID() || len(info.Endpoints) != 7 {
+	if info.Name != "execmesh-node" || info.Metadata["nodeId"] != h.a.ID() || len(info.Endpoints) != 8 {
 		t.Fatalf("info: %+v", info)
 	}
 	subjects := map[string]bool{}
 	for _, ep := range info.Endpoints {
 		subjects[ep.Subject] = true
 	}
-	for _, s := range []string{"exec", "process", "list", "approvals.get", "approvals.set", "which", "pairing"} {
+	for _, s := range []string{"exec", "process", "list", "approvals.get", "approvals.set", "which", "pairing", "applypatch"} {
 		if !subjects["execmesh.node."+h.a.ID()+"."+s] {
 			t.Fatalf("endpoint %s missing: %v", s, subjects)
 		}

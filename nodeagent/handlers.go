@@ -66,7 +66,7 @@ func (a *Agent) endpoint(name string, fn headerFunc) micro.HandlerFunc {
 					// stopped with the agent): say so, retryably.
 					pe = &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: "node agent " + a.id.NodeID + " is shutting down: " + pe.Message}
 				}
-				a.publishError(nc, req.Reply(), pe)
+				a.publishErrorData(nc, req.Reply(), pe, errorDataFor(err, pe))
 				return
 			}
 			if hdr == nil {
@@ -93,10 +93,15 @@ func (a *Agent) replyError(req micro.Request, e *protocol.Error) {
 // publishError sends the same error reply as replyError from any
 // goroutine (such errors are not counted in the service's STATS).
 func (a *Agent) publishError(nc *nats.Conn, reply string, e *protocol.Error) {
+	a.publishErrorData(nc, reply, e, errorData(e))
+}
+
+// publishErrorData is publishError with the error data given.
+func (a *Agent) publishErrorData(nc *nats.Conn, reply string, e *protocol.Error, data []byte) {
 	m := nats.NewMsg(reply)
 	m.Header.Set(micro.ErrorHeader, e.Message)
 	m.Header.Set(micro.ErrorCodeHeader, errorCode(e))
-	m.Data = errorData(e)
+	m.Data = data
 	if err := nc.PublishMsg(m); err != nil {
 		a.log.Debug("error reply not sent", "err", err)
 	}
@@ -147,7 +152,7 @@ func (a *Agent) runExec(ctx context.Context, r *ExecRequest, args protocol.ExecA
 	if err != nil {
 		return nil, err
 	}
-	res, err := a.mgr.Exec(ctx, session.ExecRequest{
+	sreq := session.ExecRequest{
 		Command:     args.Command,
 		Argv:        decision.argv,
 		Workdir:     workdir,
@@ -159,7 +164,22 @@ func (a *Agent) runExec(ctx context.Context, r *ExecRequest, args protocol.ExecA
 		Synchronous: r.Sync,
 		ScopeKey:    r.SessionKey,
 		Warnings:    r.Warnings,
-	})
+	}
+	// Exit events are published from the request's hook, so that the
+	// exit of an approval-gated run carries its approval id even when it
+	// comes before Exec returns.
+	runID := ""
+	if r.Approval != nil {
+		// The gateway sends Exec finished for the run instead of the
+		// usual exit notification.
+		runID = r.Approval.ID
+		sreq.Background, sreq.Synchronous, sreq.NotifyOff = true, false, true
+	}
+	sreq.OnExitHook = func(ev protocol.ExitEvent) {
+		ev.RunID = runID
+		a.onExit(ev)
+	}
+	res, err := a.mgr.Exec(ctx, sreq)
 	if err != nil {
 		return nil, err
 	}

@@ -24,9 +24,12 @@ type runDecision struct {
 // nothing. Then as on the gateway: security deny denies; full runs the
 // command as written (ask=always needs an approval); allowlist runs a
 // satisfied command as its plan of resolved paths, and a miss with ask off
-// is "exec denied: allowlist miss". A run that needs an approval gets none
-// here: a headless node has no one to ask (OpenClaw issue #17322), so the
-// askFallback decides at once, and the default fallback denies.
+// is "exec denied: allowlist miss". A run that needs an approval is
+// answered ErrApprovalRequired with the evaluation (approvalRequiredError)
+// unless the gateway's Approval comes with it: allow-once and
+// allow-always run the command as written (allow-always first adds its
+// resolved binaries to the node's own file), timeout applies the node's
+// askFallback.
 func (a *Agent) authorize(r *ExecRequest, command, workdir string, env map[string]string) (runDecision, error) {
 	policy := a.policy(r.Security, r.Ask, r.AgentID)
 	if policy.Security == approvals.SecurityDeny {
@@ -41,12 +44,35 @@ func (a *Agent) authorize(r *ExecRequest, command, workdir string, env map[strin
 	d := approvals.Decide(approvals.HostNode, policy, ev)
 	if d.Verdict == approvals.NeedsApproval {
 		fb := approvals.Fallback(policy, ev)
-		if fb.Verdict != approvals.Allow {
-			return runDecision{}, protocol.Errorf(protocol.ErrDenied,
-				"exec denied: approval required (%s), and node %s has no approver: askFallback=%s decided (%s)",
-				d.Reason, a.id.NodeID, policy.AskFallback, fb.Reason)
+		switch {
+		case r.Approval == nil:
+			// The gateway asks its operators and comes back with the
+			// decision in Approval.
+			return runDecision{}, &approvalRequiredError{
+				pe: protocol.Errorf(ErrApprovalRequired, "exec on node %s needs approval (%s)", a.id.NodeID, d.Reason),
+				summary: ApprovalRequired{
+					Command:        command,
+					Cwd:            workdir,
+					AllowAlways:    policy.Ask != approvals.AskAlways && len(ev.AllowAlwaysPaths()) > 0,
+					AskFallback:    policy.AskFallback,
+					FallbackAllows: fb.Verdict == approvals.Allow,
+					Reason:         d.Reason,
+				},
+			}
+		case r.Approval.Decision == DecisionAllowOnce || r.Approval.Decision == DecisionAllowAlways:
+			if r.Approval.Decision == DecisionAllowAlways {
+				a.persistAllowAlways(r.AgentID, ev)
+			}
+			// An approved command runs as written (DESIGN.md §7).
+			return runDecision{}, nil
+		case r.Approval.Decision == DecisionTimeout:
+			if fb.Verdict != approvals.Allow {
+				return runDecision{}, protocol.Errorf(protocol.ErrDenied, "%s", fb.Reason)
+			}
+			d = fb
+		default:
+			return runDecision{}, protocol.Errorf(protocol.ErrInvalidRequest, "exec: unknown approval decision %q", r.Approval.Decision)
 		}
-		d = fb
 	}
 	switch {
 	case d.Verdict == approvals.Deny:
@@ -55,6 +81,28 @@ func (a *Agent) authorize(r *ExecRequest, command, workdir string, env map[strin
 		return runDecision{argv: planArgv(ev)}, nil
 	}
 	return runDecision{}, nil
+}
+
+// persistAllowAlways adds the resolved binaries of an allow-always run to
+// the agent's allowlist in the node's own approvals file (never a shell or
+// a wrapper: AllowAlwaysPaths leaves them out).
+func (a *Agent) persistAllowAlways(agentID string, ev approvals.Evaluation) {
+	paths := ev.AllowAlwaysPaths()
+	if a.cfg.StateDir == "" || len(paths) == 0 {
+		a.log.Warn("allow-always not persisted: nothing to allow, or no state dir", "paths", len(paths))
+		return
+	}
+	_, err := approvals.Update(approvals.Path(a.cfg.StateDir), func(f *approvals.File) error {
+		for _, p := range paths {
+			if _, err := f.AddAllowAlways(agentID, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		a.log.Warn("allow-always not persisted", "err", err)
+	}
 }
 
 // policy is the node's effective policy for agentID: the stricter of the

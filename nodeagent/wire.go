@@ -86,6 +86,72 @@ type ExecRequest struct {
 	// Sync runs the command to completion (the caller may not use the
 	// process tool).
 	Sync bool `json:"sync,omitempty"`
+	// Approval is set only by the gateway, on the start of a run it
+	// asked an approval for (after ErrApprovalRequired): never from the
+	// exec arguments, which are decoded strictly and have no such field.
+	Approval *ExecApproval `json:"approval,omitempty"`
+}
+
+// Decisions an ExecApproval carries: the operator's, or DecisionTimeout
+// when nobody answered in time (the node then applies its askFallback).
+const (
+	DecisionAllowOnce   = "allow-once"
+	DecisionAllowAlways = "allow-always"
+	DecisionTimeout     = "timeout"
+)
+
+// ExecApproval is the gateway's approval of one run.
+type ExecApproval struct {
+	// ID is the gateway's approval id; the run's exit event carries it
+	// as RunID.
+	ID       string `json:"id"`
+	Decision string `json:"decision"`
+}
+
+// ErrApprovalRequired is the error type of an exec start that needs an
+// approval the request does not carry. The error data holds, besides
+// type and message, "approval": an ApprovalRequired.
+const ErrApprovalRequired protocol.ErrorType = "approval_required"
+
+// ApprovalRequired is the node's evaluation of a run that needs approval.
+type ApprovalRequired struct {
+	Command string `json:"command"`
+	Cwd     string `json:"cwd"`
+	// AllowAlways is whether allow-always may be offered (ask is not
+	// always and the command resolves to binaries that can be
+	// allowlisted).
+	AllowAlways bool   `json:"allowAlways"`
+	AskFallback string `json:"askFallback"`
+	// FallbackAllows is whether the askFallback would run the command
+	// when the approval times out.
+	FallbackAllows bool   `json:"fallbackAllows"`
+	Reason         string `json:"reason,omitempty"`
+}
+
+// approvalRequiredError is returned by authorize; the endpoint sends its
+// summary in the error data.
+type approvalRequiredError struct {
+	pe      *protocol.Error
+	summary ApprovalRequired
+}
+
+func (e *approvalRequiredError) Error() string { return e.pe.Message }
+func (e *approvalRequiredError) Unwrap() error { return e.pe }
+
+// errorDataFor is errorData, with the approval summary of an
+// approval-required error.
+func errorDataFor(err error, pe *protocol.Error) []byte {
+	var ar *approvalRequiredError
+	if errors.As(err, &ar) {
+		b, merr := json.Marshal(struct {
+			*protocol.Error
+			Approval ApprovalRequired `json:"approval"`
+		}{pe, ar.summary})
+		if merr == nil {
+			return b
+		}
+	}
+	return errorData(pe)
 }
 
 // ApplyPatchRequest applies an apply_patch patch on the node (endpoint

@@ -39,4 +39,8 @@ type ExitEvent struct {
 	// silent success unless notifyOnExitEmptySuccess). Text is then its text.
 	Notify bool   `json:"notify"`
 	Text   string `json:"text,omitempty"`
+	// RunID is set on the exit of an approval-gated node run: the
+	// approval id the gateway sent with the approved start, so the
+	// gateway can send that run's Exec finished event.
+	RunID string `json:"runId,omitempty"`
 }
