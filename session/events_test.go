@@ -95,19 +95,25 @@ func TestAcknowledgementFollowsEvent(t *testing.T) {
 	})
 	id := startBackground(t, m, ExecRequest{Command: "echo hi", ScopeKey: "k"})
 	waitExited(t, m, id)
-	// The poll answers at once; its acknowledgement waits for the event.
-	if r := proc(t, m, "k", protocol.ProcessArgs{Action: "poll", SessionID: id}); r.Status() != "completed" {
-		t.Errorf("poll: %s", r.Status())
-	}
+	// The poll's answer waits for the event and the acknowledgement, so a
+	// caller that reads its events after the poll never sees the
+	// notification; the acknowledgement follows the event.
+	answered := make(chan protocol.Result, 1)
+	go func() { answered <- proc(t, m, "k", protocol.ProcessArgs{Action: "poll", SessionID: id}) }()
 	select {
 	case <-acked:
 		t.Fatal("acknowledged before the exit event was delivered")
+	case <-answered:
+		t.Fatal("the poll answered before the exit event and its acknowledgement")
 	case <-time.After(100 * time.Millisecond):
 	}
 	close(release)
 	ev := <-delivered
 	if got := <-acked; got != id {
 		t.Errorf("ack for %s", got)
+	}
+	if r := <-answered; r.Status() != "completed" {
+		t.Errorf("poll: %s", r.Status())
 	}
 	if !ev.Notify {
 		t.Errorf("the event was computed before the poll, so it notifies: %+v", ev)
@@ -121,7 +127,7 @@ func TestNoNotifyAfterTerminalPoll(t *testing.T) {
 	m := newManager(t, func(c *Config) { c.OnExit = rec.onExit })
 	code := 0
 	s := &session{m: m, id: "calm-cove", command: "echo x", scopeKey: "k", notify: true, startedAt: time.Now(),
-		out: newOutputBuffer(1000, 1000), done: make(chan struct{}), termDone: make(chan struct{})}
+		out: newOutputBuffer(1000, 1000), done: make(chan struct{}), termDone: make(chan struct{}), eventDone: make(chan struct{})}
 	s.out.add(streamStdout, "x\n")
 	s.exited, s.backgrounded, s.terminalPolled = true, true, true
 	s.res = exitResult{status: "completed", code: &code, reason: reasonExit}

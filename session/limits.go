@@ -67,6 +67,10 @@ const (
 	// ptyWriteTimeout bounds one write to a PTY whose program stopped
 	// reading, so that a process call cannot hang on a full input queue.
 	ptyWriteTimeout = 10 * time.Second
+	// ackWaitLimit bounds how long a terminal poll waits for the exit
+	// event it must follow (emitExit is already running then).
+	ackWaitLimit = 5 * time.Second
+
 	// snapshotMaxAge is how long a /proc snapshot is reused by
 	// terminations that run at the same time.
 	snapshotMaxAge = 25 * time.Millisecond

@@ -215,6 +215,7 @@ func (m *Manager) register(req ExecRequest, cwd string, startedAt time.Time) (*s
 		hook:          req.OnExitHook,
 		termDone:      make(chan struct{}),
 		done:          make(chan struct{}),
+		eventDone:     make(chan struct{}),
 		out:           newOutputBuffer(m.cfg.MaxOutputChars, m.cfg.PendingMaxOutputChars),
 		lastOutput:    startedAt,
 		noOutputPolls: -1,
@@ -791,6 +792,7 @@ func (m *Manager) emitExit(s *session) {
 	if ack {
 		m.acknowledge(s)
 	}
+	close(s.eventDone)
 }
 
 // acknowledge tells OnAcknowledged that a poll delivered the terminal

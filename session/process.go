@@ -240,7 +240,7 @@ func (m *Manager) finishedPoll(s *session, id string) protocol.Result {
 	d := s.finishedDetailsLocked()
 	d["aggregated"] = s.out.aggregated()
 	s.noOutputPolls = -1
-	ackNow := false
+	ackNow, ackOwed := false, false
 	if !s.terminalPolled {
 		s.terminalPolled = true
 		// The acknowledgement follows the exit event: if it is not out
@@ -249,11 +249,21 @@ func (m *Manager) finishedPoll(s *session, id string) protocol.Result {
 			ackNow = true
 		} else {
 			s.ackOwed = true
+			ackOwed = true
 		}
 	}
 	s.mu.Unlock()
 	if ackNow {
 		m.acknowledge(s)
+	}
+	if ackOwed {
+		// emitExit is under way (the session is done): answer only once
+		// it has sent the event and our acknowledgement, so a caller that
+		// reads its events after this poll never sees the notification.
+		select {
+		case <-s.eventDone:
+		case <-time.After(ackWaitLimit):
+		}
 	}
 	return protocol.TextResult(text, d)
 }

@@ -77,6 +77,9 @@ type session struct {
 	stopTerm func() bool   // unregisters the termination callback
 	termDone chan struct{} // closed when a started termination finished
 	done     chan struct{} // closed when the exit is recorded
+	// eventDone is closed when emitExit has sent the exit event (and any
+	// acknowledgement owed), for background sessions.
+	eventDone chan struct{}
 
 	writeMu sync.Mutex // serialises PTY writes; never held with mu
 
