@@ -23,35 +23,71 @@ import (
 // fails when one of them is missing from the shipped file.
 
 // clNATSServerBinary builds the official nats-server from the module
-// already required by go.mod (offline, from the module cache), once per
-// test binary.
+// already required by go.mod (offline, from the module cache). The binary
+// is kept in the user's cache directory under its module version, so
+// later runs reuse it.
 var clNATSServerBinary = sync.OnceValues(func() (string, error) {
-	return clGoBuild("nats-server", "github.com/nats-io/nats-server/v2")
-})
-
-// clMknodeBinary builds deploy/tools/mknode once per test binary.
-var clMknodeBinary = sync.OnceValues(func() (string, error) {
-	return clGoBuild("mknode", "./deploy/tools/mknode")
-})
-
-var clBinDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "execmesh-cluster-bin-") })
-
-func clGoBuild(name, pkg string) (string, error) {
-	dir, err := clBinDir()
-	if err != nil {
-		return "", err
-	}
+	const mod = "github.com/nats-io/nats-server/v2"
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	// Test binaries carry no module list (debug.ReadBuildInfo), so ask go.
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}}", mod)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	version := strings.TrimSpace(string(out))
+	if err != nil || version == "" {
+		return "", fmt.Errorf("go list -m %s: %v", mod, err)
+	}
+	dir, err := clBinDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "nats-server-"+version)
+	if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() {
+		return bin, nil
+	}
+	return bin, clGoBuild(bin, mod)
+})
+
+// clMknodeBinary builds deploy/tools/mknode once per test binary (into
+// the same cache directory, replacing the previous build).
+var clMknodeBinary = sync.OnceValues(func() (string, error) {
+	dir, err := clBinDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "mknode")
+	return bin, clGoBuild(bin, "./deploy/tools/mknode")
+})
+
+// clBinDir is <user cache dir>/execmesh-cluster-test (a temporary
+// directory when there is no cache directory).
+var clBinDir = sync.OnceValues(func() (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return os.MkdirTemp("", "execmesh-cluster-bin-")
+	}
+	dir := filepath.Join(base, "execmesh-cluster-test")
+	return dir, os.MkdirAll(dir, 0o755)
+})
+
+// clGoBuild builds pkg into bin through a temporary file renamed into
+// place, so a concurrent run never executes a half-written binary.
+func clGoBuild(bin, pkg string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
+	cmd := exec.Command("go", "build", "-o", tmp, pkg)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		_ = os.Remove(tmp)
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 	}
-	return bin, nil
+	return os.Rename(tmp, bin)
 }
 
 // clDeployPath returns the path of a shipped file below deploy/.
