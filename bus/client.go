@@ -129,8 +129,15 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*nats.
 			st.markConnected()
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
-			st.setErr(err)
-			log.Debug("nats connect attempt failed", "err", err)
+			// Refused credentials and bad certificates must reach an
+			// operator at the default level, but a server that is simply
+			// down would flood the log on every retry: warn when the
+			// reason changes, and at most every connectWarnEvery otherwise.
+			if st.noteFailure(err, time.Now()) {
+				log.Warn("nats connect attempt failed; retrying", "err", err)
+			} else {
+				log.Debug("nats connect attempt failed", "err", err)
+			}
 		}),
 		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
 			st.setErr(err)
@@ -172,6 +179,25 @@ type connState struct {
 	once      sync.Once
 	mu        sync.Mutex
 	last      error
+	warned    string    // reason of the last warning
+	warnedAt  time.Time // when it was logged
+}
+
+// connectWarnEvery bounds how often the same connection failure is logged
+// at warn level.
+const connectWarnEvery = 30 * time.Second
+
+// noteFailure records a failed connection attempt and reports whether it
+// deserves a warning.
+func (s *connState) noteFailure(err error, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = err
+	if reason := err.Error(); reason != s.warned || now.Sub(s.warnedAt) >= connectWarnEvery {
+		s.warned, s.warnedAt = reason, now
+		return true
+	}
+	return false
 }
 
 func (s *connState) markConnected() { s.once.Do(func() { close(s.connected) }) }
