@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -106,12 +107,15 @@ func (r *results) writeJSON(path string) error {
 			}
 		}
 	}
-	b, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // keep "ratio<=1.5" readable
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
 		return err
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
