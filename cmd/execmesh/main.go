@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 )
@@ -29,7 +30,13 @@ const (
 	exitUsage = 2 // bad command line
 )
 
+// maxThreads raises Go's default limit of 10 000 OS threads: every running
+// session waits for its process in a blocking wait4, which holds a thread,
+// and a node agent is meant to hold 10 000 sessions and more.
+const maxThreads = 100_000
+
 func main() {
+	debug.SetMaxThreads(maxThreads)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
