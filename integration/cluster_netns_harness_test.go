@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -864,16 +865,23 @@ func (c *clCluster) killOrphans(h *clHost, marker string) {
 }
 
 // parallel runs f(0..n-1) on workers goroutines and fails the test with
-// the first few errors.
+// the first few errors. After the first error the remaining items are
+// skipped: with retries inside f, a cluster that went bad would otherwise
+// keep the test busy for n × the retry window.
 func (c *clCluster) parallel(t *testing.T, workers, n int, f func(i int) error) {
 	t.Helper()
 	next := make(chan int)
 	errs := make(chan error, n)
+	var failed atomic.Bool
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for i := range next {
+				if failed.Load() {
+					continue
+				}
 				if err := f(i); err != nil {
+					failed.Store(true)
 					errs <- err
 				}
 			}
