@@ -176,12 +176,7 @@ const exitProbeTimeout = 5 * time.Second
 // nodeSession under sessionKey (a lost one too: its exit may still be on
 // its way). r.mu is held.
 func (r *nodeRouter) ownsLocked(sessionKey, nodeID, nodeSession string) bool {
-	for _, rs := range r.index[sessionKey] {
-		if rs.nodeID == nodeID && rs.nodeSession == nodeSession {
-			return true
-		}
-	}
-	return false
+	return len(r.indexedLocked(sessionKey, nodeID, nodeSession)) > 0
 }
 
 // pruneDeliveredLocked halves the set of delivered ids, oldest first.

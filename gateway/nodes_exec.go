@@ -348,7 +348,7 @@ func (r *nodeRouter) indexAddLocked(sessionKey, nodeID, instance, nodeSession st
 		scope = map[string]*remoteSession{}
 		r.index[sessionKey] = scope
 	}
-	for _, rs := range scope {
+	for _, rs := range r.indexedLocked(sessionKey, nodeID, nodeSession) {
 		if rs.nodeID == nodeID && rs.nodeSession == nodeSession && !rs.lost && (rs.instance == instance || rs.instance == "" || instance == "") {
 			if instance != "" {
 				rs.instance = instance
@@ -364,6 +364,36 @@ func (r *nodeRouter) indexAddLocked(sessionKey, nodeID, instance, nodeSession st
 	rs.id = r.aliasLocked(sessionKey, nodeID, nodeSession)
 	scope[rs.id] = rs
 	return rs
+}
+
+// indexedLocked returns the index entries of node nodeID's session
+// nodeSession under sessionKey. aliasLocked names them nodeSession, then
+// nodeSession-<prefix of nodeID>, then (only when every prefix is taken)
+// nodeSession-<nodeID>-<n>, so only those ids need looking at; scanning
+// the whole scope per entry made list and resync quadratic in the number
+// of sessions. r.mu is held.
+func (r *nodeRouter) indexedLocked(sessionKey, nodeID, nodeSession string) []*remoteSession {
+	scope := r.index[sessionKey]
+	var out []*remoteSession
+	add := func(rs *remoteSession) {
+		if rs != nil && rs.nodeID == nodeID && rs.nodeSession == nodeSession {
+			out = append(out, rs)
+		}
+	}
+	add(scope[nodeSession])
+	last := ""
+	for n := 4; n < len(nodeID); n += 2 {
+		last = nodeSession + "-" + nodeID[:n]
+		add(scope[last])
+	}
+	if _, taken := scope[last]; last == "" || taken || r.g.local.Has(sessionKey, last) {
+		// Numeric aliases may exist: look at the whole scope.
+		out = out[:0]
+		for _, rs := range scope {
+			add(rs)
+		}
+	}
+	return out
 }
 
 // aliasLocked picks the visible id of a new node session: the node's own
@@ -394,7 +424,7 @@ func (r *nodeRouter) aliasLocked(sessionKey, nodeID, nodeSession string) string 
 // visibleIDLocked returns the visible id of a node session, or its own id
 // when the index does not know it.
 func (r *nodeRouter) visibleIDLocked(sessionKey, nodeID, nodeSession string) string {
-	for _, rs := range r.index[sessionKey] {
+	for _, rs := range r.indexedLocked(sessionKey, nodeID, nodeSession) {
 		if rs.nodeID == nodeID && rs.nodeSession == nodeSession && !rs.lost {
 			return rs.id
 		}
@@ -684,7 +714,7 @@ func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]pro
 			listed[scope][id] = true
 			// An entry of an earlier instance with the same node id is
 			// a different session: mark it lost first.
-			for _, rs := range r.index[scope] {
+			for _, rs := range r.indexedLocked(scope, nodeID, id) {
 				if rs.nodeID == nodeID && rs.nodeSession == id && !rs.lost && rs.instance != "" && rs.instance != instance {
 					rs.lost = true
 				}
