@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+
+	"github.com/execmesh/execmesh/internal/atomicfile"
 )
 
 // NodesFile is the pairing store in the gateway's state dir: every node an
@@ -120,46 +122,8 @@ func (s *nodeStore) writeLocked() error {
 	if err != nil {
 		return err
 	}
-	if err := nodesWriteFile(s.path, append(b, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(s.path, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("node pairing store: %w", err)
-	}
-	return nil
-}
-
-// nodesWriteFile replaces path with data through a synced temporary file
-// and a rename, so a crash leaves the old or the new file, never a part.
-func nodesWriteFile(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // gone after the rename; garbage on error
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

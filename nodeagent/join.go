@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/internal/atomicfile"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -224,44 +225,5 @@ func saveJoin(stateDir string, s savedJoin) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(stateDir, JoinFile), append(b, '\n'), 0o600)
-}
-
-// writeFileAtomic replaces path with data: a synced temporary file
-// renamed into place, so readers see the old or the new content, never
-// a part.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after the rename it no longer exists
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
+	return atomicfile.Write(filepath.Join(stateDir, JoinFile), append(b, '\n'), 0o600)
 }
