@@ -25,6 +25,12 @@ const reloadWait = 15 * time.Second
 // reloadWait may lose its answer; exec starts then retry with the same
 // idempotency key (see nodeRouter.Exec).
 type reloadGate struct {
+	// ready, when set, is closed once the gateway's JetStream assets are
+	// set up: nats-server reads its options without a lock while it
+	// creates streams, so a user reload must not overlap that (a data
+	// race inside the server).
+	ready     chan struct{}
+	readyOnce sync.Once
 	mu        sync.Mutex
 	inflight  int
 	reloading bool
@@ -33,8 +39,14 @@ type reloadGate struct {
 }
 
 func newReloadGate() *reloadGate {
-	return &reloadGate{changed: make(chan struct{})}
+	return &reloadGate{changed: make(chan struct{}), ready: make(chan struct{})}
 }
+
+// markReady lets reloads run; it may be called more than once.
+func (g *reloadGate) markReady() { g.readyOnce.Do(func() { close(g.ready) }) }
+
+// reloadReadyWait bounds how long a reload waits for the JetStream setup.
+const reloadReadyWait = 30 * time.Second
 
 // notifyLocked wakes every waiter. g.mu is held.
 func (g *reloadGate) notifyLocked() {
@@ -90,6 +102,17 @@ func (g *reloadGate) reloaded(epoch uint64) bool {
 // flight, or after reloadWait (or when ctx ends) regardless. Reloads are
 // serialised; requests wait while f runs.
 func (g *reloadGate) reload(ctx context.Context, f func() error) error {
+	if g.ready != nil {
+		t := time.NewTimer(reloadReadyWait)
+		select {
+		case <-g.ready:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		t.Stop()
+	}
 	g.mu.Lock()
 	for g.reloading {
 		ch := g.changed

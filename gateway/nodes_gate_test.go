@@ -8,6 +8,7 @@ import (
 
 func TestNodeReloadGate(t *testing.T) {
 	g := newReloadGate()
+	g.markReady()
 	epoch, err := g.enter(t.Context())
 	if err != nil {
 		t.Fatal(err)
