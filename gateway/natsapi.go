@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -46,6 +47,14 @@ func (g *Gateway) ServeNATS(nc *nats.Conn, prefix string) error {
 	}
 	// Tool calls can be large and bursty; do not drop them as a slow consumer.
 	_ = sub.SetPendingLimits(-1, -1)
+	// Serving starts when the server knows the subscription, not when the
+	// SUB is merely queued: a request right after ServeNATS must not meet
+	// "no responders".
+	if err := nc.FlushTimeout(5 * time.Second); err != nil && !nc.IsReconnecting() {
+		cancel()
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("subscribe %s: %w", InvokeSubject(prefix), err)
+	}
 	api.sub = sub
 	// The node backend (nodes.go) lives as long as this API.
 	if err := g.attachNodes(ctx, nc, prefix); err != nil {
