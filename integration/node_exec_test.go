@@ -41,8 +41,8 @@ func TestNodeExecAndEveryProcessAction(t *testing.T) {
 	if res.Status() != protocol.StatusRunning {
 		t.Fatalf("yield: %s", res.Text())
 	}
-	if done := gw.pollUntilDone(res.SessionID(), 60*time.Second); !strings.Contains(done.Text(), "yielded-done") {
-		t.Fatalf("yielded poll: %s", done.Text())
+	if done, seen := gw.pollUntilDone(res.SessionID(), 60*time.Second); done.Status() != protocol.StatusCompleted || !strings.Contains(seen, "yielded-done") {
+		t.Fatalf("yielded poll: %s", seen)
 	}
 
 	// A PTY program answered with send-keys, paste and submit.
@@ -87,7 +87,7 @@ func TestNodeExecAndEveryProcessAction(t *testing.T) {
 	if r := gw.invoke("process", map[string]any{"action": "kill", "sessionId": pty}); r.Status() == protocol.StatusFailed {
 		t.Fatalf("kill: %s", r.Text())
 	}
-	if p := gw.pollUntilDone(pty, 60*time.Second); !strings.Contains(p.Text(), "Process stopped by request") {
+	if p, _ := gw.pollUntilDone(pty, 60*time.Second); !strings.Contains(p.Text(), "Process stopped by request") {
 		t.Fatalf("poll after kill: %s", p.Text())
 	}
 
@@ -99,8 +99,8 @@ func TestNodeExecAndEveryProcessAction(t *testing.T) {
 	if r := gw.invoke("process", map[string]any{"action": "write", "sessionId": cat, "data": "line-one\n", "eof": true}); !strings.Contains(r.Text(), "Wrote 9 bytes") {
 		t.Fatalf("write: %s", r.Text())
 	}
-	if p := gw.pollUntilDone(cat, 60*time.Second); !strings.Contains(p.Text(), "line-one") {
-		t.Fatalf("cat poll: %s", p.Text())
+	if p, seen := gw.pollUntilDone(cat, 60*time.Second); p.Status() != protocol.StatusCompleted || !strings.Contains(seen, "line-one") {
+		t.Fatalf("cat poll: %s", seen)
 	}
 	if r := gw.invoke("process", map[string]any{"action": "clear", "sessionId": cat}); !strings.Contains(r.Text(), "Cleared session "+cat) {
 		t.Fatalf("clear: %s", r.Text())

@@ -462,17 +462,22 @@ func waitFor(t *testing.T, total time.Duration, f func() error) {
 }
 
 // pollUntilDone polls a session until it is no longer running.
-func (gw *itGateway) pollUntilDone(id string, total time.Duration) protocol.Result {
+// pollUntilDone polls id until it is no longer running. It returns the
+// final poll and every poll's text joined: a poll drains pending output, so
+// output the command printed may have come back in an earlier, running poll.
+func (gw *itGateway) pollUntilDone(id string, total time.Duration) (last protocol.Result, seen string) {
 	gw.t.Helper()
-	var last protocol.Result
+	var all strings.Builder
 	waitFor(gw.t, total, func() error {
 		last = gw.invoke("process", map[string]any{"action": "poll", "sessionId": id, "timeout": 1000})
+		all.WriteString(last.Text())
+		all.WriteByte('\n')
 		if last.Status() == protocol.StatusRunning {
 			return fmt.Errorf("still running")
 		}
 		return nil
 	})
-	return last
+	return last, all.String()
 }
 
 func hasAll(s string, subs ...string) bool {
