@@ -150,6 +150,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	applySessionConfig(&scfg, cfg)
 	scfg.OnExit = g.onLocalExit
 	scfg.OnAcknowledged = func(scope, id string) { g.events.acknowledge(scope, "exec:"+id) }
+	if opts.Metrics != nil {
+		scfg.OnOutput = opts.Metrics.AddOutputBytes
+	}
 	m, err := session.NewManager(scfg)
 	if err != nil {
 		return nil, fmt.Errorf("session core: %w", err)

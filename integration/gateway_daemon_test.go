@@ -341,6 +341,10 @@ func TestDaemonSurfaces(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `execmesh_tool_calls_total{action="",status="completed",tool="exec"} 3`) {
 		t.Fatalf("/metrics: %d\n%s", code, body)
 	}
+	// Three runs of `echo m` wrote "m\n" each.
+	if !strings.Contains(body, "\nexecmesh_output_bytes_total 6\n") {
+		t.Fatalf("/metrics output bytes after three echoes:\n%s", body)
+	}
 	if code, body := get("/ui/", ""); code != 200 || !strings.Contains(body, "<html") {
 		t.Fatalf("/ui/: %d %.200s", code, body)
 	}

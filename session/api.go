@@ -40,6 +40,10 @@ type Config struct {
 	// OnAcknowledged is called when a poll delivered a session's terminal
 	// status, so a still-queued exit notification can be dropped.
 	OnAcknowledged func(scopeKey, sessionID string)
+	// OnOutput, when set, is called with the number of raw bytes each read
+	// of a command's output returned (before sanitizing), on the reader's
+	// goroutine: it must be cheap and must not block.
+	OnOutput func(n int)
 }
 
 // ExecRequest is one exec call as the session core sees it: host

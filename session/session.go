@@ -447,6 +447,9 @@ func (w *streamWriter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 func (w *streamWriter) consume(p []byte) {
+	if f := w.s.m.cfg.OnOutput; f != nil {
+		f(len(p))
+	}
 	if w.z.passThrough(p) {
 		w.s.appendOutput(w.stream, p, &w.z) // common case: no copy
 		return
