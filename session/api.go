@@ -29,7 +29,7 @@ type Config struct {
 	KillGrace             time.Duration // SIGTERM→SIGKILL grace, 5 s
 	MaxFinished           int           // 50 finished sessions kept
 	MaxFinishedChars      int           // 2000000 chars of output across finished sessions
-	DrainWait             time.Duration // bounded wait for pipes after exit, 2 s
+	DrainWait             time.Duration // wait for output after exit while a live process holds it open, 2 s
 
 	NotifyOnExit             bool // default true
 	NotifyOnExitEmptySuccess bool // default false

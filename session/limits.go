@@ -62,7 +62,7 @@ const (
 // Process control.
 const (
 	defaultKillGrace = 5 * time.Second // SIGTERM → SIGKILL (DESIGN.md §7)
-	defaultDrainWait = 2 * time.Second // output drain after exit when a grandchild holds the pipe
+	defaultDrainWait = 2 * time.Second // output drain after exit while a live process holds the output
 
 	// ptyWriteTimeout bounds one write to a PTY whose program stopped
 	// reading, so that a process call cannot hang on a full input queue.

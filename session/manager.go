@@ -141,7 +141,7 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 	if len(argv) == 0 {
 		argv = append(append([]string{m.shell}, m.shellArgs...), req.Command)
 	}
-	warning, err := s.spawn(argv, m.sessionEnv(req.Env, s), m.cfg.DrainWait)
+	warning, err := s.spawn(argv, m.sessionEnv(req.Env, s))
 	if warning != "" {
 		req.Warnings = append(slices.Clip(req.Warnings), warning)
 		warningText = strings.Join(req.Warnings, "\n") + "\n\n"
@@ -274,9 +274,7 @@ func (m *Manager) started(s *session) {
 	m.mu.Unlock()
 	s.log.Debug("started", "pid", s.pid, "pty", s.pty, "cwd", s.cwd)
 	s.stopTerm = context.AfterFunc(s.ctx, func() { m.terminate(s) })
-	if s.ptmx != nil {
-		m.wg.Go(s.readPTY)
-	}
+	s.startReaders(&m.wg)
 	go func() {
 		defer m.wg.Done() // the count taken by register
 		s.run()
@@ -323,10 +321,10 @@ func (m *Manager) sessionEnv(env []string, s *session) []string {
 
 // finishSession records the exit of a session, retains it when it was
 // backgrounded, and emits its exit event.
-func (m *Manager) finishSession(s *session, state *os.ProcessState, waitErr, cause error) {
+func (m *Manager) finishSession(s *session, st exitStatus, cause error) {
 	now := time.Now()
 	s.mu.Lock()
-	s.res = s.classifyLocked(state, waitErr, cause, now)
+	s.res = s.classifyLocked(st, cause, now)
 	s.exited = true
 	s.endedAt = now
 	s.out.frozen = true

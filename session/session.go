@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -64,13 +65,16 @@ type session struct {
 	marker       string // EXECMESH_SESSION value
 	log          *slog.Logger
 
-	cmd         *exec.Cmd
+	cmd         *exec.Cmd // started only: its process handle is released (see wait.go)
 	pid         int
 	leaderStart uint64
+	leaderFD    *os.File      // pollable pidfd of the leader; nil: the wait holds a thread
 	ptmx        *os.File      // PTY master; nil for pipe sessions
+	pipes       [2]*os.File   // read ends of stdout and stderr; nil for PTY sessions
 	stdout      *streamWriter // stdout, or the PTY's merged output
 	stderr      *streamWriter // nil for PTY sessions
-	readerDone  chan struct{} // PTY reader finished
+	readersDone chan struct{} // closed when every output reader stopped
+	readersLeft atomic.Int32
 
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -104,7 +108,7 @@ type session struct {
 }
 
 // spawn starts the process. On success the output readers run.
-func (s *session) spawn(argv, env []string, drainWait time.Duration) (warning string, err error) {
+func (s *session) spawn(argv, env []string) (warning string, err error) {
 	if s.pty {
 		err := s.startPTY(argv, env)
 		if err == nil {
@@ -115,35 +119,62 @@ func (s *session) spawn(argv, env []string, drainWait time.Duration) (warning st
 		s.log.Warn("PTY spawn failed, retrying without PTY", "err", err)
 		s.pty = false
 	}
-	return warning, s.startPipes(argv, env, drainWait)
+	return warning, s.startPipes(argv, env)
 }
 
-func (s *session) startPipes(argv, env []string, drainWait time.Duration) error {
-	// No exec.CommandContext and Cancel: Cancel fires once, and WaitDelay
-	// would then SIGKILL only the leader, after DrainWait. Termination
-	// (SIGTERM to the whole tree, SIGKILL after KillGrace) follows the
-	// session context instead (Manager.terminate); WaitDelay keeps its
-	// other job, bounding the drain after the exit.
+func (s *session) startPipes(argv, env []string) error {
+	// No exec.CommandContext and Cancel: termination (SIGTERM to the whole
+	// tree, SIGKILL after KillGrace) follows the session context
+	// (Manager.terminate).
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = s.cwd
 	cmd.Env = env
 	// Stdin stays nil: the command reads /dev/null, so anything waiting
 	// for input sees EOF instead of hanging.
-	s.stdout = &streamWriter{s: s, stream: streamStdout}
-	s.stderr = &streamWriter{s: s, stream: streamStderr}
-	cmd.Stdout, cmd.Stderr = s.stdout, s.stderr
+	//
+	// The pipes are the session's own rather than os/exec's: after the
+	// exit the session decides how long to wait for the rest of the
+	// output (drainOutput), where os/exec's WaitDelay would cut a reader
+	// that is merely late.
+	var w [2]*os.File
+	for i := range s.pipes {
+		r, wr, err := os.Pipe()
+		if err != nil {
+			closeFiles(s.pipes[:]...)
+			closeFiles(w[:]...)
+			s.pipes = [2]*os.File{}
+			return err
+		}
+		s.pipes[i], w[i] = r, wr
+	}
+	cmd.Stdout, cmd.Stderr = w[0], w[1]
 	// Its own process group, so the tree can be signalled as one.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// A grandchild that keeps the pipes open must not hold the exit
-	// report: after the process exits, Wait drains for at most this
-	// long, then closes the pipes and reports exec.ErrWaitDelay.
-	cmd.WaitDelay = drainWait
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	// The child has its copies; ours would keep the pipes open for ever.
+	closeFiles(w[:]...)
+	if err != nil {
+		closeFiles(s.pipes[:]...)
+		s.pipes = [2]*os.File{}
 		return err
 	}
 	s.cmd = cmd
 	s.pid = cmd.Process.Pid
+	s.stdout = &streamWriter{s: s, stream: streamStdout}
+	s.stderr = &streamWriter{s: s, stream: streamStderr}
+	s.readersDone = make(chan struct{})
+	s.openLeaderFD()
 	return nil
+}
+
+// closeFiles closes every non-nil file, ignoring errors (double closes
+// included).
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
 }
 
 func (s *session) startPTY(argv, env []string) error {
@@ -166,14 +197,38 @@ func (s *session) startPTY(argv, env []string) error {
 	s.ptmx = ptmx
 	s.pid = cmd.Process.Pid
 	s.stdout = &streamWriter{s: s, stream: streamStdout}
-	s.readerDone = make(chan struct{})
+	s.readersDone = make(chan struct{})
+	s.openLeaderFD()
 	return nil
+}
+
+// startReaders starts the goroutines that read the output, counted in wg.
+func (s *session) startReaders(wg *sync.WaitGroup) {
+	if s.ptmx != nil {
+		wg.Go(s.readPTY)
+		return
+	}
+	s.readersLeft.Store(int32(len(s.pipes)))
+	for i, w := range []*streamWriter{s.stdout, s.stderr} {
+		wg.Go(func() { s.readPipe(s.pipes[i], w) })
+	}
+}
+
+// readPipe copies one output pipe until end-of-file or until drainOutput
+// closed it.
+func (s *session) readPipe(r *os.File, w *streamWriter) {
+	if _, err := w.ReadFrom(r); err != nil && !errors.Is(err, os.ErrClosed) {
+		s.log.Debug("output read ended", "err", err)
+	}
+	if s.readersLeft.Add(-1) == 0 {
+		close(s.readersDone)
+	}
 }
 
 // readPTY copies the PTY's output until the terminal hangs up (EIO once
 // the session leader exited) or the master is closed.
 func (s *session) readPTY() {
-	defer close(s.readerDone)
+	defer close(s.readersDone)
 	var rb readBuffer
 	for {
 		n, err := s.ptmx.Read(rb.next())
@@ -196,36 +251,31 @@ func (s *session) readPTY() {
 // finishes a termination that is in progress.
 func (s *session) run() {
 	m := s.m
-	waitErr := s.cmd.Wait()
+	st := s.waitLeader()
 	if s.ptmx != nil {
-		// The PTY's output can lag the exit a little; a grandchild that
-		// keeps the terminal open must not hold the report forever.
-		t := time.NewTimer(m.cfg.DrainWait)
-		select {
-		case <-s.readerDone:
-		case <-t.C:
+		s.drainOutput(func() []string { return []string{ptyLink(s.ptmx)} }, func() {
+			s.writeMu.Lock() // no write is in progress on a closed file
 			_ = s.ptmx.Close()
-			<-s.readerDone
-		}
-		t.Stop()
-		// Under writeMu, so no write is in progress on a closed file.
+			s.writeMu.Unlock()
+		})
 		s.writeMu.Lock()
 		_ = s.ptmx.Close()
 		s.writeMu.Unlock()
 	} else {
-		// exec.ErrWaitDelay only says the pipes were closed early; the
-		// exit status is in ProcessState either way.
+		s.drainOutput(func() []string { return []string{pipeLink(s.pipes[0]), pipeLink(s.pipes[1])} },
+			func() { closeFiles(s.pipes[:]...) })
+		closeFiles(s.pipes[:]...)
 		s.stdout.finish()
 		s.stderr.finish()
 	}
-	if waitErr != nil && s.cmd.ProcessState == nil {
-		s.log.Warn("wait failed", "err", waitErr)
+	if st.err != nil {
+		s.log.Warn("wait failed", "err", st.err)
 	}
 	var cause error
 	if s.ctx.Err() != nil {
 		cause = context.Cause(s.ctx)
 	}
-	m.finishSession(s, s.cmd.ProcessState, waitErr, cause)
+	m.finishSession(s, st, cause)
 	// A termination that started must finish before the session is
 	// released: escapees may still need their SIGKILL.
 	if !s.stopTerm() {
@@ -309,24 +359,24 @@ func (s *session) treeSpec() treeSpec {
 
 // classify turns a wait status and the context cause into the outcome of
 // the run. Caller holds s.mu (it reads the output).
-func (s *session) classifyLocked(state *os.ProcessState, waitErr error, cause error, now time.Time) exitResult {
+func (s *session) classifyLocked(st exitStatus, cause error, now time.Time) exitResult {
 	r := exitResult{durationMs: now.Sub(s.startedAt).Milliseconds()}
 	agg := jsTrim(s.out.aggregated())
-	if state == nil {
+	if st.err != nil {
 		// The process could not be waited for: a runtime error.
 		r.status = protocol.StatusFailed
 		r.failureKind = failureRuntimeError
 		r.aggregated = agg
-		r.text = joinFailure(agg, "Error: "+errorText(waitErr))
+		r.text = joinFailure(agg, "Error: "+errorText(st.err))
 		return r
 	}
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if ws := st.ws; ws.Signaled() {
 		r.signal = unix.SignalName(ws.Signal())
 		if r.signal == "" {
 			r.signal = "SIG" + strconv.Itoa(int(ws.Signal()))
 		}
 	} else {
-		c := state.ExitCode()
+		c := ws.ExitStatus()
 		r.code = &c
 	}
 	switch {
@@ -426,7 +476,7 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 }
 
 // ReadFrom implements io.ReaderFrom: it reads until EOF or until the pipe
-// is closed by exec's WaitDelay.
+// is closed (drainOutput).
 func (w *streamWriter) ReadFrom(r io.Reader) (int64, error) {
 	var rb readBuffer
 	rb.pipe = r
@@ -512,7 +562,7 @@ func (rb *readBuffer) filled(n int) []byte {
 
 // widenPipe asks for a larger pipe buffer, best effort. The pipe is reached
 // through syscall.Conn so that its file never leaves non-blocking mode
-// (File.Fd would switch it to blocking and defeat WaitDelay's close).
+// (File.Fd would switch it to blocking and defeat drainOutput's close).
 func widenPipe(r io.Reader) {
 	sc, ok := r.(syscall.Conn)
 	if !ok {

@@ -30,9 +30,10 @@ const (
 	exitUsage = 2 // bad command line
 )
 
-// maxThreads raises Go's default limit of 10 000 OS threads: every running
-// session waits for its process in a blocking wait4, which holds a thread,
-// and a node agent is meant to hold 10 000 sessions and more.
+// maxThreads raises Go's default limit of 10 000 OS threads. Sessions wait
+// for their processes in the poller (pidfds) and hold no thread, but where
+// pidfds are unavailable (kernels before 5.3, seccomp) each running session
+// blocks one in wait4, and a node agent is meant to hold 10 000 sessions.
 const maxThreads = 100_000
 
 func main() {
