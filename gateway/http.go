@@ -27,6 +27,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/events/stream", g.authed(g.handleEventStream))
 	mux.HandleFunc("GET /v1/sessions/{sessionKey}/exec", g.authed(g.handleGetSessionExec))
 	mux.HandleFunc("PUT /v1/sessions/{sessionKey}/exec", g.authed(g.handlePutSessionExec))
+	mux.HandleFunc("GET /v1/sessions/{sessionKey}/{sessionId}/stream", g.authed(g.handleSessionStream))
 	mux.HandleFunc("GET /v1/admin/blockers", g.authed(g.handleBlockers))
 	mux.HandleFunc("GET /v1/config/exec-node", g.authed(g.handleGetExecNode))
 	mux.HandleFunc("PUT /v1/config/exec-node", g.authed(g.handlePutExecNode))

@@ -1,0 +1,253 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// Intervals of a session output stream (GET
+// /v1/sessions/{sessionKey}/{sessionId}/stream).
+const (
+	// streamTick is how often the stream reads the session's log.
+	streamTick = 250 * time.Millisecond
+	// streamPing is how often an idle stream sends a heartbeat comment,
+	// so that proxies and browsers do not time the connection out.
+	streamPing = 15 * time.Second
+)
+
+// noOutputYet is the log text of a running session without output.
+const noOutputYet = "(no output yet)"
+
+// inputWaitHintStart begins the hint the log appends while a session
+// seems to wait for input. Its idle time changes every second, so the
+// stream cuts it off and reports waitingForInput in status events.
+const inputWaitHintStart = "\n\nNo new output for "
+
+// streamTiming holds the intervals of one stream; tests shorten them.
+type streamTiming struct {
+	tick time.Duration // how often the log is read
+	ping time.Duration // how often a heartbeat comment is sent
+}
+
+// handleSessionStream serves GET /v1/sessions/{sessionKey}/{sessionId}/stream:
+// the output of one process session as server-sent events, for local and
+// node sessions alike. The stream reads the session with the process log
+// action, as a client calling the tool would (never poll: it drains
+// nothing an agent has not read and acknowledges no exit notice), every
+// 250 ms, and pushes what changed:
+//
+//   - event "output", data {"append": text} when the retained output
+//     extends what was sent, or {"reset": text} with the whole retained
+//     output when it does not (the first output event, and after the
+//     retention cap dropped the start). The text is what process log shows
+//     (all retained lines), without the waiting-for-input hint.
+//   - event "status", data {"status", "sessionId", "waitingForInput"} when
+//     the session's state changes; the last one, for a session that is no
+//     longer running, adds "exitCode", "exitSignal", "exitReason" (when the
+//     session has them) and "text", the final log text. The stream then
+//     ends.
+//   - event "error", data {"error": message} when reading the session
+//     fails once the stream has begun (the session was removed, the node
+//     became unreachable, the gateway is shutting down); the stream ends.
+//   - a ": ping" comment every 15 s.
+//
+// An unknown session (or one the log action refuses, such as a foreground
+// run not yet backgrounded) is answered before the stream starts: 404 with
+// the tool's text as error message, like any other API error. An invalid
+// sessionKey is 400. The stream also ends when the client goes away or the
+// gateway closes.
+func (g *Gateway) handleSessionStream(w http.ResponseWriter, r *http.Request) {
+	g.streamSession(w, r, streamTiming{tick: streamTick, ping: streamPing})
+}
+
+func (g *Gateway) streamSession(w http.ResponseWriter, r *http.Request, timing streamTiming) {
+	key, agentID, err := ParseSessionKey(r.PathValue("sessionKey"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("sessionId")
+	ctx := r.Context()
+	first, err := g.sessionLog(ctx, key, agentID, id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if msg, failed := logFailure(first); failed {
+		writeError(w, protocol.Errorf(protocol.ErrNotFound, "%s", msg))
+		return
+	}
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	s := &sessionStream{w: w, flush: rc.Flush}
+	if !s.update(first) {
+		return
+	}
+	tick := time.NewTicker(timing.tick)
+	defer tick.Stop()
+	ping := time.NewTicker(timing.ping)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.bg.Done():
+			s.event("error", map[string]string{"error": "gateway is shutting down"})
+			return
+		case <-ping.C:
+			if !s.comment("ping") {
+				return
+			}
+		case <-tick.C:
+			res, err := g.sessionLog(ctx, key, agentID, id)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				s.event("error", map[string]string{"error": protocol.AsError(err).Message})
+				return
+			}
+			if msg, failed := logFailure(res); failed {
+				s.event("error", map[string]string{"error": msg})
+				return
+			}
+			if !s.update(res) {
+				return
+			}
+		}
+	}
+}
+
+// sessionLog reads all the retained output of a session with the process
+// log action, dispatched as a process tool call of sessionKey is (the
+// gateway's session core, or the node that holds the session), after the
+// same checks (gateway closing, the process tool allowed for the agent).
+// It is not counted as a tool call in the metrics: a stream reads four
+// times a second.
+func (g *Gateway) sessionLog(ctx context.Context, sessionKey, agentID, id string) (protocol.Result, error) {
+	if g.closing.Load() {
+		return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Message: "gateway is shutting down", Retryable: true}
+	}
+	cfg := g.Config()
+	if !toolAllowed(&cfg, agentID, protocol.ToolProcess, "") {
+		return protocol.Result{}, protocol.Errorf(protocol.ErrNotFound, "Tool not available: %s", protocol.ToolProcess)
+	}
+	offset := 0
+	c := &call{g: g, cfg: cfg, sessionKey: sessionKey, agentID: agentID}
+	return c.process(ctx, protocol.ProcessArgs{Action: "log", SessionID: id, Offset: &offset})
+}
+
+// logFailure tells a log action that failed (unknown session, …), whose
+// details carry the error text, from the log of a session that failed,
+// whose details name the session.
+func logFailure(res protocol.Result) (string, bool) {
+	if res.Status() != protocol.StatusFailed || res.SessionID() != "" {
+		return "", false
+	}
+	if msg, ok := res.Details["error"].(string); ok && msg != "" {
+		return msg, true
+	}
+	return res.Text(), true
+}
+
+// streamOutput is the text a stream shows for a log result: the log text
+// without the waiting-for-input hint, and empty rather than "(no output
+// yet)" while a session has printed nothing.
+func streamOutput(res protocol.Result) string {
+	text := res.Text()
+	if res.Status() != protocol.StatusRunning {
+		return text
+	}
+	if waiting, _ := res.Details["waitingForInput"].(bool); waiting {
+		if i := strings.LastIndex(text, inputWaitHintStart); i >= 0 {
+			text = text[:i]
+		}
+	}
+	if n, ok := res.Details["totalChars"]; ok && toFloat(n) == 0 && text == noOutputYet {
+		return ""
+	}
+	return text
+}
+
+// sessionStream writes the events of one stream.
+type sessionStream struct {
+	w       io.Writer
+	flush   func() error
+	started bool   // an output event was sent
+	sent    string // the output the client holds
+	status  string // the last status sent
+	waiting bool   // the last waitingForInput sent
+}
+
+// update sends what changed since the last result. It returns false when
+// the stream must end: the session is no longer running, or the client
+// is gone.
+func (s *sessionStream) update(res protocol.Result) bool {
+	out := streamOutput(res)
+	switch {
+	case !s.started:
+		if !s.event("output", map[string]string{"reset": out}) {
+			return false
+		}
+	case out == s.sent:
+	case strings.HasPrefix(out, s.sent):
+		if !s.event("output", map[string]string{"append": out[len(s.sent):]}) {
+			return false
+		}
+	default:
+		if !s.event("output", map[string]string{"reset": out}) {
+			return false
+		}
+	}
+	s.started, s.sent = true, out
+	status := res.Status()
+	waiting, _ := res.Details["waitingForInput"].(bool)
+	if status == protocol.StatusRunning {
+		if status == s.status && waiting == s.waiting {
+			return true
+		}
+		s.status, s.waiting = status, waiting
+		return s.event("status", map[string]any{"status": status, "sessionId": res.SessionID(), "waitingForInput": waiting})
+	}
+	final := map[string]any{"status": status, "sessionId": res.SessionID(), "waitingForInput": false, "text": res.Text()}
+	for _, k := range []string{"exitCode", "exitSignal", "exitReason"} {
+		if v, ok := res.Details[k]; ok && v != nil {
+			final[k] = v
+		}
+	}
+	s.event("status", final)
+	return false
+}
+
+// event sends one event; data is JSON on a single line. It returns false
+// when the client is gone.
+func (s *sessionStream) event(name string, data any) bool {
+	b, err := json.Marshal(data)
+	if err != nil {
+		b = []byte(`{"error":"encoding the event failed"}`)
+		name = "error"
+	}
+	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", name, b); err != nil {
+		return false
+	}
+	return s.flush() == nil
+}
+
+// comment sends an SSE comment line (a heartbeat).
+func (s *sessionStream) comment(text string) bool {
+	if _, err := fmt.Fprintf(s.w, ": %s\n\n", text); err != nil {
+		return false
+	}
+	return s.flush() == nil
+}
