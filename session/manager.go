@@ -45,6 +45,9 @@ type Manager struct {
 	hurry      chan struct{} // closed when Close's context ends: SIGKILL without grace
 	resched    chan struct{} // wakes the janitor after retention changed
 	sigchld    chan os.Signal
+	reapKick   chan struct{} // wakes the reaper after a leader was registered
+	reapStop   chan struct{} // closed by Close once every session is over
+	reapDone   chan struct{} // closed when the reaper returned
 	closeDone  chan struct{}
 	wg         sync.WaitGroup
 
@@ -59,6 +62,7 @@ type Manager struct {
 	removed  map[string]*session // removed while their process still runs
 	reserved map[string]bool     // ids of sessions being spawned
 	leaders  map[int]bool        // pids of leaders not yet waited for
+	waiting  map[int]*session    // leaders whose exit status the reaper still has to take
 	finished []*session          // retained sessions in completion order
 	finChars int                 // output chars held by finished sessions
 }
@@ -93,11 +97,15 @@ func NewManager(cfg Config) (*Manager, error) {
 		hurry:     make(chan struct{}),
 		resched:   make(chan struct{}, 1),
 		sigchld:   make(chan os.Signal, 1),
+		reapKick:  make(chan struct{}, 1),
+		reapStop:  make(chan struct{}),
+		reapDone:  make(chan struct{}),
 		closeDone: make(chan struct{}),
 		sessions:  map[string]*session{},
 		removed:   map[string]*session{},
 		reserved:  map[string]bool{},
 		leaders:   map[int]bool{},
+		waiting:   map[int]*session{},
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		// Without it, escapees of killed trees move to init; everything
@@ -107,6 +115,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	m.root, m.cancelRoot = context.WithCancelCause(context.Background())
 	signal.Notify(m.sigchld, syscall.SIGCHLD)
 	m.wg.Go(m.janitor)
+	go m.reaper()
 	return m, nil
 }
 
@@ -271,7 +280,14 @@ func (m *Manager) started(s *session) {
 	delete(m.reserved, s.id)
 	m.sessions[s.id] = s
 	m.leaders[s.pid] = true
+	m.waiting[s.pid] = s
 	m.mu.Unlock()
+	// The leader may have exited, and its SIGCHLD been consumed, before
+	// it was registered.
+	select {
+	case m.reapKick <- struct{}{}:
+	default:
+	}
 	s.log.Debug("started", "pid", s.pid, "pty", s.pty, "cwd", s.cwd)
 	s.stopTerm = context.AfterFunc(s.ctx, func() { m.terminate(s) })
 	s.startReaders(&m.wg)
@@ -403,8 +419,7 @@ func (m *Manager) kickJanitor() {
 	}
 }
 
-// janitor expires retained sessions with one timer set to the next expiry,
-// and reaps orphans when SIGCHLD arrives.
+// janitor expires retained sessions with one timer set to the next expiry.
 func (m *Manager) janitor() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -413,9 +428,6 @@ func (m *Manager) janitor() {
 		select {
 		case <-m.root.Done():
 			return
-		case <-m.sigchld:
-			m.reap()
-			continue
 		case <-m.resched:
 		case <-timer.C:
 		}
@@ -706,6 +718,8 @@ func (m *Manager) Close(ctx context.Context) error {
 	if err := m.endEscapees(true); err != nil {
 		result = multierror.Append(result, err)
 	}
+	close(m.reapStop)
+	<-m.reapDone
 	signal.Stop(m.sigchld)
 	m.reap()
 	close(m.closeDone)

@@ -331,8 +331,8 @@ func reapOrphans(skip map[int]bool) int {
 	var zombies []int
 	var buf [512]byte
 	for _, pid := range childPIDs() {
-		if skip[pid] {
-			continue // a session leader: its Wait reaps it
+		if skip[pid] || isWaitedLeader(pid) {
+			continue // a session leader: its Manager's reaper takes it
 		}
 		if p, ok := readProcStat(pid, buf[:]); ok && p.state == 'Z' {
 			zombies = append(zombies, pid)

@@ -68,7 +68,7 @@ type session struct {
 	cmd         *exec.Cmd // started only: its process handle is released (see wait.go)
 	pid         int
 	leaderStart uint64
-	leaderFD    *os.File      // pollable pidfd of the leader; nil: the wait holds a thread
+	exitCh      chan exitStatus // the leader's exit status, from the reaper
 	ptmx        *os.File      // PTY master; nil for pipe sessions
 	pipes       [2]*os.File   // read ends of stdout and stderr; nil for PTY sessions
 	stdout      *streamWriter // stdout, or the PTY's merged output
@@ -163,8 +163,16 @@ func (s *session) startPipes(argv, env []string) error {
 	s.stdout = &streamWriter{s: s, stream: streamStdout}
 	s.stderr = &streamWriter{s: s, stream: streamStderr}
 	s.readersDone = make(chan struct{})
-	s.openLeaderFD()
+	s.releaseProcess()
 	return nil
+}
+
+// releaseProcess lets go of os/exec's process handle (and the pidfd it
+// keeps): the Manager's reaper waits for the leader instead (see wait.go).
+func (s *session) releaseProcess() {
+	s.exitCh = make(chan exitStatus, 1)
+	registerLeader(s.pid)
+	_ = s.cmd.Process.Release()
 }
 
 // closeFiles closes every non-nil file, ignoring errors (double closes
@@ -198,7 +206,7 @@ func (s *session) startPTY(argv, env []string) error {
 	s.pid = cmd.Process.Pid
 	s.stdout = &streamWriter{s: s, stream: streamStdout}
 	s.readersDone = make(chan struct{})
-	s.openLeaderFD()
+	s.releaseProcess()
 	return nil
 }
 
@@ -251,7 +259,7 @@ func (s *session) readPTY() {
 // finishes a termination that is in progress.
 func (s *session) run() {
 	m := s.m
-	st := s.waitLeader()
+	st := <-s.exitCh
 	if s.ptmx != nil {
 		s.drainOutput(func() []string { return []string{ptyLink(s.ptmx)} }, func() {
 			s.writeMu.Lock() // no write is in progress on a closed file

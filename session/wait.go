@@ -6,25 +6,62 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// Waiting for a session leader. os/exec's Wait blocks an OS thread in
-// waitid for as long as the command runs: ten thousand sleeping background
-// commands would hold ten thousand threads (and hit the runtime's thread
-// limit). Instead the session opens a pidfd for its leader and parks in the
-// runtime's poller until the pidfd becomes readable (the process exited),
-// then reaps it with wait4, which no longer blocks. Where pidfds are not
-// available (kernels before 5.3, seccomp filters) the wait falls back to a
-// blocking wait4 on a thread of its own, as os/exec would.
+// Waiting for session leaders. os/exec's Wait blocks an OS thread in
+// waitid for as long as the command runs, and keeps a pidfd open: ten
+// thousand sleeping background commands would hold ten thousand threads
+// (the runtime's limit) and ten thousand descriptors. Instead one reaper
+// goroutine per Manager takes the exit statuses: at every SIGCHLD it asks
+// each leader that is still running, with a non-blocking wait4, and hands
+// the status of those that exited to their sessions. A session's run
+// goroutine parks on a channel meanwhile, holding neither a thread nor a
+// descriptor. (A pidfd per leader would avoid the scan, but costs a
+// descriptor per session, and descriptors are the scarcer resource: see
+// README "Performance".)
 //
 // The session never calls exec.Cmd.Wait: os/exec's process handle is
-// released right after the start (freeing the pidfd os/exec keeps), and the
-// output pipes are the session's own (see startPipes), so the Cmd holds
-// nothing that Wait would release.
+// released right after the start, and the output pipes are the session's
+// own (see startPipes), so the Cmd holds nothing that Wait would release.
+
+// waitingLeaders holds the session leaders of every Manager in this
+// process whose exit status is still to be taken. It is process-wide, the
+// one piece of package state, because the children of a process are: a
+// Manager's orphan reaper must never take the status of another Manager's
+// leader (`execmesh up` runs the gateway's and the node agent's Managers
+// side by side), and a released leader is held by no pidfd that would say
+// whose it is.
+var waitingLeaders = struct {
+	sync.Mutex
+	pids map[int]bool
+}{pids: map[int]bool{}}
+
+// registerLeader marks pid as a leader somebody waits for. It must happen
+// before os/exec's pidfd, which marks it until then, is released.
+func registerLeader(pid int) {
+	waitingLeaders.Lock()
+	waitingLeaders.pids[pid] = true
+	waitingLeaders.Unlock()
+}
+
+// unregisterLeader is called once pid was reaped.
+func unregisterLeader(pid int) {
+	waitingLeaders.Lock()
+	delete(waitingLeaders.pids, pid)
+	waitingLeaders.Unlock()
+}
+
+// isWaitedLeader reports whether some Manager waits for pid.
+func isWaitedLeader(pid int) bool {
+	waitingLeaders.Lock()
+	defer waitingLeaders.Unlock()
+	return waitingLeaders.pids[pid]
+}
 
 // exitStatus is how a session leader ended.
 type exitStatus struct {
@@ -32,71 +69,51 @@ type exitStatus struct {
 	err error // the status could not be read; ws is meaningless
 }
 
-// openLeaderFD opens a pollable pidfd for the leader and releases os/exec's
-// handle. Without a pidfd, waitLeader blocks a thread instead.
-func (s *session) openLeaderFD() {
-	fd, err := unix.PidfdOpen(s.pid, unix.PIDFD_NONBLOCK)
-	if err == nil {
-		// Non-blocking, so os.NewFile registers it with the poller.
-		s.leaderFD = os.NewFile(uintptr(fd), "pidfd:"+strconv.Itoa(s.pid))
-	} else {
-		s.log.Debug("no pidfd for the leader; its wait holds a thread", "err", err)
-	}
-	// Nobody calls Cmd.Wait; without Release os/exec's own pidfd would stay
-	// open until the garbage collector found the Process.
-	_ = s.cmd.Process.Release()
-}
-
-// waitLeader waits until the leader exits and reaps it.
-func (s *session) waitLeader() exitStatus {
-	if f := s.leaderFD; f != nil {
-		if err := waitPidfdExit(f); err != nil {
-			s.log.Debug("pidfd wait failed; waiting on a thread", "err", err)
-		}
-	}
-	var st exitStatus
+// reaper takes the exit statuses of the leaders (see above) and reaps
+// orphans re-parented to us. It runs until Close, after every session
+// ended, closes reapStop.
+func (m *Manager) reaper() {
+	defer close(m.reapDone)
 	for {
-		_, err := unix.Wait4(s.pid, &st.ws, 0, nil)
-		if err == unix.EINTR {
-			continue
+		select {
+		case <-m.reapStop:
+			return
+		case <-m.sigchld:
+		case <-m.reapKick:
 		}
-		if err != nil {
-			st.err = fmt.Errorf("wait for pid %d: %w", s.pid, err)
-		}
-		break
+		m.reapLeaders()
+		m.reap()
 	}
-	// Closed only after the reap, so that the orphan reaper, which skips
-	// processes somebody holds a pidfd for, never takes our status.
-	if s.leaderFD != nil {
-		_ = s.leaderFD.Close()
-	}
-	return st
 }
 
-// waitPidfdExit parks the goroutine until the process of the pidfd f exited.
-// It does not reap: WNOWAIT leaves the zombie for wait4.
-func waitPidfdExit(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
+// reapLeaders collects the exit status of every registered leader that
+// exited. Signals coalesce, so each pass asks every leader.
+func (m *Manager) reapLeaders() {
+	m.mu.Lock()
+	waiting := make([]*session, 0, len(m.waiting))
+	for _, s := range m.waiting {
+		waiting = append(waiting, s)
 	}
-	var werr error
-	err = rc.Read(func(fd uintptr) bool {
-		var info unix.Siginfo
-		werr = unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-		switch {
-		case errors.Is(werr, unix.EAGAIN), errors.Is(werr, unix.EINTR):
-			werr = nil
-			return false // still running: wait for the pidfd to become readable
-		case werr != nil:
-			return true
+	m.mu.Unlock()
+	for _, s := range waiting {
+		var st exitStatus
+		pid, err := unix.Wait4(s.pid, &st.ws, unix.WNOHANG, nil)
+		for err == unix.EINTR {
+			pid, err = unix.Wait4(s.pid, &st.ws, unix.WNOHANG, nil)
 		}
-		return info.Signo != 0 // zero: WNOHANG found no exit yet
-	})
-	if err != nil {
-		return err
+		switch {
+		case err != nil:
+			// ECHILD: somebody else reaped it (SIGCHLD ignored, say).
+			st.err = fmt.Errorf("wait for pid %d: %w", s.pid, err)
+		case pid != s.pid:
+			continue // still running
+		}
+		unregisterLeader(s.pid)
+		m.mu.Lock()
+		delete(m.waiting, s.pid)
+		m.mu.Unlock()
+		s.exitCh <- st // buffered: the only send
 	}
-	return werr
 }
 
 // lateDrainMax bounds the wait for output after the leader exited when no

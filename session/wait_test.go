@@ -31,13 +31,23 @@ func osThreads(t *testing.T) int {
 	return 0
 }
 
+// openFDs returns the number of open descriptors of this process.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
 // TestRunningSessionsHoldNoThreads: a waiting session parks in the poller
 // (pidfd) instead of blocking an OS thread in wait4, so thousands of
 // background commands do not mean thousands of threads.
 func TestRunningSessionsHoldNoThreads(t *testing.T) {
 	m := newManager(t, nil)
 	const n = 150
-	before := osThreads(t)
+	before, fdsBefore := osThreads(t), openFDs(t)
 	for i := 0; i < n; i++ {
 		startBackground(t, m, ExecRequest{Command: "sleep 60"})
 	}
@@ -46,6 +56,10 @@ func TestRunningSessionsHoldNoThreads(t *testing.T) {
 	after := osThreads(t)
 	if grown := after - before; grown > n/3 {
 		t.Fatalf("%d sleeping sessions added %d OS threads (%d → %d); the leader wait blocks threads", n, grown, before, after)
+	}
+	// Two pipes each; no pidfd per session.
+	if fds := openFDs(t) - fdsBefore; fds > 2*n+10 {
+		t.Fatalf("%d sleeping sessions hold %d descriptors, want about %d", n, fds, 2*n)
 	}
 	if running, _ := m.Counts(); running != n {
 		t.Fatalf("running sessions: %d, want %d", running, n)
@@ -94,5 +108,30 @@ func TestOutputHolderDoesNotHoldExit(t *testing.T) {
 				t.Fatalf("exit reported after %v: the holder's lifetime held it", took)
 			}
 		})
+	}
+}
+
+// TestManagersShareTheProcess: two Managers in one process (the gateway's
+// and the local node agent's under `execmesh up`) never take each other's
+// exit statuses: one's orphan reaper leaves the other's leaders alone.
+func TestManagersShareTheProcess(t *testing.T) {
+	a, b := newManager(t, nil), newManager(t, nil)
+	const n = 40
+	var wg sync.WaitGroup
+	errs := make(chan string, 2*n)
+	for i := 0; i < n; i++ {
+		for _, m := range []*Manager{a, b} {
+			wg.Go(func() {
+				res := mustExec(t, m, ExecRequest{Command: "exit 3"})
+				if code, _ := res.Details["exitCode"].(int); res.Status() != protocol.StatusCompleted || code != 3 {
+					errs <- res.Status() + ": " + res.Text()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("exit status lost: %s", e)
 	}
 }
