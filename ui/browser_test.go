@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/execmesh/execmesh/gateway"
 )
 
 // skipLoudly skips with a banner on stderr, so that a run without a
@@ -83,36 +81,6 @@ func artifactDir(t *testing.T) string {
 		}
 	}
 	return t.TempDir()
-}
-
-// startGateway starts a gateway with a token that runs commands without
-// approvals, closed at the end of the test.
-func startGateway(t *testing.T, token string) *gateway.Gateway {
-	t.Helper()
-	dir := t.TempDir()
-	cfg := gateway.DefaultConfig()
-	cfg.StateDir = dir
-	cfg.Gateway.Auth.Token = token
-	cfg.Tools.Exec.Security = "full"
-	cfg.Tools.Exec.Ask = "off"
-	cfg.Tools.Exec.KillGraceMs = 1000
-	g, err := gateway.New(t.Context(), cfg, gateway.Options{
-		Cwd:            dir,
-		Environ:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "SHELL=/bin/sh", "LANG=C"},
-		Getenv:         func(string) string { return "" },
-		LoginShellPath: func() string { return "" },
-	})
-	if err != nil {
-		t.Fatalf("gateway.New: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := g.Close(ctx); err != nil {
-			t.Errorf("gateway.Close: %v", err)
-		}
-	})
-	return g
 }
 
 // browser starts headless Chromium and returns a tab's context.
@@ -199,18 +167,30 @@ func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Logf("screenshot: %s (%d bytes)", p, len(buf))
 }
 
+// TestBrowserControlPage drives the control page in headless Chromium
+// against a real gateway with a real node agent on an embedded NATS
+// server: the token prompt, the node and the running sessions (gateway
+// and node), kill, run, the live tail over the session stream, an exec
+// approved by a click that then finishes, the node binding, sign-out.
+// Screenshots go to $ARTIFACTS_DIR (or a temporary directory).
 func TestBrowserControlPage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
 	}
 	chrome := findChromium(t)
 	const token = "ui-test-token"
-	g := startGateway(t, token)
-	res, err := g.Invoke(t.Context(), gateway.InvokeRequest{Tool: "exec", Args: []byte(`{"command":"sleep 300","background":true}`)})
-	if err != nil || res.Status() != "running" {
-		t.Fatalf("background exec: %v %v", res, err)
+	g, natsSrv := startNodeGateway(t, token)
+	agent := startPairedAgent(t, g, natsSrv, "build-1")
+	res := invokeOK(t, g, "exec", `{"command":"sleep 300","background":true}`)
+	if res.Status() != "running" {
+		t.Fatalf("background exec: %v", res)
 	}
 	id := res.SessionID()
+	nodeRes := invokeOK(t, g, "exec", `{"command":"echo node-tick; sleep 300","background":true,"host":"node"}`)
+	if nodeRes.Status() != "running" {
+		t.Fatalf("background exec on the node: %s %v", nodeRes.Text(), nodeRes.Details)
+	}
+	nodeSession := nodeRes.SessionID()
 
 	mux := http.NewServeMux()
 	mux.Handle("/", g.Handler())
@@ -239,14 +219,25 @@ func TestBrowserControlPage(t *testing.T) {
 		t.Errorf("the app is shown after a wrong token")
 	}
 
-	// The right token opens the page; the running session is listed.
+	// The right token opens the page; the running sessions are listed,
+	// the gateway's and the node's, and so is the node, connected.
 	clearInput(t, ctx, "token-input")
 	do(t, ctx, "token", chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-submit")))
 	do(t, ctx, "app", chromedp.WaitVisible(chromedp.ID("app")))
-	row := `document.querySelector('[data-testid="session-row"][data-session-id=` + strconv.Quote(id) + `]')`
+	row := sessionRowJS(id)
 	waitJS(t, ctx, "the running session", row+` && `+row+`.dataset.status === 'running'`)
+	nodeRow := sessionRowJS(nodeSession)
+	waitJS(t, ctx, "the running node session", nodeRow+` && `+nodeRow+`.dataset.status === 'running'`)
 	if got := eval[string](t, ctx, `sessionStorage.getItem('execmesh.token')`); got != token {
 		t.Errorf("stored token %q", got)
+	}
+	node := `document.querySelector('[data-testid="node-row"][data-node-id=` + strconv.Quote(agent.ID()) + `]')`
+	waitJS(t, ctx, "the node", node+` && `+node+`.querySelector('[data-testid="node-status"]').textContent === 'connected'`)
+	if got := eval[string](t, ctx, node+`.cells[1].textContent`); got != "build-1" {
+		t.Errorf("node name shown: %q", got)
+	}
+	if got := eval[string](t, ctx, node+`.cells[3].textContent`); got != "yes" {
+		t.Errorf("node paired shown: %q", got)
 	}
 
 	// Kill it from the page.
@@ -255,28 +246,52 @@ func TestBrowserControlPage(t *testing.T) {
 	if got := eval[string](t, ctx, `document.getElementById('sessions-result').textContent`); !strings.HasPrefix(got, "Termination requested for session "+id) {
 		t.Errorf("kill result shown: %q", got)
 	}
-	list, err := g.Invoke(t.Context(), gateway.InvokeRequest{Tool: "process", Args: []byte(`{"action":"list"}`)})
-	if err != nil || !strings.Contains(list.Text(), id) || strings.Contains(list.Text(), id+" running") {
-		t.Errorf("after kill, list: %q %v", list.Text(), err)
+	list := invokeOK(t, g, "process", `{"action":"list"}`)
+	if !strings.Contains(list.Text(), id) || strings.Contains(list.Text(), id+" running") {
+		t.Errorf("after kill, list: %q", list.Text())
 	}
 
 	// Run a command from the form.
 	do(t, ctx, "run", chromedp.SendKeys(chromedp.ID("run-command"), "echo ui-run-ok"), chromedp.Click(chromedp.ID("run-submit")))
 	waitJS(t, ctx, "the command's output", `document.getElementById('run-output').textContent.includes('ui-run-ok')`)
 
-	// A background run opens the live output of its session.
+	// A background run opens the live output of its session, which
+	// follows the session stream: output written after the tail opened
+	// (once the test creates the gate file) is pushed to the page.
+	gate := filepath.Join(t.TempDir(), "gate")
 	clearInput(t, ctx, "run-command")
 	do(t, ctx, "run in background",
-		chromedp.SendKeys(chromedp.ID("run-command"), "echo tick-1; echo tick-2; sleep 30"),
+		chromedp.SendKeys(chromedp.ID("run-command"), "echo tick-1; echo tick-2; while [ ! -e "+gate+" ]; do sleep 0.1; done; echo tick-late; sleep 30"),
 		chromedp.Click(chromedp.ID("run-background")),
 		chromedp.Click(chromedp.ID("run-submit")))
 	waitJS(t, ctx, "the live output", `!document.getElementById('tail-panel').hidden && document.getElementById('tail-output').textContent.includes('tick-2')`)
+	if got := eval[string](t, ctx, `document.getElementById('tail-panel').dataset.transport`); got != "stream" {
+		t.Errorf("tail transport %q, want stream", got)
+	}
+	waitJS(t, ctx, "the running status", `document.getElementById('tail-status').dataset.status === 'running'`)
+	if eval[bool](t, ctx, `document.getElementById('tail-output').textContent.includes('tick-late')`) {
+		t.Fatalf("tick-late shown before the gate opened")
+	}
 	screenshot(t, ctx, shots, "ui-2-sessions.png")
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "output written after the tail opened", `document.getElementById('tail-output').textContent === 'tick-1\ntick-2\ntick-late'`)
 
-	// An exec waiting for approval is listed and allowed from the page.
-	pending, err := g.Invoke(t.Context(), gateway.InvokeRequest{Tool: "exec", Args: []byte(`{"command":"echo approved-run","ask":"always"}`)})
-	if err != nil || pending.Status() != "approval-pending" {
-		t.Fatalf("exec with ask=always: %v %v", pending, err)
+	// The node session's output streams too; killing it from the page
+	// ends its stream with the final status.
+	do(t, ctx, "node session output", chromedp.Click(chromedp.ID("tail-"+nodeSession)))
+	waitJS(t, ctx, "the node session's output", `document.getElementById('tail-title').textContent === `+strconv.Quote(nodeSession)+
+		` && document.getElementById('tail-output').textContent.includes('node-tick') && document.getElementById('tail-panel').dataset.transport === 'stream'`)
+	do(t, ctx, "kill the node session", chromedp.Click(chromedp.ID("kill-"+nodeSession)))
+	waitJS(t, ctx, "the node session's final status", `document.getElementById('tail-status').dataset.status === 'completed' && document.getElementById('tail-status').textContent.includes('killed')`)
+	waitJS(t, ctx, "the node session row to end", nodeRow+` && `+nodeRow+`.dataset.status === 'completed'`)
+
+	// An exec waiting for approval is listed and allowed from the page,
+	// then runs and finishes: its session shows completed, with its output.
+	pending := invokeOK(t, g, "exec", `{"command":"echo approved-run","ask":"always"}`)
+	if pending.Status() != "approval-pending" {
+		t.Fatalf("exec with ask=always: %v", pending)
 	}
 	approvalID, _ := pending.Details["approvalId"].(string)
 	arow := `document.querySelector('[data-testid="approval-row"][data-approval-id=` + strconv.Quote(approvalID) + `]')`
@@ -287,6 +302,14 @@ func TestBrowserControlPage(t *testing.T) {
 	if left := g.PendingApprovals(); len(left) != 0 {
 		t.Errorf("still pending after allow-once: %+v", left)
 	}
+	approved := `[...document.querySelectorAll('[data-testid="session-row"]')].find((r) => r.querySelector('[data-testid="session-command"]').textContent === 'echo approved-run')`
+	waitJS(t, ctx, "the approved command to finish", approved+` && `+approved+`.dataset.status === 'completed'`)
+	if got := eval[string](t, ctx, approved+`.querySelector('[data-testid="session-status"]').textContent`); got != "completed · exit 0" {
+		t.Errorf("approved run's status shown: %q", got)
+	}
+	do(t, ctx, "approved run's output", chromedp.Evaluate[chromedp.Void](approved+`.querySelector('[data-testid^="tail-"]').click()`))
+	waitJS(t, ctx, "the approved run's output", `document.getElementById('tail-output').textContent.includes('approved-run') && document.getElementById('tail-status').dataset.status === 'completed'`)
+	screenshot(t, ctx, shots, "ui-4-approved-finished.png")
 
 	// The exec node binding is set for all agents and shown.
 	do(t, ctx, "bind", chromedp.SendKeys(chromedp.ID("bind-node"), "build-1"), chromedp.Click(chromedp.ID("bind-save")))
@@ -298,4 +321,9 @@ func TestBrowserControlPage(t *testing.T) {
 	// Changing the token goes back to the prompt alone.
 	do(t, ctx, "change token", chromedp.Click(chromedp.ID("logout")))
 	waitJS(t, ctx, "the prompt again", `!document.getElementById('login').hidden && document.getElementById('app').hidden && document.querySelectorAll('[data-testid="session-row"]').length === 0`)
+}
+
+// sessionRowJS is the JavaScript expression of a session's row.
+func sessionRowJS(id string) string {
+	return `document.querySelector('[data-testid="session-row"][data-session-id=` + strconv.Quote(id) + `]')`
 }

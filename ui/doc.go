@@ -10,12 +10,16 @@
 // page is three embedded files, plain HTML, CSS and JavaScript with no
 // build step and nothing fetched from elsewhere; it talks to the gateway's
 // HTTP API only (POST /tools/invoke, GET /v1/approvals, POST
-// /v1/approvals/<id>, GET /v1/nodes, PUT /v1/config/exec-node).
+// /v1/approvals/<id>, GET /v1/nodes, PUT /v1/config/exec-node, GET
+// /v1/sessions/<sessionKey>/<id>/stream).
 //
-// The page only reads what agents rely on: session output is shown with
+// The page only reads what agents rely on: a session's live output comes
+// from the gateway's session stream (server-sent events read with fetch,
+// since EventSource cannot send the token), which the gateway builds with
 // process log, not poll, so the page neither drains output an agent has
-// not read yet nor acknowledges its exit notices, and it does not open the
-// events stream, which would consume them.
+// not read yet nor acknowledges its exit notices; against a gateway
+// without the stream it reads process log once a second. It does not open
+// the events stream, which would consume the exit notices.
 //
 // FollowSession and Spinner are the CLI's live progress: following a
 // background session's output until it exits, and a spinner with the

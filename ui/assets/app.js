@@ -193,7 +193,7 @@
     schedule('approvals', refreshApprovals, 2000);
     schedule('nodes', refreshNodes, 5000);
     schedule('binding', refreshBinding, 5000);
-    if (state.tail) schedule('tail', refreshTail, 1000);
+    if (state.tail) followTail(state.tail);
   }
 
   function clearData() {
@@ -338,31 +338,172 @@
 
   // ---- output tail ---------------------------------------------------
   //
-  // The tail reads process log (the last 400 lines) once a second while
-  // the page is visible. log only reads: a poll would drain the output
-  // the agent has not read yet and acknowledge its exit notice, and the
-  // page must not take either from the agent.
+  // The tail follows GET /v1/sessions/<sessionKey>/<id>/stream, the
+  // gateway's server-sent events of one session: the gateway reads the
+  // session with process log (never poll, which would drain the output
+  // the agent has not read yet and acknowledge its exit notice) and pushes
+  // what changed. EventSource cannot send the Authorization header, so the
+  // stream is read with fetch and parsed here. A gateway without the
+  // stream endpoint gets the old way: process log once a second.
+  // #tail-panel's data-transport says which is in use ("stream" or "poll").
+
+  const TAIL_RETRY_MS = 2000;
 
   function openTail(id) {
-    state.tail = { id, done: false };
+    closeTail();
+    state.tail = { id, done: false, ctrl: null, retry: null, polling: false };
     $('tail-panel').hidden = false;
+    $('tail-panel').dataset.transport = '';
     $('tail-title').textContent = id;
     $('tail-output').textContent = '';
     setText('tail-status', '');
     setText('input-status', '');
-    if (state.authed) schedule('tail', refreshTail, 1000);
+    if (state.authed) followTail(state.tail);
   }
 
   function closeTail() {
+    const tail = state.tail;
     state.tail = null;
+    if (tail) {
+      tail.done = true;
+      if (tail.ctrl) tail.ctrl.abort();
+      if (tail.retry) clearTimeout(tail.retry);
+    }
     if (state.timers.tail) clearTimeout(state.timers.tail);
     delete state.timers.tail;
     $('tail-panel').hidden = true;
   }
 
+  // followTail (re)starts following the open tail unless it already is
+  // followed or has ended.
+  function followTail(tail) {
+    if (!tail || tail.done || tail.ctrl) return;
+    if (tail.polling) schedule('tail', refreshTail, 1000);
+    else streamTail(tail);
+  }
+
+  function retryTail(tail) {
+    if (state.tail !== tail || tail.done || tail.retry) return;
+    tail.retry = setTimeout(() => {
+      tail.retry = null;
+      if (state.tail === tail && state.authed) followTail(tail);
+    }, TAIL_RETRY_MS);
+  }
+
+  async function streamTail(tail) {
+    const ctrl = new AbortController();
+    tail.ctrl = ctrl;
+    const headers = { Accept: 'text/event-stream' };
+    if (state.token) headers.Authorization = 'Bearer ' + state.token;
+    const path = '/v1/sessions/' + encodeURIComponent(state.sessionKey) + '/' + encodeURIComponent(tail.id) + '/stream';
+    try {
+      const resp = await fetch(BASE + path, { headers, cache: 'no-store', signal: ctrl.signal });
+      if (!resp.ok) {
+        await streamRefused(tail, resp);
+        return;
+      }
+      if (state.tail !== tail) return;
+      $('tail-panel').dataset.transport = 'stream';
+      await readEvents(resp.body, (name, data) => onTailEvent(tail, name, data));
+    } catch (e) {
+      if (ctrl.signal.aborted) return;
+      if (state.tail === tail) setText('tail-status', 'Output stream interrupted: ' + e.message, true);
+    } finally {
+      if (tail.ctrl === ctrl) tail.ctrl = null;
+    }
+    // The stream ends after the final status; otherwise it was cut.
+    retryTail(tail);
+  }
+
+  // streamRefused handles a non-2xx answer to the stream request.
+  async function streamRefused(tail, resp) {
+    let msg = resp.status + ' ' + resp.statusText;
+    try {
+      const d = await resp.json();
+      if (d && d.error) msg = typeof d.error === 'string' ? d.error : (d.error.message || msg);
+    } catch (e) { /* not JSON */ }
+    if (state.tail !== tail) return;
+    if (resp.status === 401) {
+      tail.done = true;
+      if (state.authed) signOut('The gateway rejected the token; enter it again.');
+      return;
+    }
+    if (resp.status === 404 && msg.startsWith('not found: /')) {
+      // The gateway's answer for a route it does not have: poll instead.
+      tail.polling = true;
+      $('tail-panel').dataset.transport = 'poll';
+      schedule('tail', refreshTail, 1000);
+      return;
+    }
+    if (resp.status === 404) tail.done = true; // unknown session: no retry
+    setText('tail-status', msg, true);
+  }
+
+  // readEvents parses a text/event-stream body and calls onEvent(name,
+  // data) for each event; comments (heartbeats) are skipped.
+  async function readEvents(body, onEvent) {
+    const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += value.replace(/\r\n?/g, '\n');
+      let end;
+      while ((end = buf.indexOf('\n\n')) >= 0) {
+        const block = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        let name = 'message';
+        const data = [];
+        for (const line of block.split('\n')) {
+          if (line === '' || line.startsWith(':')) continue;
+          const colon = line.indexOf(':');
+          const field = colon < 0 ? line : line.slice(0, colon);
+          let v = colon < 0 ? '' : line.slice(colon + 1);
+          if (v.startsWith(' ')) v = v.slice(1);
+          if (field === 'event') name = v;
+          else if (field === 'data') data.push(v);
+        }
+        if (data.length) onEvent(name, data.join('\n'));
+      }
+    }
+  }
+
+  function onTailEvent(tail, name, raw) {
+    if (state.tail !== tail) return;
+    let d;
+    try { d = JSON.parse(raw); } catch (e) { return; }
+    const out = $('tail-output');
+    const atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+    if (name === 'output') {
+      if (typeof d.reset === 'string') out.textContent = d.reset;
+      else if (typeof d.append === 'string') out.append(d.append);
+      if (atBottom) out.scrollTop = out.scrollHeight;
+    } else if (name === 'status') {
+      const st = String(d.status || '');
+      let label = st;
+      if (st !== 'running') {
+        if (d.exitReason === 'manual-cancel') label += ' · killed';
+        else if (d.exitSignal) label += ' · ' + d.exitSignal;
+        else if (d.exitCode !== undefined && d.exitCode !== null) label += ' · exit ' + d.exitCode;
+      }
+      if (d.waitingForInput) label += ' · waiting for input';
+      setText('tail-status', label, st === 'failed');
+      $('tail-status').dataset.status = st;
+      if (st !== 'running') {
+        // The last event: a finished session's output no longer changes.
+        tail.done = true;
+        refreshSessions();
+      }
+    } else if (name === 'error') {
+      setText('tail-status', String(d.error || 'output stream failed'), true);
+    }
+  }
+
+  // refreshTail is the fallback for gateways without the stream: it reads
+  // process log (the last 400 lines).
   async function refreshTail() {
     const tail = state.tail;
-    if (!tail || tail.done) return;
+    if (!tail || tail.done || !tail.polling) return;
     let res;
     try {
       res = await invoke('process', { action: 'log', sessionId: tail.id, limit: 400 });
@@ -379,6 +520,7 @@
     let status = d.status || '';
     if (d.waitingForInput) status += ' · waiting for input';
     setText('tail-status', status, d.status === 'failed');
+    $('tail-status').dataset.status = d.status || '';
     // A finished session's log no longer changes.
     if (d.status && d.status !== 'running') tail.done = true;
   }
