@@ -273,11 +273,11 @@ func (w *statusWriter) Flush() {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // ListenAndServe serves GET /metrics on addr until ctx ends, for processes
-// without an HTTP API of their own (node agents).
+// without an HTTP API of their own.
 func (m *Metrics) ListenAndServe(ctx context.Context, addr string) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr)
 	if err != nil {
-		return fmt.Errorf("metrics listener: %w", err)
+		return err
 	}
 	return m.Serve(ctx, ln)
 }
@@ -285,8 +285,22 @@ func (m *Metrics) ListenAndServe(ctx context.Context, addr string) error {
 // Serve serves GET /metrics on ln until ctx ends, then shuts the server
 // down (waiting up to 5 s for scrapes in progress) and returns nil.
 func (m *Metrics) Serve(ctx context.Context, ln net.Listener) error {
+	return serve(ctx, ln, m.Handler())
+}
+
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	return ln, nil
+}
+
+// serve serves h at GET /metrics on ln until ctx ends, then shuts the
+// server down, waiting up to 5 s for scrapes in progress.
+func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("GET /metrics", h)
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

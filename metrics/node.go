@@ -1,0 +1,117 @@
+package metrics
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NodeStats are a node agent's counters, read at every scrape.
+type NodeStats struct {
+	// SessionsRunning and SessionsFinished are the sessions the node's
+	// session core holds: running, and finished but retained.
+	SessionsRunning  int
+	SessionsFinished int
+	// Calls counts the requests the node handled, by endpoint name.
+	Calls map[string]uint64
+	// OutputBytes counts the bytes of command output received.
+	OutputBytes uint64
+	// ExitEventsPublished counts the exit events JetStream acknowledged.
+	ExitEventsPublished uint64
+	// NATSReconnects counts the reconnections to NATS.
+	NATSReconnects uint64
+}
+
+// Node holds a node agent's Prometheus metrics in a registry of its own:
+// the sessions gauge, output bytes and NATS reconnects under the
+// gateway's names (execmesh_sessions, execmesh_output_bytes_total,
+// execmesh_nats_reconnects_total), plus execmesh_node_calls_total by
+// endpoint and execmesh_exit_events_published_total, and the Go runtime
+// and process collectors. Every value is read from the stats function at
+// scrape time, so the node keeps a single set of counters.
+type Node struct {
+	reg *prometheus.Registry
+}
+
+// Metric descriptions of a node agent.
+var (
+	nodeCallsDesc = prometheus.NewDesc("execmesh_node_calls_total",
+		"Requests a node agent handled, by endpoint.", []string{"endpoint"}, nil)
+	nodeOutputDesc = prometheus.NewDesc("execmesh_output_bytes_total",
+		"Bytes of command output received.", nil, nil)
+	nodeExitEventsDesc = prometheus.NewDesc("execmesh_exit_events_published_total",
+		"Exit events a node agent published to JetStream (acknowledged).", nil, nil)
+	nodeReconnectsDesc = prometheus.NewDesc("execmesh_nats_reconnects_total",
+		"Reconnections to the NATS servers.", nil, nil)
+)
+
+// NewNode returns a node agent's metrics, reading its counters from stats
+// at every scrape; stats must be fast and safe for concurrent use.
+func NewNode(stats func() NodeStats) *Node {
+	n := &Node{reg: prometheus.NewRegistry()}
+	n.reg.MustRegister(
+		nodeCollector{stats: stats},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return n
+}
+
+// Registry returns the registry, for adding collectors of other parts.
+func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// Handler serves the metrics in the Prometheus text format (GET /metrics).
+func (n *Node) Handler() http.Handler {
+	return promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// ListenAndServe serves GET /metrics on addr until ctx ends (`execmesh
+// node --metrics-addr`).
+func (n *Node) ListenAndServe(ctx context.Context, addr string) error {
+	ln, err := listen(addr)
+	if err != nil {
+		return err
+	}
+	return n.Serve(ctx, ln)
+}
+
+// Serve serves GET /metrics on ln until ctx ends, then shuts the server
+// down (waiting up to 5 s for scrapes in progress) and returns nil.
+func (n *Node) Serve(ctx context.Context, ln net.Listener) error {
+	return serve(ctx, ln, n.Handler())
+}
+
+// nodeCollector exports a node's counters, read at scrape time.
+type nodeCollector struct {
+	stats func() NodeStats
+}
+
+func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sessionsDesc
+	ch <- nodeCallsDesc
+	ch <- nodeOutputDesc
+	ch <- nodeExitEventsDesc
+	ch <- nodeReconnectsDesc
+}
+
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(s.SessionsRunning), "running")
+	ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(s.SessionsFinished), "finished")
+	endpoints := make([]string, 0, len(s.Calls))
+	for e := range s.Calls {
+		endpoints = append(endpoints, e)
+	}
+	slices.Sort(endpoints)
+	for _, e := range endpoints {
+		ch <- prometheus.MustNewConstMetric(nodeCallsDesc, prometheus.CounterValue, float64(s.Calls[e]), e)
+	}
+	ch <- prometheus.MustNewConstMetric(nodeOutputDesc, prometheus.CounterValue, float64(s.OutputBytes))
+	ch <- prometheus.MustNewConstMetric(nodeExitEventsDesc, prometheus.CounterValue, float64(s.ExitEventsPublished))
+	ch <- prometheus.MustNewConstMetric(nodeReconnectsDesc, prometheus.CounterValue, float64(s.NATSReconnects))
+}
