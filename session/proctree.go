@@ -347,7 +347,10 @@ func reapOrphans(skip map[int]bool) int {
 	held := pidfdPIDs()
 	n := 0
 	for _, pid := range zombies {
-		if held[pid] {
+		// Asked again after the pidfds were read: a leader is registered
+		// before os/exec's pidfd for it is released, so one of the two
+		// marks it.
+		if held[pid] || isWaitedLeader(pid) {
 			continue
 		}
 		var ws unix.WaitStatus

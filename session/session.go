@@ -69,11 +69,11 @@ type session struct {
 	pid         int
 	leaderStart uint64
 	exitCh      chan exitStatus // the leader's exit status, from the reaper
-	ptmx        *os.File      // PTY master; nil for pipe sessions
-	pipes       [2]*os.File   // read ends of stdout and stderr; nil for PTY sessions
-	stdout      *streamWriter // stdout, or the PTY's merged output
-	stderr      *streamWriter // nil for PTY sessions
-	readersDone chan struct{} // closed when every output reader stopped
+	ptmx        *os.File        // PTY master; nil for pipe sessions
+	pipes       [2]*os.File     // read ends of stdout and stderr; nil for PTY sessions
+	stdout      *streamWriter   // stdout, or the PTY's merged output
+	stderr      *streamWriter   // nil for PTY sessions
+	readersDone chan struct{}   // closed when every output reader stopped
 	readersLeft atomic.Int32
 
 	ctx      context.Context
