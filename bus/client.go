@@ -98,7 +98,7 @@ func (c ClientConfig) LogValue() slog.Value {
 		auth = "token"
 	}
 	return slog.GroupValue(
-		slog.String("urls", strings.Join(c.URLs, ",")),
+		slog.String("urls", redactURLs(strings.Join(c.URLs, ","))),
 		slog.String("name", c.Name),
 		slog.String("auth", auth),
 		slog.Bool("tls", c.TLSCAFile != "" || c.TLSCertFile != ""),
@@ -112,9 +112,17 @@ func (c ClientConfig) LogValue() slog.Value {
 // (credentials may be added later, e.g. while a node is being paired), and
 // log connection events to logger (nil discards them).
 //
+// A failed attempt is logged at warn level when its reason changes, and
+// at most every 30 s otherwise. When nats.go's reason is misleading
+// ("nkeys not supported by the server", given before the TLS handshake),
+// the server certificates are checked and a verification failure is
+// logged instead, with the server's URL (see tlsChecker).
+//
 // Unless cfg.Async is set, Connect waits for the first connection until
-// ctx ends; it then closes the connection and returns an error wrapping
-// ErrNotConnected, ctx.Err() and the last connection error.
+// ctx ends, logging "waiting for NATS" with the servers and the last
+// error at warn level after waitLogAfter and then every 30 s; it then
+// closes the connection and returns an error wrapping ErrNotConnected,
+// ctx.Err() and the last connection error.
 func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*nats.Conn, error) {
 	log := discardLogger(logger)
 	url, opts, err := clientOptions(cfg, log)
@@ -123,6 +131,7 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*nats.
 	}
 	var st connState
 	st.connected = make(chan struct{})
+	tlsCheck := newTLSChecker(cfg, url)
 	opts = append(opts,
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			log.Info("nats connected", "server", ConnectedServer(nc))
@@ -133,6 +142,7 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*nats.
 			// operator at the default level, but a server that is simply
 			// down would flood the log on every retry: warn when the
 			// reason changes, and at most every connectWarnEvery otherwise.
+			err = tlsCheck.explain(err, time.Now())
 			if st.noteFailure(err, time.Now()) {
 				log.Warn("nats connect attempt failed; retrying", "err", err)
 			} else {
@@ -160,17 +170,35 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*nats.
 	if cfg.Async || nc.IsConnected() {
 		return nc, nil
 	}
-	select {
-	case <-st.connected:
-		return nc, nil
-	case <-ctx.Done():
-		nc.Close()
-		if last := st.err(); last != nil {
-			return nil, fmt.Errorf("%w to %s: %w: %w", ErrNotConnected, url, ctx.Err(), last)
+	// Whoever waits here (a daemon before it serves) is doing nothing
+	// else: say so, and why.
+	start := time.Now()
+	waitLog := time.NewTimer(waitLogAfter)
+	defer waitLog.Stop()
+	for {
+		select {
+		case <-st.connected:
+			return nc, nil
+		case <-ctx.Done():
+			nc.Close()
+			if last := st.err(); last != nil {
+				return nil, fmt.Errorf("%w to %s: %w: %w", ErrNotConnected, redactURLs(url), ctx.Err(), last)
+			}
+			return nil, fmt.Errorf("%w to %s: %w", ErrNotConnected, redactURLs(url), ctx.Err())
+		case <-waitLog.C:
+			attrs := []any{"urls", redactURLs(url), "waited", time.Since(start).Round(time.Second)}
+			if last := st.err(); last != nil {
+				attrs = append(attrs, "err", last)
+			}
+			log.Warn("waiting for NATS", attrs...)
+			waitLog.Reset(connectWarnEvery)
 		}
-		return nil, fmt.Errorf("%w to %s: %w", ErrNotConnected, url, ctx.Err())
 	}
 }
+
+// waitLogAfter is how long a blocking Connect waits before it logs
+// "waiting for NATS" the first time.
+const waitLogAfter = 3 * time.Second
 
 // connState is shared with the nats callbacks, which run on the
 // connection's dispatcher goroutine.
@@ -193,7 +221,7 @@ func (s *connState) noteFailure(err error, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = err
-	if reason := err.Error(); reason != s.warned || now.Sub(s.warnedAt) >= connectWarnEvery {
+	if reason := failureReason(err); reason != s.warned || now.Sub(s.warnedAt) >= connectWarnEvery {
 		s.warned, s.warnedAt = reason, now
 		return true
 	}

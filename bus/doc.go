@@ -17,7 +17,13 @@
 // # Clients
 //
 // Connect reconnects forever with capped, jittered back-off, retries a
-// failed first connection and logs connection events. Subscriptions that
+// failed first connection and logs connection events. A failed attempt is
+// a warning when its reason changes (at most every 30 s otherwise); where
+// nats.go's reason hides a server certificate that does not verify
+// ("nkeys not supported by the server", given before the TLS handshake),
+// Connect checks the certificates and logs the x509 reason with the
+// server's URL. A blocking Connect logs "waiting for NATS" while it
+// waits. Subscriptions that
 // carry output should get SetPendingLimits (PendingMsgsLimit,
 // PendingBytesLimit) instead of nats.go's smaller defaults. A same-process
 // client passes ClientConfig.InProcess and skips TCP.

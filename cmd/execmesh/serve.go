@@ -225,6 +225,10 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 		cc.InProcess = d.srv
 	} else {
 		cc.URLs = strings.Split(cfg.NATS.URL, ",")
+		// Nothing is served until the first connection: bus.Connect
+		// warns about failed attempts (with the certificate problem
+		// behind a refusal) and logs "waiting for NATS" meanwhile.
+		d.log.Info("connecting to NATS", "client", cc)
 	}
 	d.nc, err = bus.Connect(ctx, cc, d.log.With("component", "nats-client"))
 	if err != nil {
