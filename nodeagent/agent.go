@@ -54,6 +54,7 @@ type Agent struct {
 	ownPath   string
 	mgr       *session.Manager
 	idem      *idemCache
+	counters  counters // for $SRV.STATS and metrics (stats.go)
 
 	// handlerCtx bounds handler waits (yield windows, polls); it ends
 	// when Close begins so that they answer promptly. pubCtx bounds the
@@ -135,6 +136,12 @@ func New(cfg Config) (*Agent, error) {
 	// A terminal poll through the gateway acknowledges the queued event
 	// there; the node has nothing to drop.
 	scfg.OnAcknowledged = nil
+	// Command output is counted for $SRV.STATS and metrics (stats.go).
+	if prev := scfg.OnOutput; prev != nil {
+		scfg.OnOutput = func(n int) { prev(n); a.counters.addOutput(n) }
+	} else {
+		scfg.OnOutput = a.counters.addOutput
+	}
 	m, err := session.NewManager(scfg)
 	if err != nil {
 		return nil, fmt.Errorf("nodeagent: session core: %w", err)
@@ -335,6 +342,7 @@ func (a *Agent) addService(nc *nats.Conn) (micro.Service, error) {
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
 			a.log.Warn("micro service error", "subject", e.Subject, "err", e.Description)
 		},
+		StatsHandler: a.statsHandler(nc),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("nodeagent: micro service: %w", err)
@@ -354,7 +362,7 @@ func (a *Agent) addService(nc *nats.Conn) (micro.Service, error) {
 		{"applypatch", EndpointApplyPatch, noHeader(a.handleApplyPatch)},
 	}
 	for _, e := range endpoints {
-		if err := g.AddEndpoint(e.name, a.endpoint(e.name, e.fn), micro.WithEndpointSubject(e.subject),
+		if err := g.AddEndpoint(e.name, a.endpoint(e.name, a.counters.counted(e.name, e.fn)), micro.WithEndpointSubject(e.subject),
 			micro.WithEndpointPendingLimits(bus.PendingMsgsLimit, bus.PendingBytesLimit)); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("nodeagent: endpoint %s: %w", e.name, err)
@@ -476,6 +484,7 @@ func (a *Agent) onExit(ev protocol.ExitEvent) {
 			a.log.Warn("exit event not published", "sessionId", ev.SessionID, "err", err)
 			return
 		}
+		a.counters.exitEventPublished(ack)
 		a.log.Debug("exit event published", "sessionId", ev.SessionID, "seq", ack.Sequence, "duplicate", ack.Duplicate)
 	}()
 }
