@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodeagent"
 )
 
@@ -33,6 +35,7 @@ type nodeEnv struct {
 	HeartbeatMs *int    `env:"NODE_HEARTBEAT_MS"`
 	Security    *string `env:"NODE_SECURITY"`
 	Ask         *string `env:"NODE_ASK"`
+	MetricsAddr *string `env:"NODE_METRICS_ADDR"`
 }
 
 // serveNode runs `execmesh node`: a headless node agent in the foreground
@@ -55,6 +58,7 @@ func serveNode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	security := fs.String("security", "", "node-local limit on the security mode: deny, allowlist or full (default: as the gateway sends)")
 	ask := fs.String("ask", "", "node-local limit on the ask mode: off, on-miss or always (default: as the gateway sends)")
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://`addr`/metrics, e.g. 127.0.0.1:9101 (or $EXECMESH_NODE_METRICS_ADDR; default: off)")
 	pos, err := c.parseFlags(fs, "[flags]", args, true)
 	if err != nil {
 		return err
@@ -118,6 +122,22 @@ func serveNode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	fmt.Fprintf(stdout, "execmesh node: id %s, name %q, state %s\n", agent.ID(), agent.Name(), cfg.StateDir)
+	if addr := pick(*metricsAddr, ev.MetricsAddr); addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("node: --metrics-addr: %w", err)
+		}
+		mctx, stop := context.WithCancel(ctx)
+		served := make(chan error, 1)
+		go func() { served <- metrics.NewNode(agent.MetricsStats).Serve(mctx, ln) }()
+		defer func() {
+			stop()
+			if err := <-served; err != nil {
+				log.Warn("metrics server", "err", err)
+			}
+		}()
+		fmt.Fprintf(stdout, "execmesh node: metrics at http://%s/metrics\n", ln.Addr())
+	}
 	if err := agent.Run(ctx, nodeCloseTimeout); err != nil {
 		if errors.Is(err, nodeagent.ErrNoServer) {
 			return usageErrorf("node: %v", err)
