@@ -398,45 +398,50 @@
     const path = '/v1/sessions/' + encodeURIComponent(state.sessionKey) + '/' + encodeURIComponent(tail.id) + '/stream';
     try {
       const resp = await fetch(BASE + path, { headers, cache: 'no-store', signal: ctrl.signal });
-      if (!resp.ok) {
-        await streamRefused(tail, resp);
+      if (resp.ok) {
+        if (state.tail !== tail) return;
+        $('tail-panel').dataset.transport = 'stream';
+        await readEvents(resp.body, (name, data) => onTailEvent(tail, name, data));
+      } else if (!(await streamRefused(tail, resp))) {
+        // Only what may pass later is retried (the gateway or the node
+        // unavailable, a rate limit).
         return;
       }
-      if (state.tail !== tail) return;
-      $('tail-panel').dataset.transport = 'stream';
-      await readEvents(resp.body, (name, data) => onTailEvent(tail, name, data));
     } catch (e) {
       if (ctrl.signal.aborted) return;
       if (state.tail === tail) setText('tail-status', 'Output stream interrupted: ' + e.message, true);
     } finally {
       if (tail.ctrl === ctrl) tail.ctrl = null;
     }
-    // The stream ends after the final status; otherwise it was cut.
+    // The stream ends after the final status (the tail is done then);
+    // otherwise it was cut or refused for now: try again.
     retryTail(tail);
   }
 
-  // streamRefused handles a non-2xx answer to the stream request.
+  // streamRefused handles a non-2xx answer to the stream request and
+  // tells whether to try again later.
   async function streamRefused(tail, resp) {
     let msg = resp.status + ' ' + resp.statusText;
     try {
       const d = await resp.json();
       if (d && d.error) msg = typeof d.error === 'string' ? d.error : (d.error.message || msg);
     } catch (e) { /* not JSON */ }
-    if (state.tail !== tail) return;
+    if (state.tail !== tail) return false;
     if (resp.status === 401) {
       tail.done = true;
       if (state.authed) signOut('The gateway rejected the token; enter it again.');
-      return;
+      return false;
     }
     if (resp.status === 404 && msg.startsWith('not found: /')) {
       // The gateway's answer for a route it does not have: poll instead.
       tail.polling = true;
       $('tail-panel').dataset.transport = 'poll';
       schedule('tail', refreshTail, 1000);
-      return;
+      return false;
     }
     if (resp.status === 404) tail.done = true; // unknown session: no retry
     setText('tail-status', msg, true);
+    return resp.status === 429 || resp.status >= 500;
   }
 
   // readEvents parses a text/event-stream body and calls onEvent(name,
