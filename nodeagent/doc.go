@@ -60,6 +60,14 @@
 // it. The URLs and prefix are saved in the state dir (JoinFile) for later
 // starts.
 //
+// # Counters
+//
+// The micro stats endpoint ($SRV.STATS) carries the agent's counters (Stats:
+// sessions running and finished, calls by endpoint, output bytes, exit
+// events published, NATS reconnects) as every endpoint's data;
+// Agent.MetricsStats feeds the same counters to metrics.NewNode for
+// `execmesh node --metrics-addr`.
+//
 // # Disconnects
 //
 // The connection retries forever. Sessions keep running while NATS is
