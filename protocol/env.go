@@ -271,10 +271,19 @@ func filterOverrides(overrides map[string]string, blockPath bool) (accepted []en
 // "FOO"). JavaScript would use the object's insertion order instead, which
 // a Go map does not have.
 func trimmedEntries(env map[string]string) []envEntry {
-	entries := make([]envEntry, 0, len(env))
-	for _, raw := range sortedRawKeys(env) {
-		if key := jsTrim(raw); key != "" {
-			entries = append(entries, envEntry{key: key, value: env[raw]})
+	type rawEntry struct {
+		raw, key string
+	}
+	// Each key is trimmed once, not at every comparison of the sort.
+	raws := make([]rawEntry, 0, len(env))
+	for raw := range env {
+		raws = append(raws, rawEntry{raw: raw, key: jsTrim(raw)})
+	}
+	slices.SortFunc(raws, func(a, b rawEntry) int { return compareRawKeys(a.raw, a.key == a.raw, b.raw, b.key == b.raw) })
+	entries := make([]envEntry, 0, len(raws))
+	for _, r := range raws {
+		if r.key != "" {
+			entries = append(entries, envEntry{key: r.key, value: env[r.raw]})
 		}
 	}
 	return entries
@@ -287,17 +296,20 @@ func sortedRawKeys(m map[string]string) []string {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b string) int {
-		ea, eb := jsTrim(a) == a, jsTrim(b) == b
-		if ea != eb {
-			if ea {
-				return 1
-			}
-			return -1
-		}
-		return strings.Compare(a, b)
-	})
+	slices.SortFunc(keys, func(a, b string) int { return compareRawKeys(a, jsTrim(a) == a, b, jsTrim(b) == b) })
 	return keys
+}
+
+// compareRawKeys orders padded keys before exact ones (exact: the key
+// equals its trimmed form), then bytewise.
+func compareRawKeys(a string, exactA bool, b string, exactB bool) int {
+	if exactA != exactB {
+		if exactA {
+			return 1
+		}
+		return -1
+	}
+	return strings.Compare(a, b)
 }
 
 // normalizedUpper trims key and upper-cases it as JavaScript would; ok is
