@@ -132,30 +132,46 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*nats.
 	var st connState
 	st.connected = make(chan struct{})
 	tlsCheck := newTLSChecker(cfg, url)
+	// attemptFailed sees every failed connection attempt (see
+	// watchAttempts). Refused credentials and bad certificates must reach
+	// an operator at the default level, but a server that is simply down
+	// would flood the log on every retry: warn when the reason changes,
+	// and at most every connectWarnEvery otherwise.
+	attemptFailed := func(err error) {
+		err = tlsCheck.explain(err, time.Now())
+		if st.noteFailure(err, time.Now()) {
+			log.Warn("nats connect attempt failed; retrying", "err", err)
+		} else {
+			log.Debug("nats connect attempt failed", "err", err)
+		}
+	}
 	opts = append(opts,
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			log.Info("nats connected", "server", ConnectedServer(nc))
 			st.markConnected()
 		}),
-		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
-			// Refused credentials and bad certificates must reach an
-			// operator at the default level, but a server that is simply
-			// down would flood the log on every retry: warn when the
-			// reason changes, and at most every connectWarnEvery otherwise.
-			err = tlsCheck.explain(err, time.Now())
-			if st.noteFailure(err, time.Now()) {
-				log.Warn("nats connect attempt failed; retrying", "err", err)
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
 			} else {
-				log.Debug("nats connect attempt failed", "err", err)
+				log.Info("nats disconnected")
 			}
+			st.watch(nc, attemptFailed)
 		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { attemptFailed(err) }),
 		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
 			st.setErr(err)
 			attrs := []any{"err", err}
 			if sub != nil {
 				attrs = append(attrs, "subject", sub.Subject)
 			}
-			log.Warn("nats async error", attrs...)
+			if sub == nil && !nc.IsConnected() {
+				// A refusal while reconnecting (nats.go reports
+				// authorization errors here): one more failed attempt.
+				attemptFailed(err)
+			} else {
+				log.Warn("nats async error", attrs...)
+			}
 			if cfg.ErrorHandler != nil {
 				cfg.ErrorHandler(nc, sub, err)
 			}
@@ -166,6 +182,9 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*nats.
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("bus: connect %s: %w", url, err)
+	}
+	if !nc.IsConnected() {
+		st.watch(nc, attemptFailed)
 	}
 	if cfg.Async || nc.IsConnected() {
 		return nc, nil
@@ -201,7 +220,7 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*nats.
 const waitLogAfter = 3 * time.Second
 
 // connState is shared with the nats callbacks, which run on the
-// connection's dispatcher goroutine.
+// connection's dispatcher goroutine, and with watchAttempts.
 type connState struct {
 	connected chan struct{}
 	once      sync.Once
@@ -209,6 +228,53 @@ type connState struct {
 	last      error
 	warned    string    // reason of the last warning
 	warnedAt  time.Time // when it was logged
+	watching  bool      // a watchAttempts goroutine runs
+}
+
+// attemptPoll is how often watchAttempts looks at a connection that is
+// not connected.
+const attemptPoll = 200 * time.Millisecond
+
+// watch starts watchAttempts for nc unless one runs already.
+func (s *connState) watch(nc *nats.Conn, failed func(error)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watching {
+		return
+	}
+	s.watching = true
+	go s.watchAttempts(nc, failed)
+}
+
+// watchAttempts passes to failed the error of every failed connection
+// attempt that nats.go reports to no handler, until nc is connected or
+// closed. nats.go calls the ReconnectErrHandler only for the first
+// connect and for failed dials; an attempt that reached a server and
+// failed there (a certificate that does not verify, refused credentials
+// before the first connection, "nkeys not supported") only sets
+// nc.LastError, and nc.Stats().Reconnects counts the attempts that got
+// that far.
+func (s *connState) watchAttempts(nc *nats.Conn, failed func(error)) {
+	t := time.NewTicker(attemptPoll)
+	defer t.Stop()
+	seen := nc.Stats().Reconnects
+	for range t.C {
+		// Decided under s.mu, so that a disconnect that watch is told
+		// about meanwhile either finds this goroutine still watching
+		// or starts a new one.
+		s.mu.Lock()
+		if st := nc.Status(); st == nats.CONNECTED || st == nats.CLOSED {
+			s.watching = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		n, err := nc.Stats().Reconnects, nc.LastError()
+		if n != seen && err != nil {
+			seen = n
+			failed(err)
+		}
+	}
 }
 
 // connectWarnEvery bounds how often the same connection failure is logged
@@ -283,13 +349,6 @@ func clientOptions(cfg ClientConfig, log *slog.Logger) (string, []nats.Option, e
 		nats.IgnoreAuthErrorAbort(),
 		nats.CustomReconnectDelay(reconnectDelay),
 		nats.PingInterval(20 * time.Second),
-		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("nats disconnected", "err", err)
-			} else {
-				log.Info("nats disconnected")
-			}
-		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("nats reconnected", "server", ConnectedServer(nc))
 		}),

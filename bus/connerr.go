@@ -123,14 +123,17 @@ func (c *tlsChecker) check() error {
 
 // failureReason is what makes two connection failures the same for the
 // warning throttle: the error text, without the clock reading that an
-// expired certificate's error carries ("current time … is after …").
+// expired certificate's error carries ("current time … is after …"), in
+// lower case (nats.go reports the same refusal as "nats: authorization
+// violation" to one handler and "nats: Authorization Violation" to
+// another).
 func failureReason(err error) string {
 	s := err.Error()
 	var inv x509.CertificateInvalidError
 	if errors.As(err, &inv) {
 		s = strings.ReplaceAll(s, inv.Error(), fmt.Sprintf("x509 invalid certificate (reason %d)", inv.Reason))
 	}
-	return s
+	return strings.ToLower(s)
 }
 
 // redactURL drops the user information (user, password or token) from a

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
@@ -88,6 +89,70 @@ func TestConnectExplainsBadServerCertificate(t *testing.T) {
 	}
 }
 
+// TestConnectWarnsEveryNewReason: nats.go hands bus only the first
+// connection error and failed dials; bus must still warn when an attempt
+// that reached a server fails for a new reason. A node starts before its
+// server (connection refused); the server comes up with an expired
+// certificate (TLS, during the retries), then with a good certificate but
+// without the node's key (authorization); once the key is added the node
+// connects. Each reason is warned once.
+func TestConnectWarnsEveryNewReason(t *testing.T) {
+	pki := writeBadPKI(t)
+	node := newIdentity(t)
+	listen := bustest.Listen(bustest.FreePort(t))
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	nc, err := bus.Connect(t.Context(), bus.ClientConfig{URLs: []string{"tls://" + listen}, TLSCAFile: pki.ca, NKeySeed: node.Seed,
+		InboxPrefix: bus.InboxPrefix(node.NodeID), Async: true, Name: "early node"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	waitWarn := func(reason string) {
+		t.Helper()
+		bustest.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
+			if buf.line("level=WARN", "nats connect attempt failed", reason) == "" {
+				return fmt.Errorf("no warning with %q:\n%s", reason, buf.String())
+			}
+			return nil
+		})
+	}
+	waitWarn("connection refused")
+
+	other := newIdentity(t) // the server knows someone, so it asks for nkeys
+	serve := func(cert string, users ...bus.NKeyUser) *bus.Server {
+		return bustest.StartServer(t, bustest.WithListen(listen), bustest.WithoutJetStream(), bustest.WithNKeys(users...),
+			bustest.WithConfig(func(c *bus.ServerConfig) { c.TLSCertFile, c.TLSKeyFile = cert, pki.key }))
+	}
+	s := serve(pki.expired, nodeUser(t, other))
+	waitWarn("certificate has expired")
+	if err := s.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s = serve(pki.good, nodeUser(t, other))
+	waitWarn("authorization violation")
+	if err := s.AddNKeyUser(nodeUser(t, node)); err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("status %v", nc.Status())
+		}
+		return nil
+	})
+	for _, reason := range []string{"connection refused", "certificate has expired", "authorization violation"} {
+		n := 0
+		for l := range strings.SplitSeq(strings.ToLower(buf.String()), "\n") {
+			if strings.Contains(l, "nats connect attempt failed; retrying") && strings.Contains(l, reason) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d warnings for %q, want 1:\n%s", n, reason, buf.String())
+		}
+	}
+}
+
 // TestConnectNkeyNotSupportedWithGoodCertificate: when the certificate
 // verifies, the server simply does not ask for nkeys, and that is what
 // the error says.
@@ -127,10 +192,11 @@ func startPlainTLSServer(t *testing.T, cert, key string) string {
 	return "tls://" + s.Addr().String()
 }
 
-// badPKI is a CA, a server key, and two certificates for 127.0.0.1 with
-// that key: one signed by the CA but expired, one self-signed.
+// badPKI is a CA, a server key, and three certificates for 127.0.0.1
+// with that key: one signed by the CA, one signed by the CA but expired,
+// one self-signed.
 type badPKI struct {
-	ca, key, expired, selfSigned string
+	ca, key, good, expired, selfSigned string
 }
 
 func writeBadPKI(t *testing.T) badPKI {
@@ -180,6 +246,7 @@ func writeBadPKI(t *testing.T) badPKI {
 	return badPKI{
 		ca:         write("ca.pem", "CERTIFICATE", caDER),
 		key:        write("server-key.pem", "EC PRIVATE KEY", keyDER),
+		good:       write("good.pem", "CERTIFICATE", create(leaf(4, time.Now().Add(time.Hour)), ca, &srvKey.PublicKey, caKey)),
 		expired:    write("expired.pem", "CERTIFICATE", create(leaf(2, time.Now().Add(-24*time.Hour)), ca, &srvKey.PublicKey, caKey)),
 		selfSigned: write("self-signed.pem", "CERTIFICATE", create(self, self, &srvKey.PublicKey, srvKey)),
 	}
@@ -204,12 +271,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// line returns the first line containing every one of subs, or "".
+// line returns the first line containing every one of subs, ignoring
+// case, or "".
 func (s *syncBuffer) line(subs ...string) string {
 	for l := range strings.SplitSeq(s.String(), "\n") {
 		ok := true
 		for _, sub := range subs {
-			ok = ok && strings.Contains(l, sub)
+			ok = ok && strings.Contains(strings.ToLower(l), strings.ToLower(sub))
 		}
 		if ok {
 			return l
