@@ -23,7 +23,7 @@ func (m *Manager) Process(ctx context.Context, scopeKey string, args protocol.Pr
 		return protocol.FailedResult("Invalid process action. Expected one of: " + strings.Join(protocol.ProcessActions, ", "))
 	}
 	if args.Action == "list" {
-		return m.list(scopeKey)
+		return m.list(scopeKey, args)
 	}
 	id := args.SessionID
 	if id == "" {
@@ -483,40 +483,76 @@ func (m *Manager) remove(s *session, id string) protocol.Result {
 }
 
 // list answers process list: background sessions and retained finished
-// ones of the scope, newest first.
-func (m *Manager) list(scopeKey string) protocol.Result {
+// ones of the scope, newest first. With offset or limit only that page of
+// entries is built (see ListPage).
+func (m *Manager) list(scopeKey string, args protocol.ProcessArgs) protocol.Result {
+	page, err := ListPageOf(args)
+	if err != nil {
+		return protocol.FailedResult(protocol.AsError(err).Message)
+	}
 	m.mu.Lock()
-	var visible []*session
+	var candidates []*session
 	for _, s := range m.sessions {
 		if s.scopeKey == scopeKey {
-			visible = append(visible, s)
+			candidates = append(candidates, s)
 		}
 	}
 	m.mu.Unlock()
+	// Leave out what list does not show before sorting and slicing, so
+	// that a page counts only listed sessions; entries (the costly part:
+	// a map and the output tail each) are built for the page only.
+	visible := candidates[:0]
+	for _, s := range candidates {
+		s.mu.Lock()
+		listed := s.listedLocked()
+		s.mu.Unlock()
+		if listed {
+			visible = append(visible, s)
+		}
+	}
 	slices.SortFunc(visible, func(a, b *session) int {
 		if c := b.startedAt.Compare(a.startedAt); c != 0 {
 			return c
 		}
 		return int(b.seq) - int(a.seq)
 	})
+	total := len(visible)
+	if page.Paged {
+		lo, hi := page.Bounds(total)
+		visible = visible[lo:hi]
+	}
 	now := time.Now()
 	entries := make([]protocol.Details, 0, len(visible))
 	for _, s := range visible {
+		// nil when the session was swept since it was counted.
 		if d := s.listEntry(now); d != nil {
 			entries = append(entries, d)
 		}
 	}
+	if page.Paged {
+		return PagedListResult(page, entries, total)
+	}
 	return protocol.TextResult(ListText(entries), protocol.Details{"status": protocol.StatusCompleted, "sessions": entries})
+}
+
+// listedLocked reports whether process list shows the session: a
+// running background session, or a finished one still retained. Caller
+// holds s.mu.
+func (s *session) listedLocked() bool {
+	if s.exited {
+		return s.retained
+	}
+	return s.backgrounded
 }
 
 // listEntry is the list entry of a session, nil if list does not show it.
 func (s *session) listEntry(now time.Time) protocol.Details {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	finished := s.exited && s.retained
-	if !finished && (s.exited || !s.backgrounded) {
+	if !s.listedLocked() {
 		return nil
 	}
+	finished := s.exited
 	d := protocol.Details{
 		"sessionId": s.id,
 		"startedAt": s.startedAt.UnixMilli(),
@@ -538,6 +574,108 @@ func (s *session) listEntry(now time.Time) protocol.Details {
 	d["runtimeMs"] = now.Sub(s.startedAt).Milliseconds()
 	d["pid"] = s.pid
 	return s.nameDetail(s.factsLocked(now).addTo(d))
+}
+
+// ListPage is the page of a process list call that passed offset or
+// limit: the entries [Offset, Offset+Limit) of the newest-first list, or
+// from Offset to the end when Limit is 0. Without either (Paged false)
+// list answers every entry with OpenClaw's text and details.
+type ListPage struct {
+	// Paged is set when the call passed offset or limit.
+	Paged bool
+	// Offset is the index of the first entry shown (0 when absent).
+	Offset int
+	// Limit is the most entries shown; 0 when absent (to the end).
+	Limit int
+}
+
+// ListPageOf reads the page of a process list call from its offset and
+// limit. A negative offset, or a limit below 1, is an ErrInvalidRequest
+// *protocol.Error naming the parameter, as argument decoding answers
+// for process log's offset and limit.
+func ListPageOf(args protocol.ProcessArgs) (ListPage, error) {
+	var p ListPage
+	if args.Offset != nil {
+		if *args.Offset < 0 {
+			return ListPage{}, protocol.Errorf(protocol.ErrInvalidRequest, "%s parameter %q must not be negative", protocol.ToolProcess, "offset")
+		}
+		p.Paged, p.Offset = true, *args.Offset
+	}
+	if args.Limit != nil {
+		if *args.Limit < 1 {
+			return ListPage{}, protocol.Errorf(protocol.ErrInvalidRequest, "%s parameter %q must be at least 1 for list", protocol.ToolProcess, "limit")
+		}
+		p.Paged, p.Limit = true, *args.Limit
+	}
+	return p, nil
+}
+
+// End is the number of newest entries the page is cut from:
+// Offset+Limit, or 0 (all of them) when Limit is 0. A host asked for a
+// page need only produce its End newest entries.
+func (p ListPage) End() int {
+	if p.Limit == 0 {
+		return 0
+	}
+	if p.Offset > math.MaxInt-p.Limit {
+		return math.MaxInt
+	}
+	return p.Offset + p.Limit
+}
+
+// Bounds returns the page's part [lo, hi) of a newest-first list of total
+// entries.
+func (p ListPage) Bounds(total int) (lo, hi int) {
+	lo = min(p.Offset, total)
+	hi = total
+	if end := p.End(); end > 0 {
+		hi = min(end, total)
+	}
+	return lo, hi
+}
+
+// PagedListResult is the result of a paged process list: entries is the
+// page (the Bounds of the full newest-first list) and total the size of
+// that list. The details carry sessions, total, offset, limit (when
+// given) and nextOffset (when entries remain after the page). The text is
+// ListText of the page and, unless the page is the whole list, a last
+// line naming it: "(sessions 1–50 of 9974; next: offset=50)", "(session
+// 9974 of 9974)"; a page beyond the end is only "(no sessions at offset
+// 200; 120 in total)".
+func PagedListResult(p ListPage, entries []protocol.Details, total int) protocol.Result {
+	if entries == nil {
+		entries = []protocol.Details{}
+	}
+	lo, hi := p.Bounds(total)
+	d := protocol.Details{
+		"status":   protocol.StatusCompleted,
+		"sessions": entries,
+		"total":    total,
+		"offset":   p.Offset,
+	}
+	if p.Limit > 0 {
+		d["limit"] = p.Limit
+	}
+	if hi < total {
+		d["nextOffset"] = hi
+	}
+	var text string
+	switch {
+	case lo == 0 && hi == total:
+		text = ListText(entries)
+	case lo == hi:
+		text = "(no sessions at offset " + itoa(p.Offset) + "; " + itoa(total) + " in total)"
+	default:
+		text = ListText(entries) + "\n\n(sessions " + itoa(lo+1) + "–" + itoa(hi) + " of " + itoa(total)
+		if hi-lo == 1 {
+			text = ListText(entries) + "\n\n(session " + itoa(hi) + " of " + itoa(total)
+		}
+		if hi < total {
+			text += "; next: offset=" + itoa(hi)
+		}
+		text += ")"
+	}
+	return protocol.TextResult(text, d)
 }
 
 // ListText renders the text of process list for list entries (the

@@ -1,0 +1,215 @@
+package session
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// listIDs returns the session ids of a list result, in order.
+func listIDs(t *testing.T, res protocol.Result) []string {
+	t.Helper()
+	entries, ok := res.Details["sessions"].([]protocol.Details)
+	if !ok {
+		t.Fatalf("sessions: %T %v", res.Details["sessions"], res.Details)
+	}
+	ids := make([]string, len(entries))
+	for i, d := range entries {
+		ids[i], _ = d["sessionId"].(string)
+	}
+	return ids
+}
+
+// TestListPaging pages process list through the arguments as callers send
+// them (decoded from JSON). The sessions have finished, so their entries
+// and texts do not change between calls.
+func TestListPaging(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	const scope = "pages"
+	var started []string
+	for i := range 5 {
+		id := startBackground(t, m, ExecRequest{Command: "echo " + itoa(i), ScopeKey: scope})
+		waitExited(t, m, id)
+		started = append(started, id)
+	}
+	// Not listed: another scope's session and a foreground one.
+	waitExited(t, m, startBackground(t, m, ExecRequest{Command: "echo other", ScopeKey: "other"}))
+	mustExec(t, m, ExecRequest{Command: "echo fg", ScopeKey: scope})
+
+	full := proc(t, m, scope, protocol.ProcessArgs{Action: "list"})
+	newest := listIDs(t, full)
+	want := slices.Clone(started)
+	slices.Reverse(want)
+	if !slices.Equal(newest, want) {
+		t.Fatalf("list order %v, want newest first %v", newest, want)
+	}
+	// Without offset and limit: OpenClaw's result, nothing added.
+	fullEntries := full.Details["sessions"].([]protocol.Details)
+	if full.Text() != ListText(fullEntries) || len(full.Details) != 2 || full.Status() != protocol.StatusCompleted {
+		t.Fatalf("unpaged list: %q %v", full.Text(), full.Details)
+	}
+
+	tests := []struct {
+		name   string
+		args   string
+		lo, hi int    // the page, as indexes into newest
+		note   string // the last line; "" when the page is the whole list
+		next   int    // nextOffset; -1 when absent
+		limit  int    // details.limit; 0 when absent
+		offset int
+	}{
+		{"first page", `{"action":"list","limit":2}`, 0, 2, "(sessions 1–2 of 5; next: offset=2)", 2, 2, 0},
+		{"middle page", `{"action":"list","offset":2,"limit":2}`, 2, 4, "(sessions 3–4 of 5; next: offset=4)", 4, 2, 2},
+		{"last page, short", `{"action":"list","offset":4,"limit":2}`, 4, 5, "(session 5 of 5)", -1, 2, 4},
+		{"last page, exact", `{"action":"list","offset":3,"limit":2}`, 3, 5, "(sessions 4–5 of 5)", -1, 2, 3},
+		{"offset only", `{"action":"list","offset":1}`, 1, 5, "(sessions 2–5 of 5)", -1, 0, 1},
+		{"limit covers all", `{"action":"list","limit":50}`, 0, 5, "", -1, 50, 0},
+		{"offset zero only", `{"action":"list","offset":0}`, 0, 5, "", -1, 0, 0},
+		{"fractional limit floors", `{"action":"list","limit":1.9}`, 0, 1, "(session 1 of 5; next: offset=1)", 1, 1, 0},
+		{"at the end", `{"action":"list","offset":5,"limit":2}`, 5, 5, "(no sessions at offset 5; 5 in total)", -1, 2, 5},
+		{"beyond the end", `{"action":"list","offset":200}`, 5, 5, "(no sessions at offset 200; 5 in total)", -1, 0, 200},
+		{"huge bounds", `{"action":"list","offset":3,"limit":2147483647}`, 3, 5, "(sessions 4–5 of 5)", -1, math.MaxInt32, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args, err := protocol.DecodeProcessArgs([]byte(tc.args))
+			if err != nil {
+				t.Fatalf("decode %s: %v", tc.args, err)
+			}
+			res := proc(t, m, scope, args)
+			if res.Status() != protocol.StatusCompleted {
+				t.Fatalf("status %s: %q", res.Status(), res.Text())
+			}
+			ids := listIDs(t, res)
+			if !slices.Equal(ids, newest[tc.lo:tc.hi]) {
+				t.Errorf("page %v, want %v", ids, newest[tc.lo:tc.hi])
+			}
+			page := res.Details["sessions"].([]protocol.Details)
+			var text string
+			switch {
+			case tc.note == "":
+				text = ListText(page)
+			case len(page) == 0:
+				text = tc.note
+			default:
+				text = ListText(page) + "\n\n" + tc.note
+			}
+			if res.Text() != text {
+				t.Errorf("text %q, want %q", res.Text(), text)
+			}
+			if tc.note == "" && res.Text() != full.Text() {
+				t.Errorf("whole list as one page: text %q differs from the unpaged %q", res.Text(), full.Text())
+			}
+			wantDetails := protocol.Details{"status": protocol.StatusCompleted, "sessions": page, "total": 5, "offset": tc.offset}
+			if tc.limit > 0 {
+				wantDetails["limit"] = tc.limit
+			}
+			if tc.next >= 0 {
+				wantDetails["nextOffset"] = tc.next
+			}
+			if !reflect.DeepEqual(res.Details, wantDetails) {
+				t.Errorf("details %v, want %v", res.Details, wantDetails)
+			}
+			// The page's entries are those of the full list.
+			if len(page) > 0 && !reflect.DeepEqual(page, fullEntries[tc.lo:tc.hi]) {
+				t.Errorf("entries differ from the full list's")
+			}
+		})
+	}
+
+	t.Run("empty scope", func(t *testing.T) {
+		res := proc(t, m, "nobody", protocol.ProcessArgs{Action: "list", Limit: ptr(10)})
+		if res.Text() != emptyListText || res.Details["total"] != 0 || len(listIDs(t, res)) != 0 {
+			t.Fatalf("empty scope: %q %v", res.Text(), res.Details)
+		}
+		res = proc(t, m, "nobody", protocol.ProcessArgs{Action: "list"})
+		if res.Text() != emptyListText || len(res.Details) != 2 {
+			t.Fatalf("empty scope, unpaged: %q %v", res.Text(), res.Details)
+		}
+	})
+}
+
+// TestListPagingBadValues: bad offset and limit values fail like process
+// log's, before anything is listed. Decoding refuses negative numbers
+// and non-numbers; the session core refuses what decoding lets through
+// for list only (limit 0) and what direct callers pass.
+func TestListPagingBadValues(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	waitExited(t, m, startBackground(t, m, ExecRequest{Command: "echo x", ScopeKey: "bad"}))
+	tests := []struct {
+		name    string
+		args    string // decoded; "" means direct below
+		direct  protocol.ProcessArgs
+		decoded string // the decoding error, or "" when decoding passes
+		failed  string // the failed result's text
+	}{
+		{name: "negative offset", args: `{"action":"list","offset":-1}`, decoded: `process parameter "offset" must not be negative`},
+		{name: "negative limit", args: `{"action":"list","limit":-5}`, decoded: `process parameter "limit" must not be negative`},
+		{name: "string limit", args: `{"action":"list","limit":"ten"}`, decoded: `process parameter "limit" must be a non-negative integer`},
+		{name: "boolean offset", args: `{"action":"list","offset":true}`, decoded: `process parameter "offset" must be a non-negative integer`},
+		{name: "zero limit", args: `{"action":"list","limit":0}`, failed: `process parameter "limit" must be at least 1 for list`},
+		{name: "zero limit with offset", args: `{"action":"list","offset":3,"limit":0}`, failed: `process parameter "limit" must be at least 1 for list`},
+		{name: "direct negative offset", direct: protocol.ProcessArgs{Action: "list", Offset: ptr(-2)}, failed: `process parameter "offset" must not be negative`},
+		{name: "direct negative limit", direct: protocol.ProcessArgs{Action: "list", Limit: ptr(-1)}, failed: `process parameter "limit" must be at least 1 for list`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.direct
+			if tc.args != "" {
+				var err error
+				args, err = protocol.DecodeProcessArgs([]byte(tc.args))
+				if tc.decoded != "" {
+					var pe *protocol.Error
+					if !errors.As(err, &pe) || pe.Type != protocol.ErrInvalidRequest || pe.Message != tc.decoded {
+						t.Fatalf("decode %s: %v, want invalid_request %q", tc.args, err, tc.decoded)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("decode %s: %v", tc.args, err)
+				}
+			}
+			res := proc(t, m, "bad", args)
+			if res.Status() != protocol.StatusFailed || res.Text() != tc.failed || res.Details["error"] != tc.failed {
+				t.Fatalf("got %s %q %v, want failed %q", res.Status(), res.Text(), res.Details, tc.failed)
+			}
+			_, err := ListPageOf(args)
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Type != protocol.ErrInvalidRequest || pe.Message != tc.failed {
+				t.Fatalf("ListPageOf: %v", err)
+			}
+		})
+	}
+}
+
+func TestListPageBounds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		page   ListPage
+		total  int
+		end    int
+		lo, hi int
+	}{
+		{ListPage{}, 7, 0, 0, 7},
+		{ListPage{Paged: true, Limit: 3}, 7, 3, 0, 3},
+		{ListPage{Paged: true, Offset: 5, Limit: 3}, 7, 8, 5, 7},
+		{ListPage{Paged: true, Offset: 9, Limit: 3}, 7, 12, 7, 7},
+		{ListPage{Paged: true, Offset: 2}, 7, 0, 2, 7},
+		{ListPage{Paged: true, Offset: 2}, 0, 0, 0, 0},
+		{ListPage{Paged: true, Offset: math.MaxInt, Limit: 10}, 7, math.MaxInt, 7, 7},
+	}
+	for _, tc := range tests {
+		if end := tc.page.End(); end != tc.end {
+			t.Errorf("%+v: End %d, want %d", tc.page, end, tc.end)
+		}
+		if lo, hi := tc.page.Bounds(tc.total); lo != tc.lo || hi != tc.hi {
+			t.Errorf("%+v of %d: Bounds [%d, %d), want [%d, %d)", tc.page, tc.total, lo, hi, tc.lo, tc.hi)
+		}
+	}
+}
