@@ -22,6 +22,10 @@ const (
 	streamPing = 15 * time.Second
 )
 
+// retentionNote starts the log text once the retention cap discarded
+// output (session's retentionCapNote).
+const retentionNote = "[earlier output was discarded at the retention cap and cannot be recovered]\n\n"
+
 // noOutputYet is the log text of a running session without output.
 const noOutputYet = "(no output yet)"
 
@@ -43,11 +47,15 @@ type streamTiming struct {
 // nothing an agent has not read and acknowledges no exit notice), every
 // 250 ms, and pushes what changed:
 //
-//   - event "output", data {"append": text} when the retained output
-//     extends what was sent, or {"reset": text} with the whole retained
-//     output when it does not (the first output event, and after the
-//     retention cap dropped the start). The text is what process log shows
-//     (all retained lines), without the waiting-for-input hint.
+//   - event "output", data {"append": text} with the output that is new
+//     since the last event, or {"reset": text} with the whole retained
+//     output (the first output event, and whenever the new output cannot
+//     be lined up with what was sent). Once the retention cap drops the
+//     start of the output, the stream goes on appending: the client's text
+//     is then the output since the stream began, whose end is the
+//     retained output; a client keeps as much of it as it likes. The text
+//     is what process log shows (all retained lines), without the
+//     waiting-for-input hint.
 //   - event "status", data {"status", "sessionId", "waitingForInput"} when
 //     the session's state changes; the last one, for a session that is no
 //     longer running, adds "exitCode", "exitSignal", "exitReason" (when the
@@ -206,7 +214,14 @@ func (s *sessionStream) update(res protocol.Result) bool {
 			return false
 		}
 	default:
-		if !s.event("output", map[string]string{"reset": out}) {
+		// The cap dropped the start: send only what is new rather than
+		// the whole retained output (up to 200 000 chars) at every tick.
+		data := map[string]string{"reset": out}
+		prev, body := strings.TrimPrefix(s.sent, retentionNote), strings.TrimPrefix(out, retentionNote)
+		if n := slid(prev, body); n >= 0 {
+			data = map[string]string{"append": body[n:]}
+		}
+		if !s.event("output", data) {
 			return false
 		}
 	}
@@ -228,6 +243,43 @@ func (s *sessionStream) update(res protocol.Result) bool {
 	}
 	s.event("status", final)
 	return false
+}
+
+// slidProbe is how much of the new text is searched for in the old one,
+// and slidMinOverlap how much of the two must agree, for slid to line
+// them up; slidCandidates bounds the places tried.
+const (
+	slidProbe      = 64
+	slidMinOverlap = 1024 // or a quarter of the old text, if less
+	slidCandidates = 16
+)
+
+// slid lines up the retained output before (sent) and after (out) the
+// retention cap dropped its start: it returns the length of the longest
+// suffix of sent that out starts with, at least min(slidMinOverlap,
+// len(sent)/4) bytes long and shorter than sent, or -1. The text after
+// that overlap in out is new.
+func slid(sent, out string) int {
+	minOverlap := min(slidMinOverlap, len(sent)/4)
+	if minOverlap < slidProbe || len(out) < minOverlap {
+		return -1
+	}
+	probe := out[:slidProbe]
+	from := 1
+	for range slidCandidates {
+		i := strings.Index(sent[from:], probe)
+		if i < 0 {
+			return -1
+		}
+		k := from + i
+		if n := len(sent) - k; n < minOverlap {
+			return -1
+		} else if strings.HasPrefix(out, sent[k:]) {
+			return n
+		}
+		from = k + 1
+	}
+	return -1
 }
 
 // event sends one event; data is JSON on a single line. It returns false

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -252,7 +253,7 @@ func TestSessionStreamReset(t *testing.T) {
 		}
 	})
 	res := tg.invoke("exec", map[string]any{
-		"command":    `i=0; while [ $i -lt 60 ]; do echo "line-$i-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; i=$((i+1)); sleep 0.02; done`,
+		"command":    `i=0; while [ $i -lt 60 ]; do echo "line-$i-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; i=$((i+1)); sleep 0.05; done`,
 		"background": true,
 	}, "")
 	if res.Status() != protocol.StatusRunning {
@@ -261,18 +262,54 @@ func TestSessionStreamReset(t *testing.T) {
 	id := res.SessionID()
 	c := openStream(t, tg.srv.URL, streamPath(DefaultSessionKey, id), "")
 	r := c.follow(t, 30*time.Second)
-	if len(r.resets) < 2 {
-		t.Errorf("want a reset after the cap, got resets %d, appends %d", len(r.resets), len(r.appends))
-	}
 	if r.final == nil || r.final["status"] != protocol.StatusCompleted {
 		t.Fatalf("final: %v", r.final)
 	}
-	log := tg.invoke("process", map[string]any{"action": "log", "sessionId": id, "offset": 0}, "")
-	if r.view != log.Text() {
-		t.Errorf("client view differs from the log:\nview %q\nlog  %q", r.view, log.Text())
+	// Once the cap drops the start, the stream goes on appending what is
+	// new instead of resending the whole retained output at every tick (a
+	// tick delayed past the cap by a loaded machine may still reset).
+	if len(r.resets) > 3 || len(r.appends) < 5 {
+		t.Errorf("after the cap: %d resets, %d appends; want appends of the new output", len(r.resets), len(r.appends))
 	}
-	if !strings.Contains(r.view, "line-59-") || strings.Contains(r.view, "line-0-") {
-		t.Errorf("view does not hold the retained tail: %q", r.view)
+	log := tg.invoke("process", map[string]any{"action": "log", "sessionId": id, "offset": 0}, "")
+	if body := strings.TrimPrefix(log.Text(), retentionNote); body == log.Text() || !strings.HasSuffix(r.view, body) {
+		t.Errorf("client view does not end with the retained log:\nview %q\nlog  %q", r.view, log.Text())
+	}
+	if len(r.resets) == 1 {
+		// One reset (the first event): the view is the whole output.
+		var want strings.Builder
+		for i := range 60 {
+			fmt.Fprintf(&want, "line-%d-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n", i)
+		}
+		if got := strings.TrimPrefix(r.view, retentionNote); strings.TrimRight(got, "\n") != strings.TrimRight(want.String(), "\n") {
+			t.Errorf("view is not the whole output:\n%q", got)
+		}
+	}
+}
+
+// TestSlid lines up retained output before and after the cap slid it.
+func TestSlid(t *testing.T) {
+	long := strings.Repeat("0123456789abcdef", 200) // 3200 bytes
+	for _, tc := range []struct {
+		name      string
+		sent, out string
+		want      int
+	}{
+		{"slid by 100", long, long[100:] + "NEW", len(long) - 100},
+		{"nothing in common", long, strings.Repeat("z", 3000), -1},
+		{"overlap too short", long, long[3000:] + strings.Repeat("q", 2000), -1},
+		{"short texts", "abc", "bcd", -1},
+		{"periodic text lines up at the tail", strings.Repeat("\\x00", 1000), strings.Repeat("\\x00", 1000) + "end", 3996},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := slid(tc.sent, tc.out)
+			if got != tc.want {
+				t.Fatalf("slid = %d, want %d", got, tc.want)
+			}
+			if got >= 0 && !strings.HasSuffix(tc.sent+tc.out[got:], tc.out) {
+				t.Fatalf("view would not end with out")
+			}
+		})
 	}
 }
 

@@ -473,6 +473,10 @@
     }
   }
 
+  // TAIL_KEEP is how much output the live tail keeps: the session core's
+  // retention cap.
+  const TAIL_KEEP = 200000;
+
   function onTailEvent(tail, name, raw) {
     if (state.tail !== tail) return;
     let d;
@@ -481,7 +485,12 @@
     const atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
     if (name === 'output') {
       if (typeof d.reset === 'string') out.textContent = d.reset;
-      else if (typeof d.append === 'string') out.append(d.append);
+      else if (typeof d.append === 'string') {
+        out.append(d.append);
+        // The stream keeps appending after the retention cap dropped the
+        // start of the output; the view keeps the newest TAIL_KEEP chars.
+        if (out.textContent.length > 2 * TAIL_KEEP) out.textContent = out.textContent.slice(-TAIL_KEEP);
+      }
       if (atBottom) out.scrollTop = out.scrollHeight;
     } else if (name === 'status') {
       const st = String(d.status || '');
