@@ -92,6 +92,9 @@ type nodeProcessWire struct {
 type nodeListWire struct {
 	SessionKey string `json:"sessionKey,omitempty"`
 	All        bool   `json:"all,omitempty"`
+	// Limit asks for the newest Limit entries of each sessionKey only
+	// (a paged list); 0 for all.
+	Limit int `json:"limit,omitempty"`
 }
 
 // nodeListReplyWire is nodeagent.ListResponse.
@@ -102,6 +105,10 @@ type nodeListReplyWire struct {
 		SessionKey string           `json:"sessionKey"`
 		Details    protocol.Details `json:"details"`
 	} `json:"sessions"`
+	// Total counts the entries Limit aside; Partial says Limit left some
+	// out, so sessions missing from Sessions may still exist.
+	Total   int  `json:"total,omitempty"`
+	Partial bool `json:"partial,omitempty"`
 }
 
 // pairingNoticeWire is nodeagent.PairingNotice.

@@ -27,7 +27,7 @@ func TestNodeWireMatchesNodeAgent(t *testing.T) {
 		{"applypatch", &nodeApplyPatchWire{SessionKey: "k", AgentID: "a", Args: args, Security: "full"},
 			&nodeagent.ApplyPatchRequest{SessionKey: "k", AgentID: "a", Args: args, Security: "full"}},
 		{"process", &nodeProcessWire{SessionKey: "k", Args: args}, &nodeagent.ProcessRequest{SessionKey: "k", Args: args}},
-		{"list", &nodeListWire{SessionKey: "k", All: true}, &nodeagent.ListRequest{SessionKey: "k", All: true}},
+		{"list", &nodeListWire{SessionKey: "k", All: true, Limit: 3}, &nodeagent.ListRequest{SessionKey: "k", All: true, Limit: 3}},
 		{"pairing", &pairingNoticeWire{Status: "paired"}, &nodeagent.PairingNotice{Status: "paired"}},
 		{"heartbeat", &heartbeatWire{NodeID: "n", PublicKey: "p", Name: "x", Platform: "linux", Hostname: "h", Version: "v", Instance: "i", StartedAt: 1, Sessions: 2, Server: "s", IntervalMs: 3, TS: 4},
 			&nodeagent.Heartbeat{NodeID: "n", PublicKey: "p", Name: "x", Platform: "linux", Hostname: "h", Version: "v", Instance: "i", StartedAt: 1, Sessions: 2, Server: "s", IntervalMs: 3, TS: 4}},
@@ -64,12 +64,12 @@ func TestNodeWireMatchesNodeAgent(t *testing.T) {
 			}
 		}
 	}
-	lr := nodeagent.ListResponse{NodeID: "n", Instance: "i", Sessions: []nodeagent.ListedSession{{SessionKey: "k", Details: protocol.Details{"sessionId": "s"}}}}
+	lr := nodeagent.ListResponse{NodeID: "n", Instance: "i", Sessions: []nodeagent.ListedSession{{SessionKey: "k", Details: protocol.Details{"sessionId": "s"}}}, Total: 7, Partial: true}
 	b, _ := json.Marshal(lr)
 	var glr nodeListReplyWire
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&glr); err != nil || glr.Sessions[0].SessionKey != "k" || glr.Instance != "i" {
+	if err := dec.Decode(&glr); err != nil || glr.Sessions[0].SessionKey != "k" || glr.Instance != "i" || glr.Total != 7 || !glr.Partial {
 		t.Fatalf("list reply: %+v %v", glr, err)
 	}
 	if nodeHeaderIdempotencyKey != nodeagent.HeaderIdempotencyKey || nodeHeaderSession != nodeagent.HeaderSession ||

@@ -216,11 +216,17 @@ func (a *Agent) handleProcess(ctx context.Context, req micro.Request) ([]byte, n
 	return b, hdr, err
 }
 
-// handleList lists the sessions of one sessionKey, or of all.
+// handleList lists the sessions of one sessionKey, or of all. With a
+// Limit each sessionKey contributes only its Limit newest entries, and
+// the reply says how many there are in all and whether some were left
+// out.
 func (a *Agent) handleList(ctx context.Context, req micro.Request) ([]byte, error) {
 	var r ListRequest
 	if err := decodeStrict("list", req.Data(), &r); err != nil {
 		return nil, err
+	}
+	if r.Limit < 0 {
+		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "list: limit must not be negative")
 	}
 	var scopes []string
 	switch {
@@ -233,24 +239,42 @@ func (a *Agent) handleList(ctx context.Context, req micro.Request) ([]byte, erro
 	}
 	resp := ListResponse{NodeID: a.id.NodeID, Instance: a.instance, Sessions: []ListedSession{}}
 	for _, scope := range scopes {
-		entries, err := a.listScope(ctx, scope)
+		entries, total, err := a.listScope(ctx, scope, r.Limit)
 		if err != nil {
 			return nil, err
 		}
 		for _, d := range entries {
 			resp.Sessions = append(resp.Sessions, ListedSession{SessionKey: scope, Details: d})
 		}
+		if r.Limit > 0 {
+			resp.Total += total
+			resp.Partial = resp.Partial || total > len(entries)
+		}
 	}
 	return json.Marshal(resp)
 }
 
-// listScope returns the process-list entries of one sessionKey and
-// forgets the sessions the session core no longer lists.
-func (a *Agent) listScope(ctx context.Context, scope string) ([]protocol.Details, error) {
-	res := a.mgr.Process(ctx, scope, protocol.ProcessArgs{Action: "list"})
+// listScope returns the process-list entries of one sessionKey (its
+// limit newest ones when limit is above 0) and how many it has in all.
+// A complete list also forgets the sessions the session core no longer
+// lists; a partial one cannot tell them from those beyond the limit.
+func (a *Agent) listScope(ctx context.Context, scope string, limit int) ([]protocol.Details, int, error) {
+	args := protocol.ProcessArgs{Action: "list"}
+	if limit > 0 {
+		args.Limit = &limit
+	}
+	res := a.mgr.Process(ctx, scope, args)
 	entries, err := DetailsList(res.Details["sessions"])
 	if err != nil {
-		return nil, protocol.Errorf(protocol.ErrInternal, "list: %v", err)
+		return nil, 0, protocol.Errorf(protocol.ErrInternal, "list: %v", err)
+	}
+	total := len(entries)
+	if limit > 0 {
+		n, ok := res.Details["total"].(int)
+		if !ok {
+			return nil, 0, protocol.Errorf(protocol.ErrInternal, "list: paged result without a total (%s)", res.Text())
+		}
+		total = n
 	}
 	listed := make(map[string]bool, len(entries))
 	for _, d := range entries {
@@ -258,6 +282,9 @@ func (a *Agent) listScope(ctx context.Context, scope string) ([]protocol.Details
 			listed[id] = true
 			a.track(scope, id)
 		}
+	}
+	if total > len(entries) {
+		return entries, total, nil
 	}
 	a.mu.Lock()
 	var stale []string
@@ -270,7 +297,7 @@ func (a *Agent) listScope(ctx context.Context, scope string) ([]protocol.Details
 	for _, id := range stale {
 		a.track(scope, id)
 	}
-	return entries, nil
+	return entries, total, nil
 }
 
 // DetailsList converts the "sessions" of a process list result, which

@@ -180,6 +180,10 @@ type ProcessRequest struct {
 type ListRequest struct {
 	SessionKey string `json:"sessionKey,omitempty"`
 	All        bool   `json:"all,omitempty"`
+	// Limit, when above 0, asks for only the Limit newest entries of each
+	// sessionKey (process list order), for a gateway answering a paged
+	// list: the offset+limit of its caller. 0 lists everything.
+	Limit int `json:"limit,omitempty"`
 }
 
 // ListResponse answers a ListRequest.
@@ -189,6 +193,12 @@ type ListResponse struct {
 	// agent restarts, and with it every session the node held is gone.
 	Instance string          `json:"instance"`
 	Sessions []ListedSession `json:"sessions"`
+	// Total is, with a Limit, how many entries the sessionKeys listed
+	// have in all, Limit aside.
+	Total int `json:"total,omitempty"`
+	// Partial is set when Limit left entries out: a session not in
+	// Sessions may still exist on the node.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // ListedSession is one session of a ListResponse: its scope and its
