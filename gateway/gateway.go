@@ -403,20 +403,12 @@ type call struct {
 }
 
 func (c *call) process(ctx context.Context, args protocol.ProcessArgs) (protocol.Result, error) {
+	if args.Action == "list" {
+		return c.list(ctx, args)
+	}
 	nodes := c.g.nodeBackend()
 	if nodes == nil {
 		return c.g.local.Process(ctx, c.sessionKey, args), nil
-	}
-	if args.Action == "list" {
-		local := c.g.local.Process(ctx, c.sessionKey, args)
-		remote, err := nodes.List(ctx, c.sessionKey)
-		if err != nil {
-			c.g.log.Warn("listing node sessions", "err", err)
-		}
-		if len(remote) == 0 {
-			return local, nil
-		}
-		return mergeLists(local, remote), nil
 	}
 	if args.SessionID != "" && !c.g.local.Has(c.sessionKey, args.SessionID) {
 		res, handled, err := nodes.Process(ctx, c.sessionKey, args)
@@ -430,23 +422,92 @@ func (c *call) process(ctx context.Context, args protocol.ProcessArgs) (protocol
 	return c.g.local.Process(ctx, c.sessionKey, args), nil
 }
 
+// nodePager is a node backend that lists a page of node sessions
+// (nodeRouter.ListPage): at most limit entries per source and the size
+// of the whole list.
+type nodePager interface {
+	ListPage(ctx context.Context, sessionKey string, limit int) ([]protocol.Details, int, error)
+}
+
+// list answers process list: the gateway's sessions and the nodes'. With
+// offset or limit (session.ListPage) every host lists only its End newest
+// entries, and the page is cut from their merge.
+func (c *call) list(ctx context.Context, args protocol.ProcessArgs) (protocol.Result, error) {
+	page, err := session.ListPageOf(args)
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	nodes := c.g.nodeBackend()
+	if nodes == nil {
+		return c.g.local.Process(ctx, c.sessionKey, args), nil
+	}
+	if !page.Paged {
+		local := c.g.local.Process(ctx, c.sessionKey, args)
+		remote, err := nodes.List(ctx, c.sessionKey)
+		if err != nil {
+			c.g.log.Warn("listing node sessions", "err", err)
+		}
+		if len(remote) == 0 {
+			return local, nil
+		}
+		return mergeLists(local, remote), nil
+	}
+	end := page.End()
+	first := 0
+	largs := protocol.ProcessArgs{Action: "list", Offset: &first}
+	if end > 0 {
+		largs.Limit = &end
+	}
+	local := c.g.local.Process(ctx, c.sessionKey, largs)
+	total, _ := local.Details["total"].(int)
+	var remote []protocol.Details
+	var remoteTotal int
+	if p, ok := nodes.(nodePager); ok {
+		remote, remoteTotal, err = p.ListPage(ctx, c.sessionKey, end)
+	} else {
+		remote, err = nodes.List(ctx, c.sessionKey)
+		remoteTotal = len(remote)
+	}
+	if err != nil {
+		c.g.log.Warn("listing node sessions", "err", err)
+	}
+	total += remoteTotal
+	all := append(listEntries(local), remote...)
+	sortNewestFirst(all)
+	lo, hi := page.Bounds(total)
+	lo, hi = min(lo, len(all)), min(hi, len(all))
+	return session.PagedListResult(page, all[lo:hi], total), nil
+}
+
 // mergeLists adds node sessions to a local list result, newest first.
 func mergeLists(local protocol.Result, remote []protocol.Details) protocol.Result {
+	all := append(listEntries(local), remote...)
+	sortNewestFirst(all)
+	return protocol.TextResult(session.ListText(all), protocol.Details{"status": protocol.StatusCompleted, "sessions": all})
+}
+
+// listEntries returns the entries of a list result: []protocol.Details
+// from the session core, []any after a JSON round trip.
+func listEntries(res protocol.Result) []protocol.Details {
 	var all []protocol.Details
-	if l, ok := local.Details["sessions"].([]protocol.Details); ok {
+	if l, ok := res.Details["sessions"].([]protocol.Details); ok {
 		all = append(all, l...)
-	} else if l, ok := local.Details["sessions"].([]any); ok {
+	} else if l, ok := res.Details["sessions"].([]any); ok {
 		for _, e := range l {
 			if d, ok := e.(map[string]any); ok {
 				all = append(all, protocol.Details(d))
 			}
 		}
 	}
-	all = append(all, remote...)
+	return all
+}
+
+// sortNewestFirst orders list entries by startedAt, newest first; entries
+// that started in the same millisecond keep their order.
+func sortNewestFirst(all []protocol.Details) {
 	slices.SortStableFunc(all, func(a, b protocol.Details) int {
 		return cmpNumber(b["startedAt"], a["startedAt"])
 	})
-	return protocol.TextResult(session.ListText(all), protocol.Details{"status": protocol.StatusCompleted, "sessions": all})
 }
 
 func cmpNumber(a, b any) int {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -603,14 +604,40 @@ func lostResult(rs remoteSession, n nodeInfo) protocol.Result {
 // from the index for nodes that cannot be asked. Sessions lost with a
 // node restart are listed with status "lost" until removed.
 func (r *nodeRouter) List(ctx context.Context, sessionKey string) ([]protocol.Details, error) {
+	out, _, err := r.ListPage(ctx, sessionKey, 0)
+	return out, err
+}
+
+// ListPage is List for a paged process list: when limit is above 0 each
+// node is asked for its limit newest entries only, and at most limit
+// entries of each source (a node that answered, the index for the rest)
+// are returned: enough for the caller to cut any page ending at limit
+// from their merge, newest first. total is the size of the whole list.
+//
+// A node whose answer is partial (it left entries out) has its listed
+// sessions refreshed and no others: the ones beyond its limit are
+// neither dropped from the index nor marked lost, and are left out of
+// the entries (they are in the node's total). Sessions of an earlier run
+// of the node are marked lost as with a full list.
+//
+// Entries are ordered so that pages cut from the merge fit together:
+// each answering node's in the node's own order (by node id), then the
+// index's other entries, newest first; ties of startedAt keep that order
+// in a stable sort.
+func (r *nodeRouter) ListPage(ctx context.Context, sessionKey string, limit int) (entries []protocol.Details, total int, err error) {
 	if err := r.alive(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	limit = max(limit, 0)
 	r.waitDiscovered(ctx)
 	nodes := r.allNodes()
 	timeout := r.options().CallTimeout
 	asOf := r.indexMark()
-	body, _ := json.Marshal(nodeListWire{SessionKey: sessionKey})
+	full, _ := json.Marshal(nodeListWire{SessionKey: sessionKey})
+	body := full
+	if limit > 0 {
+		body, _ = json.Marshal(nodeListWire{SessionKey: sessionKey, Limit: limit})
+	}
 	type answer struct {
 		n     nodeInfo
 		reply nodeListReplyWire
@@ -621,18 +648,22 @@ func (r *nodeRouter) List(ctx context.Context, sessionKey string) ([]protocol.De
 		sem     = make(chan struct{}, listConcurrency)
 		answers = make([]answer, 0, len(nodes))
 		mu      sync.Mutex
-		asked   = map[string]bool{}
 	)
 	for _, n := range nodes {
 		if n.pairing != pairingPaired || !n.live {
 			continue
 		}
-		asked[n.id] = true
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			a := answer{n: n}
 			m, err := r.call(ctx, n, nodeEndpointList, body, nil, timeout)
+			var pe *protocol.Error
+			if limit > 0 && errors.As(err, &pe) && pe.Type == protocol.ErrInvalidRequest {
+				// A node agent from before paged lists refuses the
+				// limit field: ask it for everything.
+				m, err = r.call(ctx, n, nodeEndpointList, full, nil, timeout)
+			}
 			if err == nil {
 				err = json.Unmarshal(m.Data, &a.reply)
 			}
@@ -643,38 +674,96 @@ func (r *nodeRouter) List(ctx context.Context, sessionKey string) ([]protocol.De
 		})
 	}
 	wg.Wait()
-	var errs []error
+	slices.SortFunc(answers, func(a, b answer) int { return strings.Compare(a.n.id, b.n.id) })
+	type listedBy struct {
+		nodeID  string
+		listed  []*remoteSession // in the node's order
+		partial bool
+		total   int
+	}
+	var (
+		errs   []error
+		listed []listedBy
+	)
 	for _, a := range answers {
 		if a.err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", a.n.label(), a.err))
-			delete(asked, a.n.id)
 			continue
 		}
-		entries := map[string][]protocol.Details{sessionKey: nil}
+		var mine []protocol.Details
 		for _, s := range a.reply.Sessions {
 			if s.SessionKey == sessionKey {
-				entries[sessionKey] = append(entries[sessionKey], s.Details)
+				mine = append(mine, s.Details)
 			}
 		}
-		r.reconcile(a.n.id, a.reply.Instance, entries, false, asOf)
+		partial := limit > 0 && a.reply.Partial
+		rs := r.reconcileList(a.n.id, a.reply.Instance, map[string][]protocol.Details{sessionKey: mine}, false, partial, asOf)
+		listed = append(listed, listedBy{nodeID: a.n.id, listed: rs, partial: partial, total: a.reply.Total})
 	}
+
 	// Everything now in the index for this scope: fresh entries of the
-	// nodes asked, last known entries of the others, and lost sessions.
+	// nodes asked, last known entries of the others, and lost sessions,
+	// but not what partial answers left out.
 	r.mu.Lock()
-	var out []protocol.Details
-	for _, rs := range r.index[sessionKey] {
-		if rs.details == nil {
+	defer r.mu.Unlock()
+	scope := r.index[sessionKey]
+	partialNodes := map[string]bool{}
+	taken := map[*remoteSession]bool{}
+	for _, l := range listed {
+		var page []protocol.Details
+		for _, rs := range l.listed {
+			if scope[rs.id] != rs || rs.details == nil || taken[rs] {
+				continue // removed meanwhile, or listed twice
+			}
+			taken[rs] = true
+			page = append(page, indexEntry(rs))
+		}
+		if l.partial {
+			partialNodes[l.nodeID] = true
+			total += l.total
+		} else {
+			total += len(page)
+		}
+		if limit > 0 && len(page) > limit {
+			page = page[:limit]
+		}
+		entries = append(entries, page...)
+	}
+	var rest []*remoteSession
+	for _, rs := range scope {
+		if rs.details == nil || taken[rs] {
 			continue
 		}
-		d := cloneDetails(rs.details)
-		d["sessionId"] = rs.id
-		if rs.lost {
-			d["status"] = "lost"
+		if partialNodes[rs.nodeID] && !rs.lost && rs.seq <= asOf {
+			continue // beyond that node's limit (counted in its total)
 		}
-		out = append(out, d)
+		rest = append(rest, rs)
 	}
-	r.mu.Unlock()
-	return out, errors.Join(errs...)
+	total += len(rest)
+	slices.SortFunc(rest, func(a, b *remoteSession) int {
+		if c := cmpNumber(b.details["startedAt"], a.details["startedAt"]); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	if limit > 0 && len(rest) > limit {
+		rest = rest[:limit]
+	}
+	for _, rs := range rest {
+		entries = append(entries, indexEntry(rs))
+	}
+	return entries, total, errors.Join(errs...)
+}
+
+// indexEntry is the list entry of an indexed node session: a copy of the
+// last one seen, under the id callers see. r.mu is held.
+func indexEntry(rs *remoteSession) protocol.Details {
+	d := cloneDetails(rs.details)
+	d["sessionId"] = rs.id
+	if rs.lost {
+		d["status"] = "lost"
+	}
+	return d
 }
 
 func cloneDetails(d protocol.Details) protocol.Details {
@@ -701,8 +790,17 @@ func (r *nodeRouter) indexMark() uint64 {
 // instance (the node restarted). Entries added after asOf (indexMark
 // before the list was asked for) are newer than the list and left alone.
 func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]protocol.Details, all bool, asOf uint64) {
+	r.reconcileList(nodeID, instance, entries, all, false, asOf)
+}
+
+// reconcileList is reconcile, also for a partial list (one that left
+// sessions out): then only the listed sessions are refreshed, and the
+// others of the same instance stay as they are. It returns the index
+// entries of the listed sessions, in the order listed (scope by scope).
+func (r *nodeRouter) reconcileList(nodeID, instance string, entries map[string][]protocol.Details, all, partial bool, asOf uint64) []*remoteSession {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var out []*remoteSession
 	listed := map[string]map[string]bool{} // sessionKey → node session ids
 	for scope, list := range entries {
 		listed[scope] = map[string]bool{}
@@ -719,7 +817,7 @@ func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]pro
 					rs.lost = true
 				}
 			}
-			r.indexAddLocked(scope, nodeID, instance, id, cloneDetails(d))
+			out = append(out, r.indexAddLocked(scope, nodeID, instance, id, cloneDetails(d)))
 		}
 	}
 	for scope, sessions := range r.index {
@@ -737,12 +835,16 @@ func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]pro
 				}
 				continue
 			}
+			if partial {
+				continue // maybe beyond the list's limit
+			}
 			delete(sessions, vid)
 		}
 		if len(sessions) == 0 {
 			delete(r.index, scope)
 		}
 	}
+	return out
 }
 
 // resync rebuilds the index entries of one node from its complete list
