@@ -48,9 +48,10 @@ func TestClusterShippedConfigs(t *testing.T) {
 	routes := clPortsBelowEphemeral(t, 3)
 	site := clSite{
 		Dir: tmp, TLSDir: tlsDir,
-		RoutePassword: randomToken(),
-		GatewayNKey:   gw.PublicKey,
-		NodeEntries:   []string{n1.Entry, n2.Entry},
+		NoClientAdvertise: true,
+		RoutePassword:     randomToken(),
+		GatewayNKey:       gw.PublicKey,
+		NodeEntries:       []string{n1.Entry, n2.Entry},
 	}
 	for i := range 3 {
 		site.ClientListen[i] = "127.0.0.1:-1"

@@ -220,16 +220,19 @@ func clStderr(err error) string {
 // where each server listens and how the others reach it, and where
 // secrets, certificates and stores are.
 type clSite struct {
-	Dir           string    // output directory: nats-N.conf, auth.conf
-	TLSDir        string    // make-test-ca.sh output
-	ClientListen  [3]string // replaces 0.0.0.0:4222 ("" keeps it)
-	HTTPListen    [3]string // replaces 127.0.0.1:8222 ("" keeps it)
-	RouteListen   [3]string // replaces 0.0.0.0:6222 ("" keeps it)
-	RouteAddr     [3]string // replaces nats-N:6222 in the routes ("" keeps it)
-	StoreDir      [3]string // replaces /var/lib/nats/jetstream
-	RoutePassword string
-	GatewayNKey   string
-	NodeEntries   []string // node-user.conf contents, appended below the marker
+	Dir          string    // output directory: nats-N.conf, auth.conf
+	TLSDir       string    // make-test-ca.sh output
+	ClientListen [3]string // replaces 0.0.0.0:4222 ("" keeps it)
+	HTTPListen   [3]string // replaces 127.0.0.1:8222 ("" keeps it)
+	RouteListen  [3]string // replaces 0.0.0.0:6222 ("" keeps it)
+	RouteAddr    [3]string // replaces nats-N:6222 in the routes ("" keeps it)
+	StoreDir     [3]string // replaces /var/lib/nats/jetstream
+	// NoClientAdvertise comments out client_advertise: a loopback cluster
+	// on random ports has no name and port to advertise.
+	NoClientAdvertise bool
+	RoutePassword     string
+	GatewayNKey       string
+	NodeEntries       []string // node-user.conf contents, appended below the marker
 }
 
 // clNodeEntrySed is the sed script of deploy/README.md (step 4) that
@@ -274,6 +277,9 @@ func (s clSite) render(t *testing.T) [3]string {
 		keep("0.0.0.0:4222", s.ClientListen[i])
 		keep("127.0.0.1:8222", s.HTTPListen[i])
 		keep("0.0.0.0:6222", s.RouteListen[i])
+		if s.NoClientAdvertise {
+			pairs = append(pairs, "\nclient_advertise:", "\n# client_advertise:")
+		}
 		for j := range 3 {
 			if s.RouteAddr[j] != "" {
 				pairs = append(pairs, fmt.Sprintf("@nats-%d:6222", j+1), "@"+s.RouteAddr[j])

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -204,8 +205,15 @@ func (h *clHost) restore() {
 // the namespace and never leaves it: the runtime ends a thread whose
 // goroutine exits locked, so no other goroutine ever runs in the wrong
 // namespace (new threads are cloned from the runtime's template thread).
+// Host names resolve as on that machine, through its /etc/netns/NS/hosts
+// (the servers advertise themselves to clients as nats-1…3).
 func clDialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, port, err := net.SplitHostPort(addr); err == nil && net.ParseIP(host) == nil {
+			if ip := clNetnsLookup(ns, host); ip != "" {
+				addr = net.JoinHostPort(ip, port)
+			}
+		}
 		type result struct {
 			c   net.Conn
 			err error
@@ -231,6 +239,22 @@ func clDialIn(ns string) func(ctx context.Context, network, addr string) (net.Co
 		r := <-ch
 		return r.c, r.err
 	}
+}
+
+// clNetnsLookup returns the address of name in the machine's hosts file
+// (/etc/netns/NS/hosts), or "".
+func clNetnsLookup(ns, name string) string {
+	b, err := os.ReadFile(filepath.Join("/etc/netns", ns, "hosts"))
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && slices.Contains(f[1:], name) {
+			return f[0]
+		}
+	}
+	return ""
 }
 
 // clNSDialer adapts clDialIn to nats.CustomDialer.
@@ -353,6 +377,16 @@ func (p *clProc) logTail(n int) string {
 		b = append([]byte("…"), b[len(b)-n:]...)
 	}
 	return string(b)
+}
+
+// lastRunLog returns the log of the process's current (or last) run.
+func (p *clProc) lastRunLog() string {
+	b, _ := os.ReadFile(p.log)
+	s := string(b)
+	if i := strings.LastIndex(s, "=== start "); i >= 0 {
+		s = s[i:]
+	}
+	return s
 }
 
 func (p *clProc) cleanup() {
