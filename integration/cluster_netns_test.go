@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -528,14 +529,24 @@ func clForgedExitEvent(t *testing.T, c *clCluster) {
 
 // clDiscoveryForgery: node-b answers the gateway's start-up discovery
 // ($SRV.PING.execmesh-node, which node permissions must let a node
-// answer) with node-a's id and a new instance. A restarted gateway must
-// not take that for node-a restarting: node-a's running session stays
-// reachable and its name stays.
+// answer) with node-a's id, another name and platform, and a new
+// instance. A restarted gateway must not take that for node-a restarting
+// or renamed: an answer only names a node to probe on that node's own
+// list endpoint (gateway/nodes.go discover), which NATS lets node-a alone
+// serve. node-a's running session stays reachable and running, its name
+// and platform stay, the gateway logs no restart of node-a, and the
+// session's exit event arrives once.
 func clDiscoveryForgery(t *testing.T, c *clCluster) {
 	c.use(t)
 	const key = "agent:discovery:main"
 	a, b := c.node("node-a"), c.node("node-b")
-	aSession := c.mustCall(key, "exec", map[string]any{"command": "echo disc-start; sleep 5; echo disc-done", "host": "node", "node": a.name, "background": true}).SessionID()
+	// The session runs until the test lets it end, however long the
+	// gateway restart takes on a busy machine.
+	gate := filepath.Join(t.TempDir(), "discovery-done")
+	release := func() { _ = os.WriteFile(gate, nil, 0o644) }
+	defer release()
+	aSession := c.mustCall(key, "exec", map[string]any{"command": "echo disc-start; while [ ! -e " + gate + " ]; do sleep 0.1; done; echo disc-done",
+		"host": "node", "node": a.name, "background": true}).SessionID()
 	nc := c.natsConn(b.host, bus.ClientConfig{Name: "rogue node-b", NKeySeedFile: b.ident.SeedFile, InboxPrefix: bus.InboxPrefix(b.ident.NodeID)})
 	ping := micro.Ping{ServiceIdentity: micro.ServiceIdentity{Name: bus.NodeServiceName, ID: "forged", Version: "0.0.0-dev",
 		Metadata: map[string]string{"nodeId": a.ident.NodeID, "name": "evil", "platform": "evil/evil", "instance": "forged"}}, Type: micro.PingResponseType}
@@ -563,14 +574,24 @@ func clDiscoveryForgery(t *testing.T, c *clCluster) {
 		}
 		return nil
 	})
-	lost := c.nodeAIntactErr(key, aSession, a)
-	if lost != nil {
-		t.Skipf("MISSING CHECK (gateway): start-up discovery (gateway/nodes.go discover) trusts the nodeId and instance in the "+
-			"metadata of any $SRV.PING answer, and every node may answer $SRV.PING, so node-b's credentials made the restarted "+
-			"gateway treat node-a as restarted: %v. Discovery answers need the same check as heartbeats (id from a key the "+
-			"sender proved, on a subject the sender is confined to), or only liveness, never instance/name, should come from them.", lost)
+	c.checkNodeAIntact(key, aSession, a)
+	nodes, err := c.nodesView()
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, n := range nodes {
+		if n.ID == a.ident.NodeID && strings.Contains(n.Platform, "evil") {
+			t.Fatalf("the forged discovery answer set node-a's platform: %+v", n)
+		}
+	}
+	for l := range strings.SplitSeq(c.gw.lastRunLog(), "\n") {
+		if strings.Contains(l, "node restarted") && strings.Contains(l, a.ident.NodeID) {
+			t.Fatalf("the forged discovery answer made the gateway take node-a for restarted: %s", l)
+		}
+	}
+	release()
 	c.collectExitEvents(key, map[string]string{aSession: "disc-done"}, 30*time.Second, time.Second)
+	t.Logf("%d forged discovery answers sent by node-b's credentials; ignored", answered.Load())
 }
 
 // checkNodeAIntact fails unless nodeAIntactErr finds nothing wrong.
@@ -603,7 +624,9 @@ func (c *clCluster) nodeAIntactErr(key, session string, a *clNode) error {
 }
 
 // clLoadDuration is how long the load test runs: EXECMESH_CLUSTER_LOAD_SECONDS,
-// default 20 s so that CI stays quick (issue 7 asks for 60 s: set it to 60).
+// default 60 s as issue 7 asks (the whole integration package then takes
+// about 3½ minutes on 2 cores, well inside CI's 20-minute timeout; set a
+// lower value for a quick local run).
 func clLoadDuration(t *testing.T) time.Duration {
 	if v := os.Getenv("EXECMESH_CLUSTER_LOAD_SECONDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -612,7 +635,7 @@ func clLoadDuration(t *testing.T) time.Duration {
 		}
 		return time.Duration(n) * time.Second
 	}
-	return 20 * time.Second
+	return 60 * time.Second
 }
 
 // clLoad: 100 concurrent callers do exec round trips (a foreground echo,
@@ -675,7 +698,7 @@ func clLoad(t *testing.T, c *clCluster) {
 		t.Fatal("no calls made")
 	}
 	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
-	t.Logf("load: %d callers for %s (EXECMESH_CLUSTER_LOAD_SECONDS, default 20; issue 7 asks for 60), %d exec round trips on 2 nodes, %.1f/s, p50 %s, p99 %s, max %s, %d retried retryable errors",
+	t.Logf("load: %d callers for %s (EXECMESH_CLUSTER_LOAD_SECONDS, default 60), %d exec round trips on 2 nodes, %.1f/s, p50 %s, p99 %s, max %s, %d retried retryable errors",
 		callers, dur, len(all), float64(len(all))/dur.Seconds(), pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond), retries)
 	if failed > 0 {
 		t.Fatalf("%d of %d round trips did not return their own output; first: %q", failed, len(all), errs[:min(len(errs), 5)])
