@@ -76,6 +76,9 @@ func newTLSChecker(cfg ClientConfig, url string) *tlsChecker {
 	case o.Secure:
 		opts = append(opts, nats.Secure())
 	}
+	if o.TLSCertCB != nil || o.RootCAsCB != nil { // nats.RootCAs, nats.ClientCert
+		opts = append(opts, nats.ClientTLSConfig(o.TLSCertCB, o.RootCAsCB))
+	}
 	if o.TLSHandshakeFirst {
 		opts = append(opts, nats.TLSHandshakeFirst())
 	}

@@ -160,11 +160,17 @@ func TestConnectNkeyNotSupportedWithGoodCertificate(t *testing.T) {
 	ca, cert, key := writeTestPKI(t)
 	url := startPlainTLSServer(t, cert, key)
 	node := newIdentity(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-	defer cancel()
-	_, err := bus.Connect(ctx, bus.ClientConfig{URLs: []string{url}, TLSCAFile: ca, NKeySeed: node.Seed}, nil)
-	if !errors.Is(err, nats.ErrNkeysNotSupported) || errors.Is(err, nats.ErrTLS) {
-		t.Fatalf("Connect: %v, want only nats.ErrNkeysNotSupported", err)
+	for _, cfg := range []bus.ClientConfig{
+		{URLs: []string{url}, TLSCAFile: ca, NKeySeed: node.Seed},
+		// The CA given as a nats option: the check uses it too.
+		{URLs: []string{url}, NKeySeed: node.Seed, Options: []nats.Option{nats.RootCAs(ca)}},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, err := bus.Connect(ctx, cfg, nil)
+		cancel()
+		if !errors.Is(err, nats.ErrNkeysNotSupported) || errors.Is(err, nats.ErrTLS) {
+			t.Fatalf("Connect: %v, want only nats.ErrNkeysNotSupported", err)
+		}
 	}
 }
 
