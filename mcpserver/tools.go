@@ -110,8 +110,8 @@ func processTool() *mcp.Tool {
 			"text":      str("Text to paste (paste)."),
 			"bracketed": boolean("Wrap the paste in bracketed-paste markers (paste; default true)."),
 			"eof":       boolean("Close stdin after writing (write)."),
-			"offset":    integer("First line to return (log; in lines)."),
-			"limit":     integer("Number of lines to return (log; without offset and limit the last 200 lines)."),
+			"offset":    integer("log: first line to return. list: first session of the page (newest first)."),
+			"limit":     integer("log: number of lines to return (without offset and limit the last 200 lines). list: page size; without offset and limit every session is listed."),
 			"timeout":   integer("For poll: wait up to this many milliseconds for new output or the exit before returning (capped at 30000)."),
 		}),
 	}
