@@ -78,8 +78,15 @@ type sanitizer struct {
 	nparams   int
 	paramsBad bool // overflowed, or intermediates seen: not a sequence we act on
 
+	// keep, when positive, is the most output units of one write that can
+	// matter: the retention cap, which keeps only the newest output. A run
+	// of \xNN escapes longer than that is written from its last keep
+	// units only, with everything before it in the write (it would be cut
+	// by the cap anyway); units still counts all of it.
+	keep int
+
 	// Results of the last write.
-	units    int        // UTF-16 units appended to dst
+	units    int        // UTF-16 units of output, including any cut by keep
 	nonASCII bool       // dst got a byte >= 0x80
 	dsr      int        // cursor-position requests removed
 	mode     cursorMode // last cursor-key mode switch, cursorUnknown if none
@@ -88,6 +95,7 @@ type sanitizer struct {
 // write appends the sanitized form of src to dst and returns it. It
 // allocates nothing beyond growing dst.
 func (z *sanitizer) write(dst, src []byte) []byte {
+	base := len(dst)
 	z.units, z.nonASCII, z.dsr, z.mode = 0, false, 0, cursorUnknown
 	if z.ncarry > 0 {
 		// Finish the held-back character with the first bytes of src. A
@@ -127,7 +135,12 @@ func (z *sanitizer) write(dst, src []byte) []byte {
 			// binary output) becomes \xNN each, as ground and control
 			// would write them one by one. ESC starts a sequence.
 			if j := i + hexPrefix(src[i:]); j > i {
-				dst = appendHexEscapes(dst, src[i:j])
+				run := src[i:j]
+				if z.keep > 0 && 4*len(run) > z.keep {
+					dst = dst[:base]
+					run = run[len(run)-(z.keep+3)/4:]
+				}
+				dst = appendHexEscapes(dst, run)
 				z.units += 4 * (j - i)
 				i = j
 				continue
@@ -258,20 +271,38 @@ func isFormat(r rune) bool {
 // ground state: C0 controls other than ESC, TAB, LF and CR, and DEL.
 func hexPrefix(b []byte) int {
 	j := 0
-	for j < len(b) && (b[j] < 0x20 && b[j] != 0x1b && !plainBytes[b[j]] || b[j] == 0x7f) {
-		j++
+	for j < len(b) {
+		// Runs of NUL (padding, /dev/zero) eight at a time.
+		if j+8 <= len(b) && binary.LittleEndian.Uint64(b[j:]) == 0 {
+			j += 8
+			continue
+		}
+		if c := b[j]; c < 0x20 && c != 0x1b && !plainBytes[c] || c == 0x7f {
+			j++
+			continue
+		}
+		break
 	}
 	return j
 }
 
+// hexEscapes holds `\xNN` (lower-case hex) of every byte as one
+// little-endian word, so that an escape is a single store.
+var hexEscapes = func() (t [256]uint32) {
+	const hex = "0123456789abcdef"
+	for c := range t {
+		t[c] = binary.LittleEndian.Uint32([]byte{'\\', 'x', hex[c>>4], hex[c&0xF]})
+	}
+	return t
+}()
+
 // appendHexEscapes appends \xNN (lower-case hex) for every byte of src.
 func appendHexEscapes(dst, src []byte) []byte {
-	const hex = "0123456789abcdef"
 	n := len(dst)
 	dst = slices.Grow(dst, 4*len(src))[:n+4*len(src)]
+	out := dst[n:]
 	for i, c := range src {
-		d := dst[n+4*i : n+4*i+4]
-		d[0], d[1], d[2], d[3] = '\\', 'x', hex[c>>4], hex[c&0xF]
+		binary.LittleEndian.PutUint32(out[4*i:], hexEscapes[c])
 	}
 	return dst
 }

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -217,5 +218,45 @@ func TestIsFormat(t *testing.T) {
 	}
 	for r := rune(0x20000); r <= unicode.MaxRune; r += 97 {
 		check(r)
+	}
+}
+
+// TestSanitizerKeepCutsOnlyWhatTheCapDrops: with keep set to the
+// retention cap, a long run of \xNN escapes is written from its newest
+// part only, and an output buffer fed the cut writes ends exactly as one
+// fed the whole output: same retained text, same pending text, same
+// totals and truncation.
+func TestSanitizerKeepCutsOnlyWhatTheCapDrops(t *testing.T) {
+	const maxChars, pendingChars = 1000, 300
+	r := rand.New(rand.NewPCG(3, 4))
+	for iter := 0; iter < 2000; iter++ {
+		var in []byte
+		for n := 1 + r.IntN(4); n > 0; n-- {
+			in = append(in, randomTerminalOutput(r)...)
+			if r.IntN(2) == 0 {
+				in = append(in, make([]byte, r.IntN(3*maxChars/4))...) // NULs: 4 units each
+			}
+		}
+		full, cut := sanitizer{}, sanitizer{keep: maxChars}
+		fb := newOutputBuffer(maxChars, pendingChars)
+		cb := newOutputBuffer(maxChars, pendingChars)
+		var fout, cout []byte
+		for rest := in; len(rest) > 0; {
+			n := 1 + r.IntN(min(len(rest), 2*maxChars))
+			fout = full.write(fout[:0], rest[:n])
+			cout = cut.write(cout[:0], rest[:n])
+			if full.units != cut.units || !bytes.HasSuffix(fout, cout) {
+				t.Fatalf("write %q: units %d vs %d; cut output is not the end of the whole:\n%q\n%q", rest[:n], full.units, cut.units, cout, fout)
+			}
+			fb.append(streamStdout, fout, full.units, !full.nonASCII)
+			cb.append(streamStdout, cout, cut.units, !cut.nonASCII)
+			rest = rest[n:]
+		}
+		fd, fdrop := fb.drain()
+		cd, cdrop := cb.drain()
+		if fb.aggregated() != cb.aggregated() || fd != cd || fdrop != cdrop || fb.total != cb.total || fb.truncated != cb.truncated {
+			t.Fatalf("input %q: buffers differ:\nretained %q\n      vs %q\npending %q\n     vs %q\ntotal %d vs %d, truncated %v vs %v",
+				in, fb.aggregated(), cb.aggregated(), fd, cd, fb.total, cb.total, fb.truncated, cb.truncated)
+		}
 	}
 }

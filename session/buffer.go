@@ -142,6 +142,10 @@ func suffixUnits(p []byte, units int, ascii bool, n int) ([]byte, int) {
 		return p, units
 	}
 	if ascii {
+		if len(p) < n {
+			// The sanitizer already cut p to the newest output (keep).
+			return p, len(p)
+		}
 		return p[len(p)-n:], n
 	}
 	start, got := suffixForUnits(p, n)

@@ -160,8 +160,8 @@ func (s *session) startPipes(argv, env []string) error {
 	}
 	s.cmd = cmd
 	s.pid = cmd.Process.Pid
-	s.stdout = &streamWriter{s: s, stream: streamStdout}
-	s.stderr = &streamWriter{s: s, stream: streamStderr}
+	s.stdout = newStreamWriter(s, streamStdout)
+	s.stderr = newStreamWriter(s, streamStderr)
 	s.readersDone = make(chan struct{})
 	s.releaseProcess()
 	return nil
@@ -204,7 +204,7 @@ func (s *session) startPTY(argv, env []string) error {
 	s.cmd = cmd
 	s.ptmx = ptmx
 	s.pid = cmd.Process.Pid
-	s.stdout = &streamWriter{s: s, stream: streamStdout}
+	s.stdout = newStreamWriter(s, streamStdout)
 	s.readersDone = make(chan struct{})
 	s.releaseProcess()
 	return nil
@@ -475,6 +475,12 @@ type streamWriter struct {
 	stream int
 	z      sanitizer
 	out    []byte // sanitized output of the current read, reused
+}
+
+func newStreamWriter(s *session, stream int) *streamWriter {
+	w := &streamWriter{s: s, stream: stream}
+	w.z.keep = s.m.cfg.MaxOutputChars
+	return w
 }
 
 // Write implements io.Writer for callers that push bytes.
