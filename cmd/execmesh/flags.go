@@ -197,6 +197,21 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.json, "json", false, "print the raw JSON answer")
 }
 
+// parseAndConnect parses args with c.parseFlags and opens the client the
+// flags describe: the preamble of every command that talks to a gateway.
+// The caller closes the client.
+func (f *clientFlags) parseAndConnect(c *cli, fs *flag.FlagSet, synopsis string, args []string, interspersed bool) ([]string, *client, error) {
+	pos, err := c.parseFlags(fs, synopsis, args, interspersed)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := f.client(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pos, cl, nil
+}
+
 // client loads the configuration (a bad one fails every command, naming
 // the key) and returns a gateway client for the resolved URL and token.
 func (f *clientFlags) client(c *cli) (*client, error) {

@@ -40,11 +40,7 @@ func runNodes(ctx context.Context, c *cli, args []string) error {
 	name := fs.String("name", "", "invite: `name` of the new node")
 	ttl := fs.Duration("ttl", 0, "invite: how long the join code stays valid, such as 15m (default: the gateway's)")
 	baseHash := fs.String("base-hash", "", "approvals set: the `hash` that approvals get printed (\"\" when the node has no file yet)")
-	pos, err := c.parseFlags(fs, synopsis, args, true)
-	if err != nil {
-		return err
-	}
-	cl, err := f.client(c)
+	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
 	if err != nil {
 		return err
 	}
@@ -234,11 +230,7 @@ func runApprovals(ctx context.Context, c *cli, args []string) error {
 	fs := newFlagSet("approvals")
 	var f clientFlags
 	f.register(fs)
-	pos, err := c.parseFlags(fs, synopsis, args, true)
-	if err != nil {
-		return err
-	}
-	cl, err := f.client(c)
+	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
 	if err != nil {
 		return err
 	}
@@ -311,11 +303,7 @@ func runAdmin(ctx context.Context, c *cli, args []string) error {
 	fs := newFlagSet("admin")
 	var f clientFlags
 	f.register(fs)
-	pos, err := c.parseFlags(fs, synopsis, args, true)
-	if err != nil {
-		return err
-	}
-	cl, err := f.client(c)
+	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
 	if err != nil {
 		return err
 	}

@@ -38,11 +38,7 @@ func runSession(ctx context.Context, c *cli, args []string) error {
 	security := fs.String("security", "", "default `security`: deny|allowlist|full (\"\" clears)")
 	ask := fs.String("ask", "", "default `ask`: off|on-miss|always (\"\" clears)")
 	node := fs.String("node", "", "default `node` id or name (\"\" clears)")
-	pos, err := c.parseFlags(fs, synopsis, args, true)
-	if err != nil {
-		return err
-	}
-	cl, err := f.client(c)
+	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
 	if err != nil {
 		return err
 	}
@@ -108,11 +104,7 @@ func runEvents(ctx context.Context, c *cli, args []string) error {
 	f.register(fs)
 	waitMs := fs.Int("wait-ms", 0, "wait up to `ms` for an event when none is queued")
 	follow := fs.Bool("follow", false, "stream events (server-sent events) until interrupted")
-	pos, err := c.parseFlags(fs, synopsis, args, true)
-	if err != nil {
-		return err
-	}
-	cl, err := f.client(c)
+	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
 	if err != nil {
 		return err
 	}

@@ -124,11 +124,7 @@ func runExec(ctx context.Context, c *cli, args []string) error {
 	ask := fs.String("ask", "", "tighten approvals: `off|on-miss|always`")
 	node := fs.String("node", "", "target node `id or name` (host=node)")
 	follow := fs.Bool("follow", false, "stream the output live until the command exits (the default on a terminal)")
-	words, err := c.parseFlags(fs, synopsis, args, false)
-	if err != nil {
-		return err
-	}
-	cl, err := f.client(c)
+	words, cl, err := f.parseAndConnect(c, fs, synopsis, args, false)
 	if err != nil {
 		return err
 	}
@@ -301,11 +297,7 @@ func runProcess(ctx context.Context, c *cli, args []string) error {
 	limit := fs.Int("limit", 0, "log: how many `lines` to show")
 	timeout := fs.Int("timeout", 0, "poll: wait up to this many `ms` for output or exit (at most 30000)")
 	follow := fs.Bool("follow", false, "poll: tail the session until it exits")
-	pos, err := c.parseFlags(fs, synopsis, args, true)
-	if err != nil {
-		return err
-	}
-	cl, err := f.client(c)
+	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
 	if err != nil {
 		return err
 	}
