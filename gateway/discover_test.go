@@ -89,9 +89,9 @@ func TestDiscoveryTrustsOnlyTheNodesOwnSubject(t *testing.T) {
 		}
 		// What would make the probe trust the forger: serving the
 		// victim's list endpoint. The servers refuse it.
-		list := protocol.Subjects(bus.DefaultPrefix).Node(victim, nodeEndpointList)
+		list := protocol.Subjects(bus.DefaultPrefix).Node(victim, protocol.NodeEndpointList)
 		if _, err := rogue.Subscribe(list, func(m *nats.Msg) {
-			b, _ := json.Marshal(nodeListReplyWire{NodeID: victim, Instance: "forged"})
+			b, _ := json.Marshal(protocol.NodeListResponse{NodeID: victim, Instance: "forged"})
 			_ = m.Respond(b)
 		}); err != nil {
 			t.Fatal(err)
@@ -106,7 +106,7 @@ func TestDiscoveryTrustsOnlyTheNodesOwnSubject(t *testing.T) {
 		for _, victim := range []string{alpha.ID(), gamma.ID()} {
 			found := false
 			for _, v := range violations {
-				found = found || strings.Contains(v, "Subscription to \""+protocol.Subjects(bus.DefaultPrefix).Node(victim, nodeEndpointList)+"\"")
+				found = found || strings.Contains(v, "Subscription to \""+protocol.Subjects(bus.DefaultPrefix).Node(victim, protocol.NodeEndpointList)+"\"")
 			}
 			if !found {
 				return fmt.Errorf("serving %s's list endpoint with beta's credentials not refused: %q", victim, violations)
@@ -133,7 +133,7 @@ func TestDiscoveryTrustsOnlyTheNodesOwnSubject(t *testing.T) {
 	if g.live || g.instance == "forged" || g.name != "gamma" || strings.Contains(g.platform, "evil") {
 		t.Fatalf("stopped gamma after forged discovery answers: live %v name %q platform %q instance %q", g.live, g.name, g.platform, g.instance)
 	}
-	if v := env2.waitNode(alpha.ID(), "connected", pairingPaired); v.Name != "alpha" {
+	if v := env2.waitNode(alpha.ID(), "connected", protocol.NodePairingPaired); v.Name != "alpha" {
 		t.Fatalf("alpha: %+v", v)
 	}
 	for _, v := range env2.g.Nodes() {

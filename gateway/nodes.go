@@ -340,7 +340,7 @@ func (g *Gateway) ApproveNode(id string) error {
 		return err
 	}
 	if r := g.router(); r != nil {
-		_, err := r.decide(r.ctx, id, pairingPaired, true)
+		_, err := r.decide(r.ctx, id, protocol.NodePairingPaired, true)
 		return err
 	}
 	store, err := openNodeStore(g.Config().StateDir)
@@ -348,7 +348,7 @@ func (g *Gateway) ApproveNode(id string) error {
 		return err
 	}
 	n, _ := store.get(id)
-	n.ID, n.Pairing, n.DecidedAt = id, pairingPaired, time.Now().UnixMilli()
+	n.ID, n.Pairing, n.DecidedAt = id, protocol.NodePairingPaired, time.Now().UnixMilli()
 	return store.put(n)
 }
 
@@ -478,7 +478,7 @@ func (r *nodeRouter) allNodes() []nodeInfo {
 // goroutine and only updates state; a resync it triggers runs elsewhere.
 func (r *nodeRouter) onHeartbeat(m *nats.Msg) {
 	token := strings.TrimPrefix(m.Subject, r.prefix+".presence.")
-	var hb heartbeatWire
+	var hb protocol.NodeHeartbeat
 	if err := json.Unmarshal(m.Data, &hb); err != nil {
 		r.log.Debug("malformed heartbeat", "subject", m.Subject, "err", err)
 		return
@@ -515,7 +515,7 @@ func (r *nodeRouter) seen(s seenInfo) {
 	now := r.now()
 	n, ok := r.nodes[s.id]
 	if !ok {
-		n = &nodeEntry{id: s.id, pairing: pairingPending, interval: defaultHeartbeatInterval, firstSeen: now}
+		n = &nodeEntry{id: s.id, pairing: protocol.NodePairingPending, interval: defaultHeartbeatInterval, firstSeen: now}
 		r.nodes[s.id] = n
 		r.log.Info("new node awaiting pairing", "node", s.id, "name", s.name, "approve", "execmesh nodes approve "+s.id)
 	}
@@ -546,7 +546,7 @@ func (r *nodeRouter) seen(s seenInfo) {
 	pubChanged := false
 	if s.publicKey != "" && n.publicKey == "" {
 		n.publicKey = s.publicKey
-		pubChanged = n.pairing != pairingPending
+		pubChanged = n.pairing != protocol.NodePairingPending
 	}
 	restarted := s.instance != "" && n.instance != "" && s.instance != n.instance
 	if s.instance != "" {
@@ -576,7 +576,7 @@ func (r *nodeRouter) seen(s seenInfo) {
 // from its current instance, or force), and marks the resync as started.
 // r.mu is held.
 func (r *nodeRouter) needResyncLocked(n *nodeEntry, now time.Time, force bool) bool {
-	if n.pairing != pairingPaired || n.syncing || n.instance == "" || !r.liveLocked(n, now) {
+	if n.pairing != protocol.NodePairingPaired || n.syncing || n.instance == "" || !r.liveLocked(n, now) {
 		return false
 	}
 	if !force && n.synced == n.instance {
@@ -606,23 +606,23 @@ func (r *nodeRouter) onPairRequest(m *nats.Msg) {
 		return
 	}
 	r.spawn(func(ctx context.Context) {
-		var req pairRequestWire
+		var req protocol.NodePairRequest
 		if err := json.Unmarshal(m.Data, &req); err != nil {
-			r.replyPair(m, pairReplyWire{Error: protocol.Errorf(protocol.ErrInvalidRequest, "pairing request: malformed JSON: %v", err)})
+			r.replyPair(m, protocol.NodePairResponse{Error: protocol.Errorf(protocol.ErrInvalidRequest, "pairing request: malformed JSON: %v", err)})
 			return
 		}
 		switch req.Type {
-		case pairAnnounce:
+		case protocol.NodePairAnnounce:
 			r.replyPair(m, r.announce(req))
-		case pairJoin:
+		case protocol.NodePairJoin:
 			r.replyPair(m, r.redeem(req))
 		default:
-			r.replyPair(m, pairReplyWire{Error: protocol.Errorf(protocol.ErrInvalidRequest, "pairing request: unknown type %q", req.Type)})
+			r.replyPair(m, protocol.NodePairResponse{Error: protocol.Errorf(protocol.ErrInvalidRequest, "pairing request: unknown type %q", req.Type)})
 		}
 	})
 }
 
-func (r *nodeRouter) replyPair(m *nats.Msg, reply pairReplyWire) {
+func (r *nodeRouter) replyPair(m *nats.Msg, reply protocol.NodePairResponse) {
 	b, err := json.Marshal(reply)
 	if err != nil {
 		return
@@ -633,26 +633,27 @@ func (r *nodeRouter) replyPair(m *nats.Msg, reply pairReplyWire) {
 }
 
 // announce records a node that presents itself and answers its status.
-func (r *nodeRouter) announce(req pairRequestWire) pairReplyWire {
+func (r *nodeRouter) announce(req protocol.NodePairRequest) protocol.NodePairResponse {
 	id, err := bus.NodeIDFromPublicKey(req.PublicKey)
 	if err != nil || id != req.NodeID {
-		return pairReplyWire{Error: protocol.Errorf(protocol.ErrInvalidRequest, "pairing request: node id %q does not match public key", req.NodeID)}
+		return protocol.NodePairResponse{Error: protocol.Errorf(protocol.ErrInvalidRequest, "pairing request: node id %q does not match public key", req.NodeID)}
 	}
 	// Any client allowed on the pairing subject can claim any key here, so
 	// an announcement only registers an unknown node as pending; the
 	// liveness and details of a known node come from its heartbeats,
 	// which NATS permissions tie to the node's own subject.
 	if n, ok := r.nodeSnapshot(id); ok {
-		return pairReplyWire{Status: n.pairing, NodeID: id}
+		return protocol.NodePairResponse{Status: n.pairing, NodeID: id}
 	}
 	r.seen(seenInfo{id: id, publicKey: req.PublicKey, name: req.Name, platform: req.Platform, version: req.Version, instance: req.Instance})
 	n, _ := r.nodeSnapshot(id)
-	return pairReplyWire{Status: n.pairing, NodeID: id}
+	return protocol.NodePairResponse{Status: n.pairing, NodeID: id}
 }
 
-// decide approves (pairingPaired) or rejects (pairingRejected) a node and
-// stores the decision. allowUnknown admits an id never seen (ApproveNode).
-// The node is told at once when it is connected, so its own gate agrees.
+// decide approves (protocol.NodePairingPaired) or rejects
+// (protocol.NodePairingRejected) a node and stores the decision.
+// allowUnknown admits an id never seen (ApproveNode). The node is told at
+// once when it is connected, so its own gate agrees.
 func (r *nodeRouter) decide(ctx context.Context, id, pairing string, allowUnknown bool) (nodeInfo, error) {
 	r.mu.Lock()
 	n, ok := r.nodes[id]
@@ -666,7 +667,7 @@ func (r *nodeRouter) decide(ctx context.Context, id, pairing string, allowUnknow
 	}
 	old := n.pairing
 	n.pairing = pairing
-	if pairing == pairingPaired {
+	if pairing == protocol.NodePairingPaired {
 		n.synced = "" // rebuild the index from the node
 	}
 	stored := storedNode{ID: n.id, PublicKey: n.publicKey, Name: n.name, Pairing: pairing, Joined: n.joined, DecidedAt: r.now().UnixMilli()}
@@ -682,7 +683,7 @@ func (r *nodeRouter) decide(ctx context.Context, id, pairing string, allowUnknow
 	// A node admitted by code loses (or regains) its NATS identity.
 	if srv != nil && stored.Joined && stored.PublicKey != "" && r.serverAuthOn(srv) {
 		err := r.gate.reload(ctx, func() error {
-			if pairing == pairingRejected {
+			if pairing == protocol.NodePairingRejected {
 				return srv.RemoveNKeyUser(stored.PublicKey)
 			}
 			u, err := bus.NodeUser(r.prefix, stored.PublicKey)
@@ -699,7 +700,7 @@ func (r *nodeRouter) decide(ctx context.Context, id, pairing string, allowUnknow
 	if info.live {
 		r.notifyPairing(ctx, id, pairing)
 	}
-	if pairing == pairingPaired {
+	if pairing == protocol.NodePairingPaired {
 		r.mu.Lock()
 		need := r.needResyncLocked(n, r.now(), true)
 		r.mu.Unlock()
@@ -714,14 +715,14 @@ func (r *nodeRouter) decide(ctx context.Context, id, pairing string, allowUnknow
 // notifyPairing tells a node its pairing status (best effort: a node
 // that misses it asks again while it is not paired).
 func (r *nodeRouter) notifyPairing(ctx context.Context, id, pairing string) {
-	b, _ := json.Marshal(pairingNoticeWire{Status: pairing})
+	b, _ := json.Marshal(protocol.NodePairingNotice{Status: pairing})
 	nctx, cancel := context.WithTimeout(ctx, notifyTimeout)
 	defer cancel()
 	if _, err := r.gate.enter(nctx); err != nil {
 		return
 	}
 	defer r.gate.exit()
-	if _, err := bus.RequestChunked(nctx, r.nc, r.subj.Node(id, nodeEndpointPairing), b, nil); err != nil {
+	if _, err := bus.RequestChunked(nctx, r.nc, r.subj.Node(id, protocol.NodeEndpointPairing), b, nil); err != nil {
 		r.log.Debug("pairing notice not delivered", "node", id, "err", err)
 	}
 }
@@ -756,19 +757,19 @@ func (r *nodeRouter) probe(ctx context.Context, id string) {
 	if !ok {
 		n = nodeInfo{nodeEntry: nodeEntry{id: id}}
 	}
-	body, _ := json.Marshal(nodeListWire{All: true})
+	body, _ := json.Marshal(protocol.NodeListRequest{All: true})
 	asOf := r.indexMark()
-	m, err := r.call(ctx, n, nodeEndpointList, body, nil, r.options().CallTimeout)
+	m, err := r.call(ctx, n, protocol.NodeEndpointList, body, nil, r.options().CallTimeout)
 	if err != nil {
 		r.log.Debug("discovery probe unanswered", "node", id, "err", err)
 		return
 	}
-	var reply nodeListReplyWire
+	var reply protocol.NodeListResponse
 	if err := json.Unmarshal(m.Data, &reply); err != nil || reply.NodeID != id || reply.Instance == "" {
 		return
 	}
 	r.seen(seenInfo{id: id, instance: reply.Instance, sessions: len(reply.Sessions)})
-	if n, ok := r.nodeSnapshot(id); !ok || n.pairing != pairingPaired {
+	if n, ok := r.nodeSnapshot(id); !ok || n.pairing != protocol.NodePairingPaired {
 		return
 	}
 	entries := map[string][]protocol.Details{}
@@ -855,7 +856,7 @@ func (r *nodeRouter) sweep(ctx context.Context) {
 	var resync []string
 	for id, n := range r.nodes {
 		live := r.liveLocked(n, now)
-		if n.pairing == pairingPending && !live {
+		if n.pairing == protocol.NodePairingPending && !live {
 			last := n.lastSeen
 			if last.IsZero() {
 				last = n.firstSeen

@@ -28,12 +28,12 @@ func (r *nodeRouter) ApplyPatch(ctx context.Context, req NodeExecRequest, args p
 	if err != nil {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrInternal, "apply_patch: encode arguments: %v", err)
 	}
-	body, err := json.Marshal(nodeApplyPatchWire{SessionKey: req.SessionKey, AgentID: req.AgentID, Args: rawArgs, Security: req.Security})
+	body, err := json.Marshal(protocol.NodeApplyPatchRequest{SessionKey: req.SessionKey, AgentID: req.AgentID, Args: rawArgs, Security: req.Security})
 	if err != nil {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrInternal, "apply_patch: encode request: %v", err)
 	}
 	timeout := r.options().CallTimeout
-	m, err := r.call(ctx, n, nodeEndpointApplyPatch, body, nil, timeout)
+	m, err := r.call(ctx, n, protocol.NodeEndpointApplyPatch, body, nil, timeout)
 	if errors.Is(err, errNodeTimeout) {
 		return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
 			Message: fmt.Sprintf("apply_patch on node %s: no answer within %s, so the patch may or may not have been applied; check the files before applying it again.", n.label(), timeout)}

@@ -12,19 +12,19 @@ import (
 
 // Approval-gated runs on host=node (DESIGN.md §3.4). The node evaluates a
 // run with its own approvals file; when that needs an approval and the
-// start carries none, it answers nodeErrApprovalRequired with its
+// start carries none, it answers protocol.ErrApprovalRequired with its
 // evaluation. The gateway then does what it does for host=gateway: a
 // pending approval (GET /v1/approvals, POST /v1/approvals/<id>), an
 // approval-pending result, and in the background the wait for the
 // decision. An approval starts the run again on the same node with
-// nodeExecWire.Approval set, in the background and without the usual exit
-// notification; the run's exit event carries the approval id (RunID) and
-// becomes its Exec finished event.
+// protocol.NodeExecRequest.Approval set, in the background and without the
+// usual exit notification; the run's exit event carries the approval id
+// (RunID) and becomes its Exec finished event.
 
-// nodeApprovalNeeded is the node's nodeErrApprovalRequired answer.
+// nodeApprovalNeeded is the node's protocol.ErrApprovalRequired answer.
 type nodeApprovalNeeded struct {
 	pe      *protocol.Error
-	summary *nodeApprovalRequiredWire // nil when the node sent none (a replayed answer)
+	summary *protocol.NodeApprovalRequired // nil when the node sent none (a replayed answer)
 }
 
 func (e *nodeApprovalNeeded) Error() string { return e.pe.Message }
@@ -43,11 +43,11 @@ type nodeRunExit struct {
 
 // requestApproval registers the pending approval of a node run and starts
 // waiting for its decision; it returns the approval-pending result.
-func (r *nodeRouter) requestApproval(n nodeInfo, req NodeExecRequest, s *nodeApprovalRequiredWire) protocol.Result {
+func (r *nodeRouter) requestApproval(n nodeInfo, req NodeExecRequest, s *protocol.NodeApprovalRequired) protocol.Result {
 	g := r.g
 	cfg := g.Config()
 	if s == nil {
-		s = &nodeApprovalRequiredWire{Command: req.Args.Command, Cwd: req.Args.Workdir, AskFallback: approvals.SecurityDeny}
+		s = &protocol.NodeApprovalRequired{Command: req.Args.Command, Cwd: req.Args.Workdir, AskFallback: approvals.SecurityDeny}
 	}
 	decisions := []string{DecisionAllowOnce, DecisionAllowAlways, DecisionDeny}
 	if !s.AllowAlways {
@@ -76,7 +76,7 @@ func (r *nodeRouter) requestApproval(n nodeInfo, req NodeExecRequest, s *nodeApp
 }
 
 // runApproval waits for the decision on a node run and acts on it.
-func (r *nodeRouter) runApproval(nodeID string, e *approvalEntry, req NodeExecRequest, s nodeApprovalRequiredWire) {
+func (r *nodeRouter) runApproval(nodeID string, e *approvalEntry, req NodeExecRequest, s protocol.NodeApprovalRequired) {
 	g := r.g
 	command := req.Args.Command
 	emit := func(kind, text string) {
@@ -111,13 +111,13 @@ func (r *nodeRouter) runApproval(nodeID string, e *approvalEntry, req NodeExecRe
 			denied(reason)
 			return
 		}
-		decision = nodeDecisionTimeout
+		decision = protocol.NodeDecisionTimeout
 	}
 
 	w := &nodeRunWaiter{nodeID: nodeID, sessionKey: req.SessionKey, done: make(chan nodeRunExit, 1)}
 	r.runs.Store(e.ID, w)
 	defer r.runs.Delete(e.ID)
-	res, err := r.execApproved(nodeID, req, &nodeExecApprovalWire{ID: e.ID, Decision: decision})
+	res, err := r.execApproved(nodeID, req, &protocol.NodeExecApproval{ID: e.ID, Decision: decision})
 	if err != nil || res.Status() != protocol.StatusRunning {
 		reason := "spawn-failed"
 		var pe *protocol.Error
@@ -168,7 +168,7 @@ func (r *nodeRouter) runApproval(nodeID string, e *approvalEntry, req NodeExecRe
 
 // execApproved starts an approved run on the node that asked for the
 // approval, in the background.
-func (r *nodeRouter) execApproved(nodeID string, req NodeExecRequest, approval *nodeExecApprovalWire) (protocol.Result, error) {
+func (r *nodeRouter) execApproved(nodeID string, req NodeExecRequest, approval *protocol.NodeExecApproval) (protocol.Result, error) {
 	if err := r.alive(); err != nil {
 		return protocol.Result{}, err
 	}
@@ -176,7 +176,7 @@ func (r *nodeRouter) execApproved(nodeID string, req NodeExecRequest, approval *
 	switch {
 	case !ok:
 		return protocol.Result{}, protocol.Errorf(protocol.ErrHostNotAllowed, "node %s is no longer known", nodeID)
-	case n.pairing != pairingPaired:
+	case n.pairing != protocol.NodePairingPaired:
 		return protocol.Result{}, protocol.Errorf(protocol.ErrHostNotAllowed, "node %s is no longer paired", n.label())
 	case !n.live:
 		return protocol.Result{}, unreachableError(n, r.now(), "the approved command was not started")

@@ -117,7 +117,7 @@ func (r *nodeRouter) onExitMsg(m jetstream.Msg) {
 	r.mu.Lock()
 	_, dup := r.delivered[id]
 	n := r.nodes[ev.NodeID]
-	paired := n != nil && n.pairing == pairingPaired
+	paired := n != nil && n.pairing == protocol.NodePairingPaired
 	notify := ev.Notify && ev.Text != "" && ev.SessionKey != ""
 	owned := r.ownsLocked(ev.SessionKey, ev.NodeID, ev.SessionID)
 	r.mu.Unlock()

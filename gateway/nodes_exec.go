@@ -91,9 +91,9 @@ func (r *nodeRouter) call(ctx context.Context, n nodeInfo, endpoint string, body
 		errors.As(rerr, &se)
 		var pe protocol.Error
 		if se != nil && json.Unmarshal(se.Data, &pe) == nil && pe.Type != "" && pe.Message != "" {
-			if pe.Type == nodeErrApprovalRequired {
+			if pe.Type == protocol.ErrApprovalRequired {
 				var data struct {
-					Approval *nodeApprovalRequiredWire `json:"approval"`
+					Approval *protocol.NodeApprovalRequired `json:"approval"`
 				}
 				_ = json.Unmarshal(se.Data, &data)
 				return nil, &nodeApprovalNeeded{pe: &pe, summary: data.Approval}
@@ -142,7 +142,7 @@ func (r *nodeRouter) Exec(ctx context.Context, req NodeExecRequest) (protocol.Re
 
 // execOn starts the command on node n; approval, set only by the approval
 // flow, is the gateway's approval of the run.
-func (r *nodeRouter) execOn(ctx context.Context, n nodeInfo, req NodeExecRequest, approval *nodeExecApprovalWire) (protocol.Result, error) {
+func (r *nodeRouter) execOn(ctx context.Context, n nodeInfo, req NodeExecRequest, approval *protocol.NodeExecApproval) (protocol.Result, error) {
 	opts := r.options()
 	cfg := r.g.Config()
 	args := req.Args
@@ -171,7 +171,7 @@ func (r *nodeRouter) execOn(ctx context.Context, n nodeInfo, req NodeExecRequest
 	if err != nil {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrInternal, "exec: encode arguments: %v", err)
 	}
-	body, err := json.Marshal(nodeExecWire{
+	body, err := json.Marshal(protocol.NodeExecRequest{
 		SessionKey: req.SessionKey, AgentID: req.AgentID, Args: rawArgs,
 		Security: req.Security, Ask: req.Ask, Warnings: req.Warnings, Sync: req.Sync,
 		Approval: approval,
@@ -181,15 +181,15 @@ func (r *nodeRouter) execOn(ctx context.Context, n nodeInfo, req NodeExecRequest
 	}
 	key := newUUID()
 	hdr := nats.Header{}
-	hdr.Set(nodeHeaderIdempotencyKey, key)
+	hdr.Set(protocol.NodeHeaderIdempotencyKey, key)
 	epoch := r.gate.current()
-	m, err := r.call(ctx, n, nodeEndpointExec, body, hdr, deadline)
+	m, err := r.call(ctx, n, protocol.NodeEndpointExec, body, hdr, deadline)
 	if errors.Is(err, errNodeTimeout) && r.gate.reloaded(epoch) {
 		// A reload of the server's users may have cost the answer (see
 		// reloadGate). The same key makes asking again safe: the node
 		// answers what the first start answered.
 		r.log.Info("exec answer may have been lost to a NATS reload; asking again with the same idempotency key", "node", n.id, "idempotencyKey", key)
-		m, err = r.call(ctx, n, nodeEndpointExec, body, hdr, deadline)
+		m, err = r.call(ctx, n, protocol.NodeEndpointExec, body, hdr, deadline)
 	}
 	if errors.Is(err, errNodeTimeout) {
 		r.log.Warn("exec start outcome unknown", "node", n.id, "idempotencyKey", key, "err", err)
@@ -208,7 +208,7 @@ func (r *nodeRouter) execOn(ctx context.Context, n nodeInfo, req NodeExecRequest
 		d := cloneDetails(res.Details)
 		d["command"] = req.Args.Command
 		delete(d, "followUp")
-		instance := m.Header.Get(nodeHeaderInstance)
+		instance := m.Header.Get(protocol.NodeHeaderInstance)
 		if instance == "" {
 			instance = n.instance
 		}
@@ -267,9 +267,9 @@ func (r *nodeRouter) selectNode(req NodeExecRequest) (nodeInfo, error) {
 			return nodeInfo{}, err
 		}
 		switch {
-		case n.pairing == pairingRejected:
+		case n.pairing == protocol.NodePairingRejected:
 			return nodeInfo{}, protocol.Errorf(protocol.ErrHostNotAllowed, "exec node %q was rejected; it gets no work (approve it with `execmesh nodes approve %s`)", target, n.id)
-		case n.pairing != pairingPaired:
+		case n.pairing != protocol.NodePairingPaired:
 			return nodeInfo{}, protocol.Errorf(protocol.ErrHostNotAllowed, "exec node %q is not paired yet; approve it with `execmesh nodes approve %s`", target, n.id)
 		case !n.live:
 			return nodeInfo{}, unreachableError(n, now, "nothing was started")
@@ -278,7 +278,7 @@ func (r *nodeRouter) selectNode(req NodeExecRequest) (nodeInfo, error) {
 	}
 	var live, paired []nodeInfo
 	for _, n := range nodes {
-		if n.pairing != pairingPaired {
+		if n.pairing != protocol.NodePairingPaired {
 			continue
 		}
 		paired = append(paired, n)
@@ -325,7 +325,7 @@ func resolveNodeName(nodes []nodeInfo, target string) (nodeInfo, error) {
 	}
 	var known []string
 	for _, n := range nodes {
-		if n.pairing == pairingPaired {
+		if n.pairing == protocol.NodePairingPaired {
 			known = append(known, n.label())
 		}
 	}
@@ -487,7 +487,7 @@ func (r *nodeRouter) syncPending() []string {
 	now := r.now()
 	var ids []string
 	for id, n := range r.nodes {
-		if n.pairing == pairingPaired && r.liveLocked(n, now) && (n.synced == "" || n.synced != n.instance) {
+		if n.pairing == protocol.NodePairingPaired && r.liveLocked(n, now) && (n.synced == "" || n.synced != n.instance) {
 			ids = append(ids, id)
 		}
 	}
@@ -530,7 +530,7 @@ func (r *nodeRouter) Process(ctx context.Context, sessionKey string, args protoc
 		}
 		return lostResult(rs, n), true, nil
 	}
-	if n.pairing == pairingRejected {
+	if n.pairing == protocol.NodePairingRejected {
 		return protocol.Result{}, true, protocol.Errorf(protocol.ErrHostNotAllowed, "session %s is on node %s, which was rejected; approve it again to reach its sessions", rs.id, n.label())
 	}
 	if !n.live {
@@ -551,8 +551,8 @@ func (r *nodeRouter) Process(ctx context.Context, sessionKey string, args protoc
 	if err != nil {
 		return protocol.Result{}, true, protocol.Errorf(protocol.ErrInternal, "process: encode arguments: %v", err)
 	}
-	body, _ := json.Marshal(nodeProcessWire{SessionKey: sessionKey, Args: rawArgs})
-	m, err := r.call(ctx, n, nodeEndpointProcess, body, nil, timeout)
+	body, _ := json.Marshal(protocol.NodeProcessRequest{SessionKey: sessionKey, Args: rawArgs})
+	m, err := r.call(ctx, n, protocol.NodeEndpointProcess, body, nil, timeout)
 	if errors.Is(err, errNodeTimeout) {
 		return protocol.Result{}, true, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
 			Message: fmt.Sprintf("process %s on node %s: no answer within %s; the action may or may not have been applied.", args.Action, n.label(), timeout)}
@@ -560,7 +560,7 @@ func (r *nodeRouter) Process(ctx context.Context, sessionKey string, args protoc
 	if err != nil {
 		return protocol.Result{}, true, err
 	}
-	if inst := m.Header.Get(nodeHeaderInstance); inst != "" && rs.instance != "" && inst != rs.instance {
+	if inst := m.Header.Get(protocol.NodeHeaderInstance); inst != "" && rs.instance != "" && inst != rs.instance {
 		// Another run of the node answered: it restarted before the
 		// gateway heard of it, and the session went with the old run.
 		r.indexMarkLost(sessionKey, rs.id)
@@ -576,7 +576,7 @@ func (r *nodeRouter) Process(ctx context.Context, sessionKey string, args protoc
 		return protocol.Result{}, true, protocol.Errorf(protocol.ErrInternal, "process on node %s: malformed result: %v", n.label(), err)
 	}
 	rewriteSessionID(&res, rs.nodeSession, rs.id)
-	if m.Header.Get(nodeHeaderSession) == "gone" {
+	if m.Header.Get(protocol.NodeHeaderSession) == protocol.NodeSessionGone {
 		// Removed, or swept after its retention: the node no longer has it.
 		r.indexDrop(sessionKey, rs.id)
 	}
@@ -633,14 +633,14 @@ func (r *nodeRouter) ListPage(ctx context.Context, sessionKey string, limit int)
 	nodes := r.allNodes()
 	timeout := r.options().CallTimeout
 	asOf := r.indexMark()
-	full, _ := json.Marshal(nodeListWire{SessionKey: sessionKey})
+	full, _ := json.Marshal(protocol.NodeListRequest{SessionKey: sessionKey})
 	body := full
 	if limit > 0 {
-		body, _ = json.Marshal(nodeListWire{SessionKey: sessionKey, Limit: limit})
+		body, _ = json.Marshal(protocol.NodeListRequest{SessionKey: sessionKey, Limit: limit})
 	}
 	type answer struct {
 		n     nodeInfo
-		reply nodeListReplyWire
+		reply protocol.NodeListResponse
 		err   error
 	}
 	var (
@@ -650,19 +650,19 @@ func (r *nodeRouter) ListPage(ctx context.Context, sessionKey string, limit int)
 		mu      sync.Mutex
 	)
 	for _, n := range nodes {
-		if n.pairing != pairingPaired || !n.live {
+		if n.pairing != protocol.NodePairingPaired || !n.live {
 			continue
 		}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			a := answer{n: n}
-			m, err := r.call(ctx, n, nodeEndpointList, body, nil, timeout)
+			m, err := r.call(ctx, n, protocol.NodeEndpointList, body, nil, timeout)
 			var pe *protocol.Error
 			if limit > 0 && errors.As(err, &pe) && pe.Type == protocol.ErrInvalidRequest {
 				// A node agent from before paged lists refuses the
 				// limit field: ask it for everything.
-				m, err = r.call(ctx, n, nodeEndpointList, full, nil, timeout)
+				m, err = r.call(ctx, n, protocol.NodeEndpointList, full, nil, timeout)
 			}
 			if err == nil {
 				err = json.Unmarshal(m.Data, &a.reply)
@@ -858,17 +858,17 @@ func (r *nodeRouter) resync(ctx context.Context, id string) {
 		r.mu.Unlock()
 	}()
 	n, ok := r.nodeSnapshot(id)
-	if !ok || n.pairing != pairingPaired || !n.live {
+	if !ok || n.pairing != protocol.NodePairingPaired || !n.live {
 		return
 	}
-	body, _ := json.Marshal(nodeListWire{All: true})
+	body, _ := json.Marshal(protocol.NodeListRequest{All: true})
 	asOf := r.indexMark()
-	m, err := r.call(ctx, n, nodeEndpointList, body, nil, r.options().CallTimeout)
+	m, err := r.call(ctx, n, protocol.NodeEndpointList, body, nil, r.options().CallTimeout)
 	if err != nil {
 		r.log.Debug("node resync failed; retrying later", "node", id, "err", err)
 		return
 	}
-	var reply nodeListReplyWire
+	var reply protocol.NodeListResponse
 	if err := json.Unmarshal(m.Data, &reply); err != nil || reply.NodeID != id {
 		r.log.Warn("node resync: malformed list", "node", id, "err", err)
 		return

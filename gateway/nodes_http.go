@@ -34,7 +34,7 @@ type NodeView struct {
 
 func nodeView(n nodeInfo) NodeView {
 	v := NodeView{
-		ID: n.id, Name: n.name, Status: "unreachable", Paired: n.pairing == pairingPaired, Pairing: n.pairing,
+		ID: n.id, Name: n.name, Status: "unreachable", Paired: n.pairing == protocol.NodePairingPaired, Pairing: n.pairing,
 		Platform: n.platform, Sessions: n.sessions, Server: n.server, Version: n.version,
 		PublicKey: n.publicKey, Joined: n.joined,
 	}
@@ -71,8 +71,8 @@ func (r *nodeRouter) routes() []route {
 		{"GET /v1/nodes", r.handleList},
 		{"GET /v1/nodes/{id}", r.handleGet},
 		{"POST /v1/nodes/invite", r.handleInvite},
-		{"POST /v1/nodes/{id}/approve", r.handleDecide(pairingPaired)},
-		{"POST /v1/nodes/{id}/reject", r.handleDecide(pairingRejected)},
+		{"POST /v1/nodes/{id}/approve", r.handleDecide(protocol.NodePairingPaired)},
+		{"POST /v1/nodes/{id}/reject", r.handleDecide(protocol.NodePairingRejected)},
 	}
 }
 

@@ -74,7 +74,7 @@ func (g *Gateway) SetEmbeddedServer(s *bus.Server) error {
 	}
 	added := 0
 	for _, n := range r.store.all() {
-		if n.Pairing != pairingPaired || !n.Joined || n.PublicKey == "" || have[n.PublicKey] {
+		if n.Pairing != protocol.NodePairingPaired || !n.Joined || n.PublicKey == "" || have[n.PublicKey] {
 			continue
 		}
 		u, err := bus.NodeUser(r.prefix, n.PublicKey)
@@ -130,7 +130,7 @@ func (g *Gateway) AdmitNode(publicKey string) error {
 			return fmt.Errorf("gateway: admit node %s: %w", id, err)
 		}
 	}
-	_, err = r.decide(r.ctx, id, pairingPaired, true)
+	_, err = r.decide(r.ctx, id, protocol.NodePairingPaired, true)
 	return err
 }
 
@@ -208,7 +208,7 @@ func (r *nodeRouter) createInvite(name string, ttl time.Duration) (inviteReply, 
 			return inviteReply{}, protocol.Errorf(protocol.ErrInternal, "adding the join code's one-time NATS user: %v", err)
 		}
 	}
-	b, err := json.Marshal(joinCodeWire{V: 1, URLs: urls, Prefix: r.prefix, User: inv.user, Secret: secret, Name: name, ExpiresAt: inv.expiresAt.UnixMilli()})
+	b, err := json.Marshal(protocol.JoinCode{V: 1, URLs: urls, Prefix: r.prefix, User: inv.user, Secret: secret, Name: name, ExpiresAt: inv.expiresAt.UnixMilli()})
 	if err != nil {
 		return inviteReply{}, protocol.Errorf(protocol.ErrInternal, "encode join code: %v", err)
 	}
@@ -224,11 +224,11 @@ func (r *nodeRouter) createInvite(name string, ttl time.Duration) (inviteReply, 
 // unused, and the node must prove it holds the seed of the key it
 // presents. The node's key is then admitted to the embedded server with
 // permissions confined to its subjects, and the node is paired.
-func (r *nodeRouter) redeem(req pairRequestWire) pairReplyWire {
-	refuse := func(t protocol.ErrorType, format string, args ...any) pairReplyWire {
+func (r *nodeRouter) redeem(req protocol.NodePairRequest) protocol.NodePairResponse {
+	refuse := func(t protocol.ErrorType, format string, args ...any) protocol.NodePairResponse {
 		e := protocol.Errorf(t, format, args...)
 		r.log.Warn("join refused", "nodeId", req.NodeID, "reason", e.Message)
-		return pairReplyWire{Error: e}
+		return protocol.NodePairResponse{Error: e}
 	}
 	id, err := bus.NodeIDFromPublicKey(req.PublicKey)
 	if err != nil || id != req.NodeID {
@@ -239,7 +239,7 @@ func (r *nodeRouter) redeem(req pairRequestWire) pairReplyWire {
 		return refuse(protocol.ErrInvalidRequest, "join: malformed signature")
 	}
 	kp, err := nkeys.FromPublicKey(req.PublicKey)
-	if err != nil || kp.Verify(joinSignedText(req.JoinSecret, req.PublicKey), sig) != nil {
+	if err != nil || kp.Verify(protocol.JoinSignedText(req.JoinSecret, req.PublicKey), sig) != nil {
 		return refuse(protocol.ErrDenied, "join: the signature does not match the node's public key")
 	}
 	r.mu.Lock()
@@ -253,7 +253,7 @@ func (r *nodeRouter) redeem(req pairRequestWire) pairReplyWire {
 		// The same node asking again (its answer was lost): the code is
 		// its own already.
 		r.mu.Unlock()
-		return pairReplyWire{Status: pairingPaired, NodeID: id, Message: "joined and paired"}
+		return protocol.NodePairResponse{Status: protocol.NodePairingPaired, NodeID: id, Message: "joined and paired"}
 	case inv.used:
 		by := inv.usedBy
 		r.mu.Unlock()
@@ -288,7 +288,7 @@ func (r *nodeRouter) redeem(req pairRequestWire) pairReplyWire {
 		n = &nodeEntry{id: id, interval: defaultHeartbeatInterval, firstSeen: now}
 		r.nodes[id] = n
 	}
-	n.publicKey, n.pairing, n.joined = req.PublicKey, pairingPaired, true
+	n.publicKey, n.pairing, n.joined = req.PublicKey, protocol.NodePairingPaired, true
 	if req.Name != "" {
 		n.name = req.Name
 	} else if inv.name != "" {
@@ -298,13 +298,13 @@ func (r *nodeRouter) redeem(req pairRequestWire) pairReplyWire {
 		n.platform = req.Platform
 	}
 	n.synced = ""
-	stored := storedNode{ID: id, PublicKey: req.PublicKey, Name: n.name, Pairing: pairingPaired, Joined: true, DecidedAt: now.UnixMilli()}
+	stored := storedNode{ID: id, PublicKey: req.PublicKey, Name: n.name, Pairing: protocol.NodePairingPaired, Joined: true, DecidedAt: now.UnixMilli()}
 	r.mu.Unlock()
 	if err := r.store.put(stored); err != nil {
 		r.log.Warn("node pairing store", "err", err)
 	}
 	r.log.Info("node joined by code and paired", "node", id, "name", stored.Name)
-	return pairReplyWire{Status: pairingPaired, NodeID: id, Message: "joined and paired"}
+	return protocol.NodePairResponse{Status: protocol.NodePairingPaired, NodeID: id, Message: "joined and paired"}
 }
 
 // expireInvitesLocked forgets old invites and returns the one-time users

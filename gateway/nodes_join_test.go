@@ -48,7 +48,7 @@ func TestNodeJoinByCode(t *testing.T) {
 		t.Fatalf("invite: %+v", inv)
 	}
 	raw, _ := base64.RawURLEncoding.DecodeString(inv.Code)
-	var code joinCodeWire
+	var code protocol.JoinCode
 	if err := json.Unmarshal(raw, &code); err != nil || code.User == "" || len(code.URLs) != 1 || code.URLs[0] != env.srv.ClientURL() {
 		t.Fatalf("code: %+v %v", code, err)
 	}
@@ -67,7 +67,7 @@ func TestNodeJoinByCode(t *testing.T) {
 	if a.Name() != "builder" || a.Pairing() != nodeagent.PairingPaired {
 		t.Fatalf("joined node: name %q pairing %q", a.Name(), a.Pairing())
 	}
-	v := env.waitNode(a.ID(), "connected", pairingPaired)
+	v := env.waitNode(a.ID(), "connected", protocol.NodePairingPaired)
 	if !v.Joined || v.PublicKey != a.PublicKey() {
 		t.Fatalf("view: %+v", v)
 	}
@@ -184,7 +184,7 @@ func TestNodeAdmitLocalNode(t *testing.T) {
 		t.Fatal("AdmitNode accepted a bad key")
 	}
 	a := startAgent(t, cfg)
-	env.waitNode(a.ID(), "connected", pairingPaired)
+	env.waitNode(a.ID(), "connected", protocol.NodePairingPaired)
 	if res := env.invoke("exec", map[string]any{"command": "echo local-node", "host": "node"}, ""); !strings.Contains(res.Text(), "local-node") {
 		t.Fatalf("exec: %s", res.Text())
 	}

@@ -42,7 +42,7 @@ func startFakeNode(t *testing.T, env *nodeEnv) *fakeNode {
 		tick := time.NewTicker(testHeartbeat)
 		defer tick.Stop()
 		for {
-			b, _ := json.Marshal(heartbeatWire{NodeID: id.NodeID, PublicKey: id.PublicKey, Name: "silent", Instance: "i1", IntervalMs: testHeartbeat.Milliseconds()})
+			b, _ := json.Marshal(protocol.NodeHeartbeat{NodeID: id.NodeID, PublicKey: id.PublicKey, Name: "silent", Instance: "i1", IntervalMs: testHeartbeat.Milliseconds()})
 			_ = env.nc.Publish(protocol.Subjects("execmesh").PresenceOf(id.NodeID), b)
 			select {
 			case <-stop:
@@ -58,7 +58,7 @@ func startFakeNode(t *testing.T, env *nodeEnv) *fakeNode {
 func TestNodeStartOutcomeUnknown(t *testing.T) {
 	env := startNodeGateway(t, nil, "", nil)
 	f := startFakeNode(t, env)
-	env.waitNode(f.id.NodeID, "connected", pairingPending)
+	env.waitNode(f.id.NodeID, "connected", protocol.NodePairingPending)
 	if err := env.g.ApproveNode(f.id.NodeID); err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +83,11 @@ func TestNodeStartOutcomeUnknown(t *testing.T) {
 		}
 		break
 	}
-	if len(got) != 1 || got[0].Header.Get(nodeHeaderIdempotencyKey) == "" || !strings.Contains(r.Error.Message, got[0].Header.Get(nodeHeaderIdempotencyKey)) {
+	if len(got) != 1 || got[0].Header.Get(protocol.NodeHeaderIdempotencyKey) == "" || !strings.Contains(r.Error.Message, got[0].Header.Get(protocol.NodeHeaderIdempotencyKey)) {
 		t.Fatalf("exec deliveries: %d", len(got))
 	}
 	// The request carried the resolved timeout and no routing fields.
-	var w nodeExecWire
+	var w protocol.NodeExecRequest
 	if err := json.Unmarshal(got[0].Data, &w); err != nil {
 		t.Fatal(err)
 	}
@@ -109,11 +109,11 @@ func TestNodeGhostsExpire(t *testing.T) {
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	env.waitNode(a.ID(), "unreachable", pairingPaired)
+	env.waitNode(a.ID(), "unreachable", protocol.NodePairingPaired)
 	// An unpaired node last heard from a minute ago is swept away.
 	r := env.g.router()
 	r.mu.Lock()
-	r.nodes["ghostghostghost1"] = &nodeEntry{id: "ghostghostghost1", pairing: pairingPending, lastSeen: time.Now().Add(-time.Minute), interval: testHeartbeat}
+	r.nodes["ghostghostghost1"] = &nodeEntry{id: "ghostghostghost1", pairing: protocol.NodePairingPending, lastSeen: time.Now().Add(-time.Minute), interval: testHeartbeat}
 	r.mu.Unlock()
 	checkFor(t, 30*time.Second, func() error {
 		for _, n := range env.g.Nodes() {
@@ -124,7 +124,7 @@ func TestNodeGhostsExpire(t *testing.T) {
 		return nil
 	})
 	// The paired node stays listed, unreachable.
-	env.waitNode(a.ID(), "unreachable", pairingPaired)
+	env.waitNode(a.ID(), "unreachable", protocol.NodePairingPaired)
 	if r := env.do("GET", "/v1/nodes/"+a.ID(), nil, nil); r.Status != 200 || !strings.Contains(string(r.Raw), `"status":"unreachable"`) {
 		t.Fatalf("GET node: %d %s", r.Status, r.Raw)
 	}
@@ -187,7 +187,7 @@ func TestNodeDiscoveryForgery(t *testing.T) {
 	}
 	_ = rogue.Flush()
 	env2 := startNodeGateway(t, srv, stateDir, nil)
-	v := env2.waitNode(a.ID(), "connected", pairingPaired)
+	v := env2.waitNode(a.ID(), "connected", protocol.NodePairingPaired)
 	if v.Name != "alpha" {
 		t.Fatalf("renamed: %+v", v)
 	}

@@ -73,7 +73,7 @@ func TestNodeExecForegroundBackgroundAndProcess(t *testing.T) {
 		t.Fatalf("poll after remove: %s", gone.Text())
 	}
 	// The node view counts sessions and names its server.
-	v := env.waitNode(a.ID(), "connected", pairingPaired)
+	v := env.waitNode(a.ID(), "connected", protocol.NodePairingPaired)
 	if v.Name != "alpha" || v.Server == "" || v.Platform == "" || v.LastSeen == 0 {
 		t.Fatalf("node view: %+v", v)
 	}
@@ -162,7 +162,7 @@ func TestNodeSelection(t *testing.T) {
 func TestNodePairingGate(t *testing.T) {
 	env := startNodeGateway(t, nil, "", nil)
 	a := startAgent(t, testAgentConfig(t, env.srv, "pending-one"))
-	v := env.waitNode(a.ID(), "connected", pairingPending)
+	v := env.waitNode(a.ID(), "connected", protocol.NodePairingPending)
 	if v.Paired {
 		t.Fatalf("new node paired: %+v", v)
 	}
@@ -202,7 +202,7 @@ func TestNodePairingGate(t *testing.T) {
 		t.Fatalf("after approve: %s", res.Text())
 	}
 	stored := readNodesFile(t, env.stateDir)
-	if len(stored) != 1 || stored[0].ID != a.ID() || stored[0].Pairing != pairingPaired || stored[0].PublicKey != a.PublicKey() {
+	if len(stored) != 1 || stored[0].ID != a.ID() || stored[0].Pairing != protocol.NodePairingPaired || stored[0].PublicKey != a.PublicKey() {
 		t.Fatalf("stored: %+v", stored)
 	}
 	if r := env.do("POST", "/v1/nodes/"+a.ID()+"/reject", nil, nil); r.Status != 200 {
@@ -234,7 +234,7 @@ func TestNodeApproveBeforeSeenAndPersisted(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := startAgent(t, cfg)
-	env.waitNode(a.ID(), "connected", pairingPaired)
+	env.waitNode(a.ID(), "connected", protocol.NodePairingPaired)
 	res := env.invoke("exec", map[string]any{"command": "echo auto-approved", "host": "node"}, "")
 	if !strings.Contains(res.Text(), "auto-approved") {
 		t.Fatalf("exec: %s", res.Text())
@@ -242,7 +242,7 @@ func TestNodeApproveBeforeSeenAndPersisted(t *testing.T) {
 	env.close()
 	// A restarted gateway keeps the decision.
 	env2 := startNodeGateway(t, srv, stateDir, nil)
-	env2.waitNode(a.ID(), "connected", pairingPaired)
+	env2.waitNode(a.ID(), "connected", protocol.NodePairingPaired)
 	if err := env2.g.ApproveNode("bad id!"); err == nil {
 		t.Fatal("ApproveNode accepted an invalid id")
 	}
@@ -252,9 +252,9 @@ func TestNodeIdempotentStart(t *testing.T) {
 	env := startNodeGateway(t, nil, "", nil)
 	a := env.pairAgent(testAgentConfig(t, env.srv, "alpha"))
 	args, _ := json.Marshal(map[string]any{"command": "echo once >> runs.txt; sleep 5", "background": true, "timeout": 30})
-	body, _ := json.Marshal(nodeExecWire{SessionKey: "agent:main:main", Args: args, Security: "full", Ask: "off"})
+	body, _ := json.Marshal(protocol.NodeExecRequest{SessionKey: "agent:main:main", Args: args, Security: "full", Ask: "off"})
 	hdr := nats.Header{}
-	hdr.Set(nodeHeaderIdempotencyKey, newUUID())
+	hdr.Set(protocol.NodeHeaderIdempotencyKey, newUUID())
 	subject := protocol.Subjects("execmesh").Node(a.ID(), "exec")
 	var ids []string
 	for range 3 {
@@ -275,7 +275,7 @@ func TestNodeIdempotentStart(t *testing.T) {
 		t.Fatalf("retries started new sessions: %v", ids)
 	}
 	// A key reused by another sessionKey is refused.
-	body2, _ := json.Marshal(nodeExecWire{SessionKey: "agent:main:other", Args: args, Security: "full", Ask: "off"})
+	body2, _ := json.Marshal(protocol.NodeExecRequest{SessionKey: "agent:main:other", Args: args, Security: "full", Ask: "off"})
 	m, err := bus.RequestChunked(t.Context(), env.nc, subject, body2, hdr)
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +369,7 @@ func TestNodeUnreachableFailsFast(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("took %s, want fail-fast", d)
 	}
-	env.waitNode(a.ID(), "unreachable", pairingPaired)
+	env.waitNode(a.ID(), "unreachable", protocol.NodePairingPaired)
 	r = env.invokeRaw("exec", map[string]any{"command": "true", "host": "node"}, "")
 	if r.Status != http.StatusServiceUnavailable || r.Error == nil || !r.Error.Retryable {
 		t.Fatalf("exec on the only, unreachable node: %d %s", r.Status, r.Raw)

@@ -12,10 +12,12 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// Approval decisions.
+// Approval decisions. The two that allow a run are also what the gateway
+// sends a node in protocol.NodeExecApproval.Decision, so they are the
+// protocol's values.
 const (
-	DecisionAllowOnce   = "allow-once"
-	DecisionAllowAlways = "allow-always"
+	DecisionAllowOnce   = protocol.NodeDecisionAllowOnce   // "allow-once"
+	DecisionAllowAlways = protocol.NodeDecisionAllowAlways // "allow-always"
 	DecisionDeny        = "deny"
 )
 

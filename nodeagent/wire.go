@@ -9,36 +9,28 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// The messages a node agent exchanges with a gateway. The gateway keeps its
-// own copies of these shapes (gateway/nodes_wire.go), because the two
-// sides share only the protocol package; gateway tests decode one side's
-// messages with the other's types to keep them in step.
+// The messages a node agent exchanges with a gateway are defined once, in
+// the protocol package (protocol/node.go); the names below are aliases of
+// those types and constants, kept so that callers of nodeagent can go on
+// using them.
 //
-// Every request is JSON and decoded strictly: unknown fields, wrong types
-// and trailing data are refused with a micro error reply whose code is the
-// HTTP status of the error type ("400", "404", "409", "503") and
-// whose data is the JSON of a *protocol.Error, so the gateway can hand the
-// very same error to its caller.
+// Every request is JSON and decoded strictly (decodeStrict): unknown
+// fields, wrong types and trailing data are refused with a micro error
+// reply whose code is the HTTP status of the error type ("400", "404",
+// "409", "503") and whose data is the JSON of a *protocol.Error, so the
+// gateway can hand the very same error to its caller.
 
-// HeaderIdempotencyKey carries the idempotency key of an exec start: a
-// UUID the gateway picks per call. A node that receives the same key again
-// (a retry, or a late duplicate) returns the answer of the first start
-// instead of running the command twice. nats.Header does not canonicalise
-// keys: use this exact spelling.
-const HeaderIdempotencyKey = "Execmesh-Idempotency-Key"
-
-// HeaderSession is set on a process reply to SessionGone when, after the
-// action, the node does not hold the session (it was removed, swept after
-// its retention, or never existed in that sessionKey).
+// Header names and values of the node protocol.
 const (
-	HeaderSession = "Execmesh-Session"
-	SessionGone   = "gone"
+	// HeaderIdempotencyKey is protocol.NodeHeaderIdempotencyKey.
+	HeaderIdempotencyKey = protocol.NodeHeaderIdempotencyKey
+	// HeaderSession is protocol.NodeHeaderSession.
+	HeaderSession = protocol.NodeHeaderSession
+	// SessionGone is protocol.NodeSessionGone.
+	SessionGone = protocol.NodeSessionGone
+	// HeaderInstance is protocol.NodeHeaderInstance.
+	HeaderInstance = protocol.NodeHeaderInstance
 )
-
-// HeaderInstance is set on every successful reply to the agent's Instance,
-// so a gateway can tell a reply of a restarted node from one of the run
-// that started a session, even before the new run's first heartbeat.
-const HeaderInstance = "Execmesh-Instance"
 
 // Endpoint names of a node's micro service, below the group
 // <prefix>.node.<id>. Names with a dot are subject suffixes; their micro
@@ -46,86 +38,86 @@ const HeaderInstance = "Execmesh-Instance"
 const (
 	EndpointExec         = protocol.NodeEndpointExec         // ExecRequest → protocol.Result
 	EndpointProcess      = protocol.NodeEndpointProcess      // ProcessRequest → protocol.Result
-	EndpointList         = "list"                            // ListRequest → ListResponse
+	EndpointList         = protocol.NodeEndpointList         // ListRequest → ListResponse
 	EndpointApprovalsGet = protocol.NodeEndpointApprovalsGet // {} → the exec-approvals file
 	EndpointApprovalsSet = protocol.NodeEndpointApprovalsSet // {file, baseHash} → the new file
 	EndpointWhich        = protocol.NodeEndpointWhich        // WhichRequest → WhichResponse
-	EndpointPairing      = "pairing"                         // PairingNotice → {} (gateway tells the node its pairing status)
-	EndpointApplyPatch   = "applypatch"                      // ApplyPatchRequest → protocol.Result
+	EndpointPairing      = protocol.NodeEndpointPairing      // PairingNotice → {} (gateway tells the node its pairing status)
+	EndpointApplyPatch   = protocol.NodeEndpointApplyPatch   // ApplyPatchRequest → protocol.Result
 )
 
-// Pairing states, as the gateway reports them.
+// Pairing states, as the gateway reports them (protocol.NodePairing*).
 const (
-	PairingPending  = "pending"
-	PairingPaired   = "paired"
-	PairingRejected = "rejected"
+	PairingPending  = protocol.NodePairingPending  // waiting for an operator
+	PairingPaired   = protocol.NodePairingPaired   // approved
+	PairingRejected = protocol.NodePairingRejected // refused
 )
 
-// Pair request types.
+// Pair request types (protocol.NodePairAnnounce, protocol.NodePairJoin).
 const (
-	PairAnnounce = "announce" // a node presents itself; the gateway answers its pairing status
-	PairJoin     = "join"     // a node redeems a join code
+	PairAnnounce = protocol.NodePairAnnounce // a node presents itself; the gateway answers its pairing status
+	PairJoin     = protocol.NodePairJoin     // a node redeems a join code
 )
 
-// ExecRequest starts a command on the node (endpoint exec).
-type ExecRequest struct {
-	// SessionKey is the caller's scope; the node's process actions for
-	// the session answer only under the same key. Required.
-	SessionKey string `json:"sessionKey"`
-	AgentID    string `json:"agentId,omitempty"`
-	// Args are the exec tool arguments, decoded on the node with
-	// protocol.DecodeExecArgs (strict). The gateway sends yieldMs and
-	// timeout resolved, so that its request deadline and the node's
-	// behaviour come from the same values.
-	Args json.RawMessage `json:"args"`
-	// Security and Ask are the gateway's resolved policy; the node only
-	// tightens them (Config.Security, Config.Ask).
-	Security string   `json:"security,omitempty"`
-	Ask      string   `json:"ask,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
-	// Sync runs the command to completion (the caller may not use the
-	// process tool).
-	Sync bool `json:"sync,omitempty"`
-	// Approval is set only by the gateway, on the start of a run it
-	// asked an approval for (after ErrApprovalRequired): never from the
-	// exec arguments, which are decoded strictly and have no such field.
-	Approval *ExecApproval `json:"approval,omitempty"`
-}
-
-// Decisions an ExecApproval carries: the operator's, or DecisionTimeout
-// when nobody answered in time (the node then applies its askFallback).
+// Decisions an ExecApproval carries (protocol.NodeDecision*).
 const (
-	DecisionAllowOnce   = "allow-once"
-	DecisionAllowAlways = "allow-always"
-	DecisionTimeout     = "timeout"
+	DecisionAllowOnce   = protocol.NodeDecisionAllowOnce   // run this once
+	DecisionAllowAlways = protocol.NodeDecisionAllowAlways // run, and allowlist the binaries
+	DecisionTimeout     = protocol.NodeDecisionTimeout     // nobody answered: the node applies its askFallback
 )
 
-// ExecApproval is the gateway's approval of one run.
-type ExecApproval struct {
-	// ID is the gateway's approval id; the run's exit event carries it
-	// as RunID.
-	ID       string `json:"id"`
-	Decision string `json:"decision"`
-}
+// ErrApprovalRequired is protocol.ErrApprovalRequired.
+const ErrApprovalRequired = protocol.ErrApprovalRequired
 
-// ErrApprovalRequired is the error type of an exec start that needs an
-// approval the request does not carry. The error data holds, besides
-// type and message, "approval": an ApprovalRequired.
-const ErrApprovalRequired protocol.ErrorType = "approval_required"
+// ExecRequest is protocol.NodeExecRequest.
+type ExecRequest = protocol.NodeExecRequest
 
-// ApprovalRequired is the node's evaluation of a run that needs approval.
-type ApprovalRequired struct {
-	Command string `json:"command"`
-	Cwd     string `json:"cwd"`
-	// AllowAlways is whether allow-always may be offered (ask is not
-	// always and the command resolves to binaries that can be
-	// allowlisted).
-	AllowAlways bool   `json:"allowAlways"`
-	AskFallback string `json:"askFallback"`
-	// FallbackAllows is whether the askFallback would run the command
-	// when the approval times out.
-	FallbackAllows bool   `json:"fallbackAllows"`
-	Reason         string `json:"reason,omitempty"`
+// ExecApproval is protocol.NodeExecApproval.
+type ExecApproval = protocol.NodeExecApproval
+
+// ApprovalRequired is protocol.NodeApprovalRequired.
+type ApprovalRequired = protocol.NodeApprovalRequired
+
+// ApplyPatchRequest is protocol.NodeApplyPatchRequest.
+type ApplyPatchRequest = protocol.NodeApplyPatchRequest
+
+// ProcessRequest is protocol.NodeProcessRequest.
+type ProcessRequest = protocol.NodeProcessRequest
+
+// ListRequest is protocol.NodeListRequest.
+type ListRequest = protocol.NodeListRequest
+
+// ListResponse is protocol.NodeListResponse.
+type ListResponse = protocol.NodeListResponse
+
+// ListedSession is protocol.NodeListedSession.
+type ListedSession = protocol.NodeListedSession
+
+// WhichRequest is protocol.NodeWhichRequest.
+type WhichRequest = protocol.NodeWhichRequest
+
+// WhichResponse is protocol.NodeWhichResponse.
+type WhichResponse = protocol.NodeWhichResponse
+
+// PairingNotice is protocol.NodePairingNotice.
+type PairingNotice = protocol.NodePairingNotice
+
+// Heartbeat is protocol.NodeHeartbeat.
+type Heartbeat = protocol.NodeHeartbeat
+
+// PairRequest is protocol.NodePairRequest.
+type PairRequest = protocol.NodePairRequest
+
+// PairResponse is protocol.NodePairResponse.
+type PairResponse = protocol.NodePairResponse
+
+// JoinCode is protocol.JoinCode.
+type JoinCode = protocol.JoinCode
+
+// JoinSignedText is protocol.JoinSignedText: the text a joining node signs
+// with its nkey.
+func JoinSignedText(secret, publicKey string) []byte {
+	return protocol.JoinSignedText(secret, publicKey)
 }
 
 // approvalRequiredError is returned by authorize; the endpoint sends its
@@ -152,150 +144,6 @@ func errorDataFor(err error, pe *protocol.Error) []byte {
 		}
 	}
 	return errorData(pe)
-}
-
-// ApplyPatchRequest applies an apply_patch patch on the node (endpoint
-// applypatch), under the requested workdir with the node's workdir rules.
-type ApplyPatchRequest struct {
-	SessionKey string `json:"sessionKey"`
-	AgentID    string `json:"agentId,omitempty"`
-	// Args are the apply_patch tool arguments
-	// (protocol.DecodeApplyPatchArgs, strict).
-	Args json.RawMessage `json:"args"`
-	// Security is the gateway's resolved security; the node only
-	// tightens it.
-	Security string `json:"security,omitempty"`
-}
-
-// ProcessRequest is a process action on a node session (endpoint process).
-type ProcessRequest struct {
-	SessionKey string `json:"sessionKey"`
-	// Args are the process tool arguments (protocol.DecodeProcessArgs).
-	Args json.RawMessage `json:"args"`
-}
-
-// ListRequest asks for the node's sessions (endpoint list): those of one
-// sessionKey, or with All every session the node holds (the gateway's
-// resynchronisation after a restart or a reconnect).
-type ListRequest struct {
-	SessionKey string `json:"sessionKey,omitempty"`
-	All        bool   `json:"all,omitempty"`
-	// Limit, when above 0, asks for only the Limit newest entries of each
-	// sessionKey (process list order), for a gateway answering a paged
-	// list: the offset+limit of its caller. 0 lists everything.
-	Limit int `json:"limit,omitempty"`
-}
-
-// ListResponse answers a ListRequest.
-type ListResponse struct {
-	NodeID string `json:"nodeId"`
-	// Instance identifies this run of the node agent; it changes when the
-	// agent restarts, and with it every session the node held is gone.
-	Instance string          `json:"instance"`
-	Sessions []ListedSession `json:"sessions"`
-	// Total is, with a Limit, how many entries the sessionKeys listed
-	// have in all, Limit aside.
-	Total int `json:"total,omitempty"`
-	// Partial is set when Limit left entries out: a session not in
-	// Sessions may still exist on the node.
-	Partial bool `json:"partial,omitempty"`
-}
-
-// ListedSession is one session of a ListResponse: its scope and its
-// process-list entry.
-type ListedSession struct {
-	SessionKey string           `json:"sessionKey"`
-	Details    protocol.Details `json:"details"`
-}
-
-// WhichRequest asks where binaries are on the node's PATH (endpoint which).
-type WhichRequest struct {
-	Bins []string `json:"bins"`
-}
-
-// WhichResponse maps each binary found to its path; names with a path
-// separator and binaries not found are left out.
-type WhichResponse struct {
-	Bins map[string]string `json:"bins"`
-}
-
-// PairingNotice is the gateway's word on the node's pairing (endpoint
-// pairing), sent when an operator approves or rejects the node.
-type PairingNotice struct {
-	Status string `json:"status"`
-}
-
-// Heartbeat is what a node publishes on <prefix>.presence.<id> every
-// heartbeat interval.
-type Heartbeat struct {
-	NodeID    string `json:"nodeId"`
-	PublicKey string `json:"publicKey"`
-	Name      string `json:"name"`
-	Platform  string `json:"platform"`
-	Hostname  string `json:"hostname,omitempty"`
-	Version   string `json:"version,omitempty"`
-	// Instance changes on every start of the agent (see ListResponse).
-	Instance  string `json:"instance"`
-	StartedAt int64  `json:"startedAt"` // unix ms
-	// Sessions is the number of sessions the node holds.
-	Sessions int `json:"sessions"`
-	// Server is the NATS server the node is connected to.
-	Server string `json:"server,omitempty"`
-	// IntervalMs is the node's heartbeat interval, so the gateway can
-	// tell a late heartbeat from a lost node.
-	IntervalMs int64 `json:"intervalMs"`
-	TS         int64 `json:"ts"` // unix ms
-}
-
-// PairRequest is sent on <prefix>.pair.request: a node announcing itself
-// (Type PairAnnounce) or redeeming a join code (Type PairJoin).
-type PairRequest struct {
-	Type      string `json:"type"`
-	NodeID    string `json:"nodeId"`
-	PublicKey string `json:"publicKey"`
-	Name      string `json:"name"`
-	Platform  string `json:"platform"`
-	Version   string `json:"version,omitempty"`
-	Instance  string `json:"instance,omitempty"`
-	// JoinUser and JoinSecret come from the join code (PairJoin only).
-	JoinUser   string `json:"joinUser,omitempty"`
-	JoinSecret string `json:"joinSecret,omitempty"`
-	// Signature proves the node holds the seed of PublicKey: the nkey
-	// signature, base64url, of JoinSignedText(JoinSecret, PublicKey)
-	// (PairJoin only).
-	Signature string `json:"signature,omitempty"`
-}
-
-// JoinSignedText is the text a joining node signs with its nkey.
-func JoinSignedText(secret, publicKey string) []byte {
-	return []byte("execmesh-join:" + secret + ":" + publicKey)
-}
-
-// PairResponse answers a PairRequest.
-type PairResponse struct {
-	Status  string `json:"status"` // PairingPending, PairingPaired or PairingRejected
-	NodeID  string `json:"nodeId"`
-	Message string `json:"message,omitempty"`
-	// Error is set when the request was refused (a join code that is
-	// unknown, expired or already used, a bad signature, …).
-	Error *protocol.Error `json:"error,omitempty"`
-}
-
-// JoinCode is the content of a join code: base64url (unpadded) of this
-// JSON. It carries everything a new machine needs: where NATS is, the
-// subject prefix, and a one-time credential.
-type JoinCode struct {
-	V      int      `json:"v"` // 1
-	URLs   []string `json:"urls"`
-	Prefix string   `json:"prefix"`
-	// User is the one-time NATS user of the code, allowed only to send
-	// the join request; empty when the server accepts anonymous clients.
-	User string `json:"user,omitempty"`
-	// Secret is the one-time secret: the NATS password of User and the
-	// proof the gateway checks.
-	Secret    string `json:"secret"`
-	Name      string `json:"name,omitempty"`      // suggested display name
-	ExpiresAt int64  `json:"expiresAt,omitempty"` // unix ms
 }
 
 // decodeStrict decodes one JSON object into v, refusing unknown fields,

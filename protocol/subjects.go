@@ -10,7 +10,8 @@ import (
 //	<prefix>.gw.invoke                    tool invoke request (the body of POST /tools/invoke); reply = result
 //	<prefix>.gw.events.<sessionKeyToken>  system events the gateway publishes for one sessionKey
 //	<prefix>.node.<nodeId>.<endpoint>     a node's service group (nats micro), endpoints:
-//	                                        exec, process, approvals.get, approvals.set, which
+//	                                        exec, process, approvals.get, approvals.set, which,
+//	                                        list, pairing, applypatch
 //	<prefix>.presence.<nodeId>            node heartbeats
 //	<prefix>.events.exit.<nodeId>         exit events of a node's sessions (JetStream, durable)
 //	<prefix>.pair.request                 pairing requests of nodes not yet approved
@@ -28,11 +29,14 @@ const DefaultSubjectPrefix = "execmesh"
 // Endpoints of a node's service group, appended to SubjectSet.NodeGroup.
 // Some contain a dot: they are subject suffixes, not micro endpoint names.
 const (
-	NodeEndpointExec         = "exec"          // start a command (ExecArgs plus routing); reply = Result
-	NodeEndpointProcess      = "process"       // a process action on a node session; reply = Result
+	NodeEndpointExec         = "exec"          // start a command; NodeExecRequest → Result
+	NodeEndpointProcess      = "process"       // a process action on a node session; NodeProcessRequest → Result
 	NodeEndpointApprovalsGet = "approvals.get" // read the node's exec-approvals.json
 	NodeEndpointApprovalsSet = "approvals.set" // replace it, given the current hash
-	NodeEndpointWhich        = "which"         // resolve binaries on the node's PATH
+	NodeEndpointWhich        = "which"         // resolve binaries on the node's PATH; NodeWhichRequest → NodeWhichResponse
+	NodeEndpointList         = "list"          // list the node's sessions; NodeListRequest → NodeListResponse
+	NodeEndpointPairing      = "pairing"       // the gateway tells the node its pairing status; NodePairingNotice → {}
+	NodeEndpointApplyPatch   = "applypatch"    // apply a patch on the node; NodeApplyPatchRequest → Result
 )
 
 // Limits on the tokens this package validates. NATS has no such small limit;
