@@ -45,6 +45,11 @@ var (
 	// nothing was delivered, so the call may be retried. From
 	// RespondChunked: the requester has gone.
 	ErrUnreachable = errors.New("bus: no responders, target unreachable")
+	// ErrConnectionLost: from RequestChunked, the connection to NATS
+	// dropped (or was not up) while the reply was awaited. The request may
+	// have been delivered and acted upon; nats.go would otherwise hold the
+	// caller until its deadline, since a reply cannot cross the outage.
+	ErrConnectionLost = errors.New("bus: connection to NATS lost while waiting for the reply")
 	// ErrBadChunk: a reply part carried a malformed or inconsistent
 	// HeaderChunk.
 	ErrBadChunk = errors.New("bus: bad chunk header")
@@ -181,13 +186,33 @@ func headerSize(hdr nats.Header) int {
 // arriving out of order and waits until ctx ends. The result's Header is the first part's, without HeaderChunk.
 //
 // Errors: ErrUnreachable when no one subscribes to subject; an error
-// wrapping ctx.Err() when the reply did not complete in time (the request
-// may have been delivered: do not retry blindly); nats.ErrMaxPayload when
-// the request itself is too large.
+// wrapping ctx.Err() when the reply did not complete in time, or
+// ErrConnectionLost when the connection dropped before it did (either
+// way the request may have been delivered: do not retry blindly);
+// nats.ErrMaxPayload when the request itself is too large.
 func RequestChunked(ctx context.Context, nc *nats.Conn, subject string, data []byte, hdr nats.Header) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bus: request %s: %w", subject, err)
 	}
+	// Registered before the connection is checked, so that a drop after
+	// the check is seen.
+	status := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	defer nc.RemoveStatusListener(status)
+	if !nc.IsConnected() {
+		return nil, fmt.Errorf("bus: request %s: %w", subject, ErrConnectionLost)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case _, ok := <-status:
+			if ok {
+				cancel(ErrConnectionLost)
+			}
+		case <-ctx.Done():
+		}
+	}()
+
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
@@ -209,6 +234,9 @@ func RequestChunked(ctx context.Context, nc *nats.Conn, subject string, data []b
 			return nil, fmt.Errorf("bus: request %s: %w: %w", subject, ErrUnreachable, err)
 		}
 		if err != nil {
+			if cause := context.Cause(ctx); errors.Is(cause, ErrConnectionLost) {
+				return nil, fmt.Errorf("bus: request %s: %w (%d of %d parts)", subject, cause, asm.got, asm.n)
+			}
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("bus: request %s: %w (%d of %d parts)", subject, ctx.Err(), asm.got, asm.n)
 			}

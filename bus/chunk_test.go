@@ -209,6 +209,43 @@ func TestRequestChunkedTimeout(t *testing.T) {
 	}
 }
 
+// TestRequestChunkedConnectionLost: a request in flight when the server
+// goes away fails at once with ErrConnectionLost instead of holding its
+// caller until the deadline; a request made while the connection is down
+// fails before it is sent.
+func TestRequestChunkedConnectionLost(t *testing.T) {
+	s := bustest.StartServer(t, bustest.WithoutJetStream())
+	nc := bustest.Connect(t, s, bus.ClientConfig{})
+	sub, err := nc.SubscribeSync("silent") // receives, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	go func() {
+		// Once the request has arrived, take the server away.
+		if _, err := sub.NextMsg(10 * time.Second); err != nil {
+			t.Error(err)
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		_ = s.Shutdown(sctx)
+	}()
+	start := time.Now()
+	_, err = bus.RequestChunked(ctx, nc, "silent", nil, nil)
+	if !errors.Is(err, bus.ErrConnectionLost) {
+		t.Fatalf("err = %v, want ErrConnectionLost", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("failed after %s, not when the connection dropped", d)
+	}
+	_, err = bus.RequestChunked(ctx, nc, "silent", nil, nil)
+	if !errors.Is(err, bus.ErrConnectionLost) {
+		t.Fatalf("while disconnected: err = %v, want ErrConnectionLost", err)
+	}
+}
+
 func TestRequestChunkedTooLarge(t *testing.T) {
 	s := bustest.StartServer(t, bustest.WithoutJetStream(), bustest.WithMaxPayload(4096))
 	nc := bustest.Connect(t, s, bus.ClientConfig{})

@@ -36,7 +36,7 @@ func (r *nodeRouter) ApplyPatch(ctx context.Context, req NodeExecRequest, args p
 	m, err := r.call(ctx, n, protocol.NodeEndpointApplyPatch, body, nil, timeout)
 	if errors.Is(err, errNodeTimeout) {
 		return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
-			Message: fmt.Sprintf("apply_patch on node %s: no answer within %s, so the patch may or may not have been applied; check the files before applying it again.", n.label(), timeout)}
+			Message: fmt.Sprintf("apply_patch on node %s: %s, so the patch may or may not have been applied; check the files before applying it again.", n.label(), noAnswer(err, timeout))}
 	}
 	if err != nil {
 		return protocol.Result{}, err

@@ -39,9 +39,18 @@ type remoteSession struct {
 	seq uint64
 }
 
-// errNodeTimeout marks a request whose answer did not come in time: it
-// may have been delivered and acted upon.
+// errNodeTimeout marks a request whose answer did not come, because the
+// deadline passed or the gateway's NATS connection dropped while it
+// waited: it may have been delivered and acted upon.
 var errNodeTimeout = errors.New("no answer from the node in time")
+
+// noAnswer says why a call failed with errNodeTimeout.
+func noAnswer(err error, timeout time.Duration) string {
+	if errors.Is(err, bus.ErrConnectionLost) {
+		return "no answer (the gateway's NATS connection dropped while it waited)"
+	}
+	return fmt.Sprintf("no answer within %s", timeout)
+}
 
 // call sends one request to a node endpoint and returns its reply.
 // Errors: a retryable *protocol.Error when the node (or the gateway's
@@ -81,7 +90,9 @@ func (r *nodeRouter) call(ctx context.Context, n nodeInfo, endpoint string, body
 			Message: fmt.Sprintf("node %s is unreachable (not connected to NATS); nothing was delivered. Retry when it reconnects.", n.label())}
 	case err != nil && ctx.Err() != nil:
 		return nil, ctx.Err()
-	case err != nil && rctx.Err() != nil:
+	case err != nil && (rctx.Err() != nil || errors.Is(err, bus.ErrConnectionLost)):
+		// Fails fast on a dropped connection rather than at the
+		// deadline; the outcome is unknown either way.
 		return nil, fmt.Errorf("%w (%s): %w", errNodeTimeout, timeout, err)
 	case err != nil:
 		return nil, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: fmt.Sprintf("node %s: %v", n.label(), err)}
@@ -194,7 +205,7 @@ func (r *nodeRouter) execOn(ctx context.Context, n nodeInfo, req NodeExecRequest
 	if errors.Is(err, errNodeTimeout) {
 		r.log.Warn("exec start outcome unknown", "node", n.id, "idempotencyKey", key, "err", err)
 		return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
-			Message: fmt.Sprintf("exec on node %s: no answer within %s, so the command may or may not have started (idempotency key %s). It was not retried automatically; check with process list before running it again.", n.label(), deadline, key)}
+			Message: fmt.Sprintf("exec on node %s: %s, so the command may or may not have started (idempotency key %s). It was not retried automatically; check with process list before running it again.", n.label(), noAnswer(err, deadline), key)}
 	}
 	if err != nil {
 		return protocol.Result{}, err
@@ -555,7 +566,7 @@ func (r *nodeRouter) Process(ctx context.Context, sessionKey string, args protoc
 	m, err := r.call(ctx, n, protocol.NodeEndpointProcess, body, nil, timeout)
 	if errors.Is(err, errNodeTimeout) {
 		return protocol.Result{}, true, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
-			Message: fmt.Sprintf("process %s on node %s: no answer within %s; the action may or may not have been applied.", args.Action, n.label(), timeout)}
+			Message: fmt.Sprintf("process %s on node %s: %s; the action may or may not have been applied.", args.Action, n.label(), noAnswer(err, timeout))}
 	}
 	if err != nil {
 		return protocol.Result{}, true, err
