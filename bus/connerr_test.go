@@ -1,7 +1,6 @@
 package bus_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -17,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
+	"github.com/execmesh/execmesh/internal/testutil"
 )
 
 // TestConnectExplainsBadServerCertificate: a client that verifies
@@ -53,7 +52,7 @@ func TestConnectExplainsBadServerCertificate(t *testing.T) {
 				url = bustest.StartServer(t, bustest.WithoutJetStream(), bustest.WithNKeys(nodeUser(t, node)),
 					bustest.WithConfig(func(c *bus.ServerConfig) { c.TLSCertFile, c.TLSKeyFile = tc.cert, pki.key })).ClientURL()
 			}
-			var buf syncBuffer
+			var buf testutil.SyncBuffer
 			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
 			defer cancel()
@@ -68,14 +67,14 @@ func TestConnectExplainsBadServerCertificate(t *testing.T) {
 			if !tc.nkeyAuth && !strings.Contains(err.Error(), "server "+url) {
 				t.Fatalf("Connect: %v\nwant the server's URL %s", err, url)
 			}
-			attempt := buf.line("level=WARN", "nats connect attempt failed", tc.want)
+			attempt := logLine(&buf, "level=WARN", "nats connect attempt failed", tc.want)
 			if attempt == "" {
 				t.Fatalf("no warning with %q:\n%s", tc.want, buf.String())
 			}
 			if !tc.nkeyAuth && !strings.Contains(attempt, url) {
 				t.Fatalf("the warning does not name the server %s: %s", url, attempt)
 			}
-			waiting := buf.line("level=WARN", "waiting for NATS", "urls="+url, tc.want)
+			waiting := logLine(&buf, "level=WARN", "waiting for NATS", "urls="+url, tc.want)
 			if waiting == "" {
 				t.Fatalf("no \"waiting for NATS\" with the URL and %q:\n%s", tc.want, buf.String())
 			}
@@ -100,7 +99,7 @@ func TestConnectWarnsEveryNewReason(t *testing.T) {
 	pki := writeBadPKI(t)
 	node := newIdentity(t)
 	listen := bustest.Listen(bustest.FreePort(t))
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	nc, err := bus.Connect(t.Context(), bus.ClientConfig{URLs: []string{"tls://" + listen}, TLSCAFile: pki.ca, NKeySeed: node.Seed,
 		InboxPrefix: bus.InboxPrefix(node.NodeID), Async: true, Name: "early node"}, log)
@@ -111,7 +110,7 @@ func TestConnectWarnsEveryNewReason(t *testing.T) {
 	waitWarn := func(reason string) {
 		t.Helper()
 		bustest.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
-			if buf.line("level=WARN", "nats connect attempt failed", reason) == "" {
+			if logLine(&buf, "level=WARN", "nats connect attempt failed", reason) == "" {
 				return fmt.Errorf("no warning with %q:\n%s", reason, buf.String())
 			}
 			return nil
@@ -258,28 +257,9 @@ func writeBadPKI(t *testing.T) badPKI {
 	}
 }
 
-// syncBuffer is a bytes.Buffer for a log handler written from nats.go's
-// callback goroutine and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// line returns the first line containing every one of subs, ignoring
-// case, or "".
-func (s *syncBuffer) line(subs ...string) string {
+// logLine returns the first line of s containing every one of subs,
+// ignoring case, or "".
+func logLine(s *testutil.SyncBuffer, subs ...string) string {
 	for l := range strings.SplitSeq(s.String(), "\n") {
 		ok := true
 		for _, sub := range subs {

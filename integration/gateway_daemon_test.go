@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/execmesh/execmesh/internal/testutil"
 )
 
 // execmeshBinary builds cmd/execmesh once per test binary.
@@ -70,26 +72,8 @@ type daemonProc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	url    string
-	stderr *lockedBuffer
+	stderr *testutil.SyncBuffer
 	done   chan error
-}
-
-// lockedBuffer is a bytes.Buffer safe to read while a process writes it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // startDaemon runs `execmesh <mode> --state-dir … --listen … --nats-listen …`
@@ -110,7 +94,7 @@ func startDaemon(t *testing.T, mode string, config map[string]any, extra ...stri
 	args := append([]string{mode, "--state-dir", state, "--config", cfgPath, "--listen", listen, "--nats-listen", freeAddr(t)}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "EXECMESH_GATEWAY_TOKEN=")
-	stderr := &lockedBuffer{}
+	stderr := &testutil.SyncBuffer{}
 	cmd.Stderr = stderr
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {

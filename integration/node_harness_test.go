@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/gateway"
+	"github.com/execmesh/execmesh/internal/testutil"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -304,28 +304,10 @@ type nodeProc struct {
 	args     []string
 	prefix   []string // command in front of the binary (ip netns exec …)
 	cmd      *exec.Cmd
-	out      *syncBuffer
+	out      *testutil.SyncBuffer
 	done     chan struct{}
 	err      error
 	pids     []int // session process groups to clean up after a SIGKILL
-}
-
-// syncBuffer collects a process's output from its copy goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newNodeProc prepares a node agent process with a fresh state dir (its
@@ -358,7 +340,7 @@ func (np *nodeProc) start() {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = np.stateDir
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + np.stateDir, "SHELL=/bin/sh", "LANG=C"}
-	np.out = &syncBuffer{}
+	np.out = &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = np.out, np.out
 	if err := cmd.Start(); err != nil {
 		np.t.Fatalf("start node: %v", err)

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/internal/testutil"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -108,24 +108,6 @@ func TestFollowSessionPollError(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the drawing goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // screen returns what a terminal would show: each \r\x1b[K erases the
 // current line.
 func screen(s string) string {
@@ -150,7 +132,7 @@ func screen(s string) string {
 
 func TestFollowSessionTTY(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	step := make(chan struct{})
 	results := []protocol.Result{
 		running("part\n\nProcess still running.", "part"),
@@ -183,7 +165,7 @@ func TestFollowSessionTTY(t *testing.T) {
 
 func TestSpinner(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	stop := Spinner(t.Context(), &buf, "backgrounded")
 	waitUntil(t, func() bool { return strings.Count(buf.String(), "backgrounded") >= 2 })
 	stop()
@@ -203,7 +185,7 @@ func TestSpinner(t *testing.T) {
 
 	// Cancelling ctx stops it too.
 	ctx, cancel := context.WithCancel(t.Context())
-	var buf2 syncBuffer
+	var buf2 testutil.SyncBuffer
 	stop2 := Spinner(ctx, &buf2, "x")
 	cancel()
 	waitUntil(t, func() bool { return strings.HasSuffix(buf2.String(), "\r\x1b[K") })
