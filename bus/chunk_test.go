@@ -193,17 +193,25 @@ func TestRequestChunkedUnreachable(t *testing.T) {
 	}
 }
 
-func TestRequestChunkedTimeout(t *testing.T) {
+// silentResponder starts a server and a client with a subscriber on
+// "silent" that receives requests and never answers.
+func silentResponder(t *testing.T) (*bus.Server, *nats.Conn, *nats.Subscription) {
+	t.Helper()
 	s := bustest.StartServer(t, bustest.WithoutJetStream())
 	nc := bustest.Connect(t, s, bus.ClientConfig{})
-	sub, err := nc.SubscribeSync("silent") // receives, never answers
+	sub, err := nc.SubscribeSync("silent")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return s, nc, sub
+}
+
+func TestRequestChunkedTimeout(t *testing.T) {
+	_, nc, _ := silentResponder(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	_, err = bus.RequestChunked(ctx, nc, "silent", nil, nil)
+	_, err := bus.RequestChunked(ctx, nc, "silent", nil, nil)
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, bus.ErrUnreachable) {
 		t.Fatalf("err = %v, want DeadlineExceeded", err)
 	}
@@ -214,13 +222,7 @@ func TestRequestChunkedTimeout(t *testing.T) {
 // caller until the deadline; a request made while the connection is down
 // fails before it is sent.
 func TestRequestChunkedConnectionLost(t *testing.T) {
-	s := bustest.StartServer(t, bustest.WithoutJetStream())
-	nc := bustest.Connect(t, s, bus.ClientConfig{})
-	sub, err := nc.SubscribeSync("silent") // receives, never answers
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	s, nc, sub := silentResponder(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	go func() {
@@ -233,7 +235,7 @@ func TestRequestChunkedConnectionLost(t *testing.T) {
 		_ = s.Shutdown(sctx)
 	}()
 	start := time.Now()
-	_, err = bus.RequestChunked(ctx, nc, "silent", nil, nil)
+	_, err := bus.RequestChunked(ctx, nc, "silent", nil, nil)
 	if !errors.Is(err, bus.ErrConnectionLost) {
 		t.Fatalf("err = %v, want ErrConnectionLost", err)
 	}
