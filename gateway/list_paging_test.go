@@ -60,6 +60,18 @@ func TestListPagingAcrossNodes(t *testing.T) {
 	if ids, _ := pageIDs(t, full); !slices.Equal(ids, newest) {
 		t.Fatalf("unpaged list %v, want %v", ids, newest)
 	}
+	// Node sessions name the node that runs them; gateway sessions do not.
+	for _, e := range full.Details["sessions"].([]any) {
+		d := e.(map[string]any)
+		id := d["sessionId"].(string)
+		if slices.Contains(nodeIDs, id) {
+			if d["nodeId"] != a.ID() || d["nodeName"] != "alpha" {
+				t.Errorf("node session %s: nodeId %v nodeName %v, want %s alpha", id, d["nodeId"], d["nodeName"], a.ID())
+			}
+		} else if _, ok := d["nodeId"]; ok {
+			t.Errorf("gateway session %s names a node: %v", id, d)
+		}
+	}
 	if _, ok := full.Details["total"]; ok || strings.Contains(full.Text(), "(sessions") {
 		t.Fatalf("unpaged list has paging: %q %v", full.Text(), full.Details)
 	}

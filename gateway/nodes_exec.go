@@ -727,7 +727,7 @@ func (r *nodeRouter) ListPage(ctx context.Context, sessionKey string, limit int)
 				continue // removed meanwhile, or listed twice
 			}
 			taken[rs] = true
-			page = append(page, indexEntry(rs))
+			page = append(page, r.indexEntry(rs))
 		}
 		if l.partial {
 			partialNodes[l.nodeID] = true
@@ -761,16 +761,21 @@ func (r *nodeRouter) ListPage(ctx context.Context, sessionKey string, limit int)
 		rest = rest[:limit]
 	}
 	for _, rs := range rest {
-		entries = append(entries, indexEntry(rs))
+		entries = append(entries, r.indexEntry(rs))
 	}
 	return entries, total, errors.Join(errs...)
 }
 
 // indexEntry is the list entry of an indexed node session: a copy of the
-// last one seen, under the id callers see. r.mu is held.
-func indexEntry(rs *remoteSession) protocol.Details {
+// last one seen, under the id callers see, with the node that runs it
+// (nodeId, and nodeName when the node has one). r.mu is held.
+func (r *nodeRouter) indexEntry(rs *remoteSession) protocol.Details {
 	d := cloneDetails(rs.details)
 	d["sessionId"] = rs.id
+	d["nodeId"] = rs.nodeID
+	if e := r.nodes[rs.nodeID]; e != nil && e.name != "" {
+		d["nodeName"] = e.name
+	}
 	if rs.lost {
 		d["status"] = "lost"
 	}

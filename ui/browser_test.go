@@ -231,6 +231,11 @@ func TestBrowserControlPage(t *testing.T) {
 	if got := eval[string](t, ctx, `sessionStorage.getItem('execmesh.token')`); got != token {
 		t.Errorf("stored token %q", got)
 	}
+	for _, tc := range []struct{ row, want string }{{row, "gateway"}, {nodeRow, "node build-1"}} {
+		if got := eval[string](t, ctx, tc.row+`.querySelector('[data-testid="session-host"]').textContent`); got != tc.want {
+			t.Errorf("session host shown: %q, want %q", got, tc.want)
+		}
+	}
 	node := `document.querySelector('[data-testid="node-row"][data-node-id=` + strconv.Quote(agent.ID()) + `]')`
 	waitJS(t, ctx, "the node", node+` && `+node+`.querySelector('[data-testid="node-status"]').textContent === 'connected'`)
 	if got := eval[string](t, ctx, node+`.cells[1].textContent`); got != "build-1" {

@@ -265,7 +265,7 @@
     if (key !== state.sessionKey) return;
     const sessions = (res && res.details && res.details.sessions) || [];
     setText('sessions-status', sessions.length + (sessions.length === 1 ? ' session' : ' sessions') + ' · ' + new Date().toLocaleTimeString());
-    syncRows($('sessions-body'), sessions, (s) => s.sessionId, sessionRow, updateSessionRow, 'No running or recent sessions.', 6);
+    syncRows($('sessions-body'), sessions, (s) => s.sessionId, sessionRow, updateSessionRow, 'No running or recent sessions.', 7);
   }
 
   function sessionRow(s) {
@@ -278,6 +278,7 @@
     output.addEventListener('click', () => openTail(id));
     return el('tr', { 'data-testid': 'session-row', 'data-session-id': id },
       el('td', { class: 'mono', text: id }),
+      el('td', { 'data-testid': 'session-host' }),
       el('td', { 'data-testid': 'session-status' }),
       el('td', { 'data-testid': 'session-name' }),
       el('td', { 'data-testid': 'session-runtime' }),
@@ -286,7 +287,11 @@
   }
 
   function updateSessionRow(tr, s) {
-    const [, status, name, runtime, command] = tr.cells;
+    const [, host, status, name, runtime, command] = tr.cells;
+    // Node sessions carry the node that runs them; the rest run on the
+    // gateway (or in its sandbox).
+    host.textContent = s.nodeId ? 'node ' + (s.nodeName || s.nodeId) : 'gateway';
+    host.title = s.nodeId ? 'node id: ' + s.nodeId : '';
     const st = String(s.status || '');
     let label = st;
     if (s.exitReason === 'manual-cancel') label += ' · killed';
