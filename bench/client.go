@@ -71,12 +71,32 @@ type answer struct {
 				SessionID string `json:"sessionId"`
 				Status    string `json:"status"`
 			} `json:"sessions"`
+			Total *int `json:"total"` // paged process list only
 		} `json:"details"`
 	} `json:"result"`
 	Error *struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
 	} `json:"error"`
+}
+
+// timed returns a measurement of one call of body: the round trip, and an
+// error when the call failed or check refuses the decoded answer. The
+// answer is decoded outside the timed region.
+func (c *client) timed(body []byte, check func(a *answer) error) func(ctx context.Context) (time.Duration, error) {
+	return func(ctx context.Context) (time.Duration, error) {
+		t0 := time.Now()
+		code, raw, err := c.invokeRaw(ctx, body)
+		d := time.Since(t0)
+		if err != nil {
+			return d, err
+		}
+		a, err := decodeAnswer(code, raw)
+		if err != nil {
+			return d, err
+		}
+		return d, check(a)
+	}
 }
 
 func decodeAnswer(code int, raw []byte) (*answer, error) {

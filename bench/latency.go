@@ -30,23 +30,12 @@ func (c *cluster) bareExec(command string) func(ctx context.Context) (time.Durat
 // toolExec is `exec {command}` through the HTTP API on a host, in the
 // foreground: one round trip that returns the command's output.
 func toolExec(cl *client, command, host, node, want string) func(ctx context.Context) (time.Duration, error) {
-	body := execBody(command, host, node, false)
-	return func(ctx context.Context) (time.Duration, error) {
-		t0 := time.Now()
-		code, raw, err := cl.invokeRaw(ctx, body)
-		d := time.Since(t0)
-		if err != nil {
-			return d, err
-		}
-		a, err := decodeAnswer(code, raw)
-		if err != nil {
-			return d, err
-		}
+	return cl.timed(execBody(command, host, node, false), func(a *answer) error {
 		if a.status() != "completed" || strings.TrimSpace(a.text()) != want {
-			return d, fmt.Errorf("exec %q on %s: %s", command, host, a.describe())
+			return fmt.Errorf("exec %q on %s: %s", command, host, a.describe())
 		}
-		return d, nil
-	}
+		return nil
+	})
 }
 
 // interleave runs n calls of every probe in blocks of block calls, the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -98,64 +97,35 @@ func benchScale(ctx context.Context, c *cluster, o *options, res *results) error
 		return err
 	}
 	pollOnce := func(id string) func(ctx context.Context) (time.Duration, error) {
-		body := processBody("poll", id)
-		return func(ctx context.Context) (time.Duration, error) {
-			t0 := time.Now()
-			code, raw, err := cl.invokeRaw(ctx, body)
-			d := time.Since(t0)
-			if err != nil {
-				return d, err
+		return cl.timed(processBody("poll", id), func(a *answer) error {
+			if a.status() != "running" {
+				return fmt.Errorf("poll %s: %s", id, a.describe())
 			}
-			a, err := decodeAnswer(code, raw)
-			if err == nil && a.status() != "running" {
-				err = fmt.Errorf("poll %s: %s", id, a.describe())
-			}
-			return d, err
-		}
+			return nil
+		})
 	}
 	// process list: a page of listPage (the figure with a target) and the
 	// whole list (report only). A paged answer names the size of the whole
 	// list in details.total.
-	pageBody := processBody("list", "", "limit", listPage)
-	fullBody := processBody("list", "")
 	listOnce := func(paged bool, want int) func(ctx context.Context) (time.Duration, error) {
-		body := fullBody
-		if paged {
-			body = pageBody
-		}
-		return func(ctx context.Context) (time.Duration, error) {
-			t0 := time.Now()
-			code, raw, err := cl.invokeRaw(ctx, body)
-			d := time.Since(t0)
-			if err != nil {
-				return d, err
-			}
-			a, err := decodeAnswer(code, raw)
-			if err != nil {
-				return d, err
-			}
-			got := len(a.Result.Details.Sessions)
-			if !paged {
-				if got < want {
-					err = fmt.Errorf("list: %d sessions, want at least %d (%s)", got, want, a.describe())
+		if !paged {
+			return cl.timed(processBody("list", ""), func(a *answer) error {
+				if got := len(a.Result.Details.Sessions); got < want {
+					return fmt.Errorf("list: %d sessions, want at least %d (%s)", got, want, a.describe())
 				}
-				return d, err
-			}
-			var p struct {
-				Result struct {
-					Details struct {
-						Total *int `json:"total"`
-					} `json:"details"`
-				} `json:"result"`
-			}
-			if err := json.Unmarshal(raw, &p); err != nil || p.Result.Details.Total == nil {
-				return d, fmt.Errorf("list page: no total (%s)", a.describe())
-			}
-			if total := *p.Result.Details.Total; total < want || got != min(listPage, total) {
-				return d, fmt.Errorf("list page: %d sessions of %d, want %d of at least %d (%s)", got, total, min(listPage, want), want, a.describe())
-			}
-			return d, nil
+				return nil
+			})
 		}
+		return cl.timed(processBody("list", "", "limit", listPage), func(a *answer) error {
+			got, total := len(a.Result.Details.Sessions), a.Result.Details.Total
+			if total == nil {
+				return fmt.Errorf("list page: no total (%s)", a.describe())
+			}
+			if *total < want || got != min(listPage, *total) {
+				return fmt.Errorf("list page: %d sessions of %d, want %d of at least %d (%s)", got, *total, min(listPage, want), want, a.describe())
+			}
+			return nil
+		})
 	}
 	pollCalls := max(o.latencyCalls, 100)
 	if _, err := repeat(ctx, 20, pollOnce(probe.id)); err != nil {
