@@ -195,15 +195,22 @@ func (g *Gateway) requestApproval(c *call, p *plan, req session.ExecRequest, pol
 	})
 }
 
-// runApproval waits for the decision and acts on it: denied, or run in the
-// background with the approval's system events.
-func (g *Gateway) runApproval(c *call, e *approvalEntry, req session.ExecRequest, policy approvals.Policy, ev approvals.Evaluation, b approvalBinding) {
+// awaitDecision waits for the operator's decision on e ("" when the
+// approval timed out or the gateway is closing) and counts it.
+func (g *Gateway) awaitDecision(e *approvalEntry) string {
 	decision := g.approvals.wait(g.bg, e)
 	if decision == "" {
 		g.opts.Metrics.ObserveApproval("timeout")
 	} else {
 		g.opts.Metrics.ObserveApproval(decision)
 	}
+	return decision
+}
+
+// runApproval waits for the decision and acts on it: denied, or run in the
+// background with the approval's system events.
+func (g *Gateway) runApproval(c *call, e *approvalEntry, req session.ExecRequest, policy approvals.Policy, ev approvals.Evaluation, b approvalBinding) {
+	decision := g.awaitDecision(e)
 	denied := func(reason string) {
 		g.emit(protocol.SystemEvent{SessionKey: c.sessionKey, ContextKey: "exec:" + e.ID, Kind: protocol.EventExecDenied,
 			Text: fmt.Sprintf("Exec denied (gateway id=%s, %s): %s", e.ID, reason, b.command)})

@@ -85,12 +85,7 @@ func (r *nodeRouter) runApproval(nodeID string, e *approvalEntry, req NodeExecRe
 	denied := func(reason string) {
 		emit(protocol.EventExecDenied, fmt.Sprintf("Exec denied (node=%s id=%s, %s): %s", nodeID, e.ID, reason, command))
 	}
-	decision := g.approvals.wait(g.bg, e)
-	if decision == "" {
-		g.opts.Metrics.ObserveApproval("timeout")
-	} else {
-		g.opts.Metrics.ObserveApproval(decision)
-	}
+	decision := g.awaitDecision(e)
 	if g.bg.Err() != nil {
 		denied("gateway-shutdown")
 		return
