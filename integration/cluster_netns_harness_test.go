@@ -214,31 +214,42 @@ func clDialIn(ns string) func(ctx context.Context, network, addr string) (net.Co
 				addr = net.JoinHostPort(ip, port)
 			}
 		}
-		type result struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread()
-			f, err := os.Open(filepath.Join("/var/run/netns", ns))
-			if err != nil {
-				ch <- result{err: err}
-				return
-			}
-			err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
-			f.Close()
-			if err != nil {
-				ch <- result{err: fmt.Errorf("setns %s: %w", ns, err)}
-				return
-			}
+		var c net.Conn
+		err := inNetns(ns, func() error {
 			var d net.Dialer
-			c, err := d.DialContext(ctx, network, addr)
-			ch <- result{c, err}
-		}()
-		r := <-ch
-		return r.c, r.err
+			var err error
+			c, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
 	}
+}
+
+// inNetns runs f on a thread of its own inside the network namespace ns
+// ("" = the test's own) and returns its error. The thread is locked and
+// never unlocked, so the runtime ends it with its goroutine and no other
+// goroutine ever runs in the namespace (new threads are cloned from the
+// runtime's template thread, not from this one).
+func inNetns(ns string, f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		if ns != "" {
+			runtime.LockOSThread()
+			nsf, err := os.Open(filepath.Join("/var/run/netns", ns))
+			if err != nil {
+				done <- err
+				return
+			}
+			err = unix.Setns(int(nsf.Fd()), unix.CLONE_NEWNET)
+			nsf.Close()
+			if err != nil {
+				done <- fmt.Errorf("setns %s: %w", ns, err)
+				return
+			}
+		}
+		done <- f()
+	}()
+	return <-done
 }
 
 // clNetnsLookup returns the address of name in the machine's hosts file

@@ -8,17 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"golang.org/x/sys/unix"
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/protocol"
@@ -162,51 +159,29 @@ func joinScenario(t *testing.T, srv *bus.Server, gwUser bus.User, nodePrefix []s
 }
 
 // startServerIn starts an embedded server whose client listener is
-// created inside the network namespace netns ("" = the test's own). The
-// listener socket is made by StartServer's own thread, so that thread
-// alone enters the namespace; it is locked and never unlocked, and the
-// runtime ends it with its goroutine, taking the namespace switch along.
-// Threads the runtime starts meanwhile come from its template thread, not
-// from this one.
+// created inside the network namespace netns ("" = the test's own), by
+// StartServer running on the namespace's thread (inNetns).
 func startServerIn(t *testing.T, netns string, cfg bus.ServerConfig) *bus.Server {
 	t.Helper()
-	type result struct {
-		srv *bus.Server
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		if netns != "" {
-			runtime.LockOSThread()
-			f, err := os.Open(filepath.Join("/var/run/netns", netns))
-			if err != nil {
-				ch <- result{err: err}
-				return
-			}
-			err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
-			f.Close()
-			if err != nil {
-				ch <- result{err: fmt.Errorf("setns %s: %w", netns, err)}
-				return
-			}
-		}
+	var srv *bus.Server
+	err := inNetns(netns, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		s, err := bus.StartServer(ctx, cfg)
-		ch <- result{s, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatalf("start nats in namespace %q: %v", netns, r.err)
+		var err error
+		srv, err = bus.StartServer(ctx, cfg)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("start nats in namespace %q: %v", netns, err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := r.srv.Shutdown(ctx); err != nil {
+		if err := srv.Shutdown(ctx); err != nil {
 			t.Errorf("nats shutdown: %v", err)
 		}
 	})
-	return r.srv
+	return srv
 }
 
 // netnsPair is two network namespaces joined by a veth pair.
