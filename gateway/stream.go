@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/session"
 )
 
 // Intervals of a session output stream (GET
@@ -21,18 +22,6 @@ const (
 	// so that proxies and browsers do not time the connection out.
 	streamPing = 15 * time.Second
 )
-
-// retentionNote starts the log text once the retention cap discarded
-// output (session's retentionCapNote).
-const retentionNote = "[earlier output was discarded at the retention cap and cannot be recovered]\n\n"
-
-// noOutputYet is the log text of a running session without output.
-const noOutputYet = "(no output yet)"
-
-// inputWaitHintStart begins the hint the log appends while a session
-// seems to wait for input. Its idle time changes every second, so the
-// stream cuts it off and reports waitingForInput in status events.
-const inputWaitHintStart = "\n\nNo new output for "
 
 // streamTiming holds the intervals of one stream; tests shorten them.
 type streamTiming struct {
@@ -178,11 +167,11 @@ func streamOutput(res protocol.Result) string {
 		return text
 	}
 	if waiting, _ := res.Details["waitingForInput"].(bool); waiting {
-		if i := strings.LastIndex(text, inputWaitHintStart); i >= 0 {
+		if i := strings.LastIndex(text, session.InputWaitHintPrefix); i >= 0 {
 			text = text[:i]
 		}
 	}
-	if n, ok := res.Details["totalChars"]; ok && toFloat(n) == 0 && text == noOutputYet {
+	if n, ok := res.Details["totalChars"]; ok && toFloat(n) == 0 && text == session.LogNoOutputYet {
 		return ""
 	}
 	return text
@@ -217,7 +206,7 @@ func (s *sessionStream) update(res protocol.Result) bool {
 		// The cap dropped the start: send only what is new rather than
 		// the whole retained output (up to 200 000 chars) at every tick.
 		data := map[string]string{"reset": out}
-		prev, body := strings.TrimPrefix(s.sent, retentionNote), strings.TrimPrefix(out, retentionNote)
+		prev, body := strings.TrimPrefix(s.sent, session.RetentionCapNote), strings.TrimPrefix(out, session.RetentionCapNote)
 		if n := slid(prev, body); n >= 0 {
 			data = map[string]string{"append": body[n:]}
 		}

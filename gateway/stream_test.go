@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/session"
 )
 
 // sseEvent is one server-sent event, or a comment (name ":").
@@ -272,7 +273,7 @@ func TestSessionStreamReset(t *testing.T) {
 		t.Errorf("after the cap: %d resets, %d appends; want appends of the new output", len(r.resets), len(r.appends))
 	}
 	log := tg.invoke("process", map[string]any{"action": "log", "sessionId": id, "offset": 0}, "")
-	if body := strings.TrimPrefix(log.Text(), retentionNote); body == log.Text() || !strings.HasSuffix(r.view, body) {
+	if body := strings.TrimPrefix(log.Text(), session.RetentionCapNote); body == log.Text() || !strings.HasSuffix(r.view, body) {
 		t.Errorf("client view does not end with the retained log:\nview %q\nlog  %q", r.view, log.Text())
 	}
 	if len(r.resets) == 1 {
@@ -281,7 +282,7 @@ func TestSessionStreamReset(t *testing.T) {
 		for i := range 60 {
 			fmt.Fprintf(&want, "line-%d-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n", i)
 		}
-		if got := strings.TrimPrefix(r.view, retentionNote); strings.TrimRight(got, "\n") != strings.TrimRight(want.String(), "\n") {
+		if got := strings.TrimPrefix(r.view, session.RetentionCapNote); strings.TrimRight(got, "\n") != strings.TrimRight(want.String(), "\n") {
 			t.Errorf("view is not the whole output:\n%q", got)
 		}
 	}

@@ -143,7 +143,7 @@ func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int)
 	output = jsTrim(output)
 	text := ""
 	if s.out.lostOutput() {
-		text = retentionCapNote
+		text = RetentionCapNote
 	}
 	if dropped {
 		text += pollDroppedNote
@@ -226,7 +226,7 @@ func (m *Manager) finishedPoll(s *session, id string) protocol.Result {
 	output = jsTrim(output)
 	text := ""
 	if s.out.lostOutput() {
-		text = retentionCapNote
+		text = RetentionCapNote
 	}
 	if dropped {
 		text += pollDroppedNote
@@ -286,13 +286,13 @@ func (m *Manager) logAction(s *session, id string, offset, limit *int) protocol.
 	slice, totalLines, totalChars := sliceLogLines(s.out.aggregated(), off, effLimit)
 	text := ""
 	if s.out.lostOutput() {
-		text = retentionCapNote
+		text = RetentionCapNote
 	}
 	switch {
 	case slice != "":
 		text += slice
 	case running:
-		text += "(no output yet)"
+		text += LogNoOutputYet
 	default:
 		text += "(no output recorded)"
 	}

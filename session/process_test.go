@@ -435,13 +435,13 @@ func TestCapsNeverKill(t *testing.T) {
 		t.Fatalf("status %s %v", res.Status(), res.Details["exitCode"])
 	}
 	agg := res.Details["aggregated"].(string)
-	if len(agg) > 200000 || !strings.HasSuffix(agg, "end") || !strings.HasPrefix(res.Text(), retentionCapNote) {
+	if len(agg) > 200000 || !strings.HasSuffix(agg, "end") || !strings.HasPrefix(res.Text(), RetentionCapNote) {
 		t.Errorf("aggregated %d chars; text starts %q", len(agg), res.Text()[:40])
 	}
 	id := startBackground(t, m, ExecRequest{Command: "head -c 5000000 /dev/zero | tr '\\0' x; echo; echo end"})
 	waitExited(t, m, id)
 	r := proc(t, m, "", protocol.ProcessArgs{Action: "poll", SessionID: id})
-	if r.Status() != "completed" || !strings.HasPrefix(r.Text(), retentionCapNote+pollDroppedNote) || !strings.HasSuffix(r.Text(), "end\n\nProcess exited with code 0.") {
+	if r.Status() != "completed" || !strings.HasPrefix(r.Text(), RetentionCapNote+pollDroppedNote) || !strings.HasSuffix(r.Text(), "end\n\nProcess exited with code 0.") {
 		t.Errorf("poll: %s %q…", r.Status(), r.Text()[:200])
 	}
 	if n := utf16Len(r.Text()); n > 30000+400 {

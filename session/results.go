@@ -38,7 +38,7 @@ func (s *session) foregroundResult(warningText string) protocol.Result {
 	s.mu.Unlock()
 	note := ""
 	if lost {
-		note = retentionCapNote
+		note = RetentionCapNote
 	}
 	if r.status == protocol.StatusFailed {
 		d := protocol.Details{

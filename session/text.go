@@ -20,11 +20,22 @@ const (
 	backgroundHint = "If it should keep running, start it with exec background=true or yieldMs so OpenClaw can " +
 		"register a pollable process session. Do not rely on shell backgrounding with a trailing &."
 
-	retentionCapNote = "[earlier output was discarded at the retention cap and cannot be recovered]\n\n"
-
 	pollDroppedNote = "[earlier output is omitted from this poll; use action=log with offset and limit to inspect retained output]\n\n"
 
 	emptyListText = "No running or recent sessions."
+)
+
+// Texts of process log that readers of the log (the gateway's session
+// stream) need to recognise.
+const (
+	// RetentionCapNote starts the log (and poll) text once output was
+	// discarded at the retention cap.
+	RetentionCapNote = "[earlier output was discarded at the retention cap and cannot be recovered]\n\n"
+	// LogNoOutputYet is the log text of a running session without output.
+	LogNoOutputYet = "(no output yet)"
+	// InputWaitHintPrefix begins the hint the log appends while a running
+	// session seems to wait for input; the idle time after it changes.
+	InputWaitHintPrefix = "\n\nNo new output for "
 )
 
 // Exit reasons (ExitEvent.ExitReason, details.exitReason).
@@ -87,7 +98,7 @@ func inputWaitHint(idleMs int64) string {
 	if !ok {
 		d = strconv.FormatInt(idleMs, 10) + "ms"
 	}
-	return "\n\nNo new output for " + d + "; this session may be waiting for input. Use process write, send-keys, submit, or paste to provide input."
+	return InputWaitHintPrefix + d + "; this session may be waiting for input. Use process write, send-keys, submit, or paste to provide input."
 }
 
 // NotifyText is the text of the exec.exit system event for a backgrounded
