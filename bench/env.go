@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/gateway"
+	"github.com/execmesh/execmesh/internal/procfs"
 )
 
 // benchShell is the shell of every command in every path (gateway, nodes
@@ -366,7 +366,7 @@ func (c *cluster) killStrays() int {
 		keep[b.PID] = true
 	}
 	n := 0
-	for _, pid := range childPIDs() {
+	for _, pid := range procfs.Children() {
 		if keep[pid] {
 			continue
 		}
@@ -388,7 +388,7 @@ func (c *cluster) killStrays() int {
 // agent and the gateway have stopped, so any child left is a leftover.
 func killOrphans() int {
 	n := 0
-	for _, pid := range childPIDs() {
+	for _, pid := range procfs.Children() {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
 			n++
 		}
@@ -396,22 +396,4 @@ func killOrphans() int {
 		_, _ = syscall.Wait4(pid, &ws, 0, nil)
 	}
 	return n
-}
-
-// childPIDs lists this process's children (/proc/self/task/*/children).
-func childPIDs() []int {
-	tasks, _ := filepath.Glob("/proc/self/task/*/children")
-	var out []int
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				out = append(out, pid)
-			}
-		}
-	}
-	return out
 }

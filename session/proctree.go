@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execmesh/execmesh/internal/procfs"
 )
 
 // Process trees. A command may start processes that leave its process
@@ -268,29 +269,6 @@ func aliveProcs(set map[int]uint64) map[int]uint64 {
 	return out
 }
 
-// childPIDs lists the children of the calling process from
-// /proc/self/task/*/children (children are listed under the thread that
-// forked them, or that adopted them as subreaper).
-func childPIDs() []int {
-	tasks, err := filepath.Glob("/proc/self/task/*/children")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				out = append(out, pid)
-			}
-		}
-	}
-	return out
-}
-
 // pidfdPIDs returns the processes this process holds a pidfd for. os/exec
 // (via os.StartProcess) keeps a pidfd for every child it started until
 // Wait has reaped it, so these are exactly the children that someone in
@@ -330,7 +308,7 @@ func pidfdPIDs() map[int]bool {
 func reapOrphans(skip map[int]bool) int {
 	var zombies []int
 	var buf [512]byte
-	for _, pid := range childPIDs() {
+	for _, pid := range procfs.Children() {
 		if skip[pid] || isWaitedLeader(pid) {
 			continue // a session leader: its Manager's reaper takes it
 		}

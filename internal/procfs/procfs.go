@@ -1,0 +1,34 @@
+// Package procfs reads what execmesh needs from Linux's /proc about the
+// calling process.
+package procfs
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Children lists the children of the calling process from
+// /proc/self/task/*/children (children are listed under the thread that
+// forked them, or that adopted them as subreaper). Unreadable entries are
+// skipped: a thread that ended meanwhile has no children left to list.
+func Children() []int {
+	tasks, err := filepath.Glob("/proc/self/task/*/children")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
