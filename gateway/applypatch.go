@@ -58,13 +58,13 @@ func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (pr
 		}
 		dir, ok := workspaceDir(ws, args.Workdir)
 		if !ok {
-			return workdirFailed(args.Workdir), nil
+			return protocol.WorkdirUnavailableResult(args.Workdir), nil
 		}
 		root = dir
 	default:
 		dir, ok := c.localWorkdir(args.Workdir)
 		if !ok {
-			return workdirFailed(args.Workdir), nil
+			return protocol.WorkdirUnavailableResult(args.Workdir), nil
 		}
 		root = dir
 	}

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,20 +15,6 @@ import (
 // warnBackgroundDisabled is prefixed when the process tool is denied and a
 // call asked for background or yieldMs (spec §11).
 const warnBackgroundDisabled = "Warning: background execution is disabled; running synchronously."
-
-// workdirUnavailable is OpenClaw's text for a workdir that cannot be used.
-func workdirUnavailable(dir string) string {
-	return fmt.Sprintf("workdir %q is unavailable or not a directory: command was not executed. workdir is treated as a literal path; shell expansions such as \"~\" are not applied. Use an existing directory, omit an explicit workdir to use the default cwd, or update the configured default cwd.", dir)
-}
-
-// workdirFailed is the failed foreground result for an unusable workdir.
-func workdirFailed(dir string) protocol.Result {
-	return protocol.TextResult(workdirUnavailable(dir), protocol.Details{
-		"status": protocol.StatusFailed, "exitCode": nil, "exitSignal": nil,
-		"failureKind": "runtime-error", "durationMs": 0, "aggregated": "",
-		"timedOut": false, "cwd": dir,
-	})
-}
 
 // plan is an exec call after resolution, ready to run on its host.
 type plan struct {
@@ -189,7 +174,7 @@ func (c *call) runGateway(ctx context.Context, p *plan) (protocol.Result, error)
 	}
 	workdir, ok := c.localWorkdir(p.args.Workdir)
 	if !ok {
-		return workdirFailed(p.args.Workdir), nil
+		return protocol.WorkdirUnavailableResult(p.args.Workdir), nil
 	}
 	run, pending, err := c.authorizeGateway(ctx, p, c.sessionRequest(p, workdir, env))
 	if err != nil {
@@ -211,7 +196,7 @@ func (c *call) runSandbox(ctx context.Context, p *plan) (protocol.Result, error)
 	}
 	workdir, ok := c.localWorkdir(p.args.Workdir)
 	if !ok {
-		return workdirFailed(p.args.Workdir), nil
+		return protocol.WorkdirUnavailableResult(p.args.Workdir), nil
 	}
 	env, _, _ := protocol.SanitizeHostEnv(protocol.EnvMap(c.g.opts.Environ), nil, true)
 	var prepend []string
@@ -252,7 +237,7 @@ func (c *call) runBwrap(ctx context.Context, p *plan) (protocol.Result, error) {
 	})
 	var wdErr *sandbox.WorkdirError
 	if errors.As(err, &wdErr) {
-		return workdirFailed(p.args.Workdir), nil
+		return protocol.WorkdirUnavailableResult(p.args.Workdir), nil
 	}
 	if err != nil {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "exec host=sandbox: %v", err)

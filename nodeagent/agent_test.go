@@ -304,7 +304,7 @@ func TestNodeWorkdir(t *testing.T) {
 	for _, dir := range []string{"/no/such/dir", "   ", "sub/missing"} {
 		res := h.mustExec(map[string]any{"command": "touch ran", "workdir": dir})
 		if res.Status() != protocol.StatusFailed || res.Details["failureKind"] != "runtime-error" ||
-			res.Text() != workdirUnavailable(dir) {
+			res.Text() != protocol.WorkdirUnavailableText(dir) {
 			t.Fatalf("workdir %q: %s %v", dir, res.Text(), res.Details)
 		}
 	}

@@ -38,7 +38,7 @@ func (a *Agent) handleApplyPatch(ctx context.Context, req micro.Request) ([]byte
 	}
 	dir, ok := a.resolveWorkdir(args.Workdir)
 	if !ok {
-		return json.Marshal(workdirFailed(args.Workdir))
+		return json.Marshal(protocol.WorkdirUnavailableResult(args.Workdir))
 	}
 	sum, err := applypatch.Apply(ctx, dir, args.Input, applypatch.Options{})
 	switch {

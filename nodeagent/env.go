@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -42,21 +41,6 @@ func (a *Agent) commandEnv(requested map[string]string) ([]string, error) {
 		env["PATH"] = pathValue
 	}
 	return protocol.EnvList(env), nil
-}
-
-// workdirUnavailable is OpenClaw's text for a workdir that cannot be used
-// (spec §6, newest), the same text the gateway gives for local hosts.
-func workdirUnavailable(dir string) string {
-	return fmt.Sprintf("workdir %q is unavailable or not a directory: command was not executed. workdir is treated as a literal path; shell expansions such as \"~\" are not applied. Use an existing directory, omit an explicit workdir to use the default cwd, or update the configured default cwd.", dir)
-}
-
-// workdirFailed is the failed foreground result for an unusable workdir.
-func workdirFailed(dir string) protocol.Result {
-	return protocol.TextResult(workdirUnavailable(dir), protocol.Details{
-		"status": protocol.StatusFailed, "exitCode": nil, "exitSignal": nil,
-		"failureKind": "runtime-error", "durationMs": 0, "aggregated": "",
-		"timedOut": false, "cwd": dir,
-	})
 }
 
 // resolveWorkdir resolves a requested workdir on this host: empty means

@@ -146,7 +146,7 @@ func (a *Agent) runExec(ctx context.Context, r *ExecRequest, args protocol.ExecA
 	}
 	workdir, ok := a.resolveWorkdir(args.Workdir)
 	if !ok {
-		return json.Marshal(workdirFailed(args.Workdir))
+		return json.Marshal(protocol.WorkdirUnavailableResult(args.Workdir))
 	}
 	decision, err := a.authorize(r, args.Command, workdir, protocol.EnvMap(env))
 	if err != nil {

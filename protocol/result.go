@@ -70,3 +70,21 @@ func (r Result) SessionID() string {
 	s, _ := r.Details["sessionId"].(string)
 	return s
 }
+
+// WorkdirUnavailableText is OpenClaw's text for a workdir that does not
+// exist or is not a directory; the command is not run.
+func WorkdirUnavailableText(workdir string) string {
+	return `workdir "` + workdir + `" is unavailable or not a directory: command was not executed. ` +
+		`workdir is treated as a literal path; shell expansions such as "~" are not applied. ` +
+		`Use an existing directory, omit an explicit workdir to use the default cwd, or update the configured default cwd.`
+}
+
+// WorkdirUnavailableResult is the failed exec result for such a workdir,
+// decided before anything was started (a runtime error, no exit code).
+func WorkdirUnavailableResult(workdir string) Result {
+	return TextResult(WorkdirUnavailableText(workdir), Details{
+		"status": StatusFailed, "exitCode": nil, "exitSignal": nil,
+		"failureKind": "runtime-error", "durationMs": 0, "aggregated": "",
+		"timedOut": false, "cwd": workdir,
+	})
+}

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/execmesh/execmesh/protocol"
 )
 
 // Sandbox modes, the values of Config.Mode (config key sandbox.mode).
@@ -64,9 +66,7 @@ type WorkdirError struct {
 
 // Error returns OpenClaw's failed-workdir text for e.Workdir.
 func (e *WorkdirError) Error() string {
-	return `workdir "` + e.Workdir + `" is unavailable or not a directory: command was not executed. ` +
-		`workdir is treated as a literal path; shell expansions such as "~" are not applied. ` +
-		`Use an existing directory, omit an explicit workdir to use the default cwd, or update the configured default cwd.`
+	return protocol.WorkdirUnavailableText(e.Workdir)
 }
 
 // Unwrap returns the cause.

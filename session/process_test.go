@@ -73,7 +73,7 @@ func TestExecBadInput(t *testing.T) {
 			}
 		}
 		res := mustExec(t, m, ExecRequest{Command: "touch " + marker, Workdir: wd})
-		want := unavailableWorkdirText(wd)
+		want := protocol.WorkdirUnavailableText(wd)
 		if res.Status() != "failed" || res.Text() != want || res.Details["failureKind"] != "runtime-error" || res.Details["cwd"] != wd {
 			t.Errorf("workdir %q: %s %q %v", wd, res.Status(), res.Text(), res.Details)
 		}

@@ -72,7 +72,7 @@ func (s *session) foregroundResult(warningText string) protocol.Result {
 // unavailableWorkdirResult answers an exec whose workdir is missing or not
 // a directory; nothing was run.
 func unavailableWorkdirResult(workdir, warningText string, startedAt time.Time) protocol.Result {
-	return runtimeErrorResult(warningText, unavailableWorkdirText(workdir), workdir, startedAt)
+	return runtimeErrorResult(warningText, protocol.WorkdirUnavailableText(workdir), workdir, startedAt)
 }
 
 // runtimeErrorResult is OpenClaw's runtime-error outcome (spawn failures,

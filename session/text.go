@@ -83,14 +83,6 @@ func formatSeconds(sec float64) string {
 	return strconv.FormatFloat(sec, 'f', -1, 64)
 }
 
-// unavailableWorkdirText is the result text when the workdir does not exist
-// or is not a directory; the command is not run.
-func unavailableWorkdirText(workdir string) string {
-	return `workdir "` + workdir + `" is unavailable or not a directory: command was not executed. ` +
-		`workdir is treated as a literal path; shell expansions such as "~" are not applied. ` +
-		`Use an existing directory, omit an explicit workdir to use the default cwd, or update the configured default cwd.`
-}
-
 // inputWaitHint is appended to poll and log texts of a session that looks
 // like it waits for input.
 func inputWaitHint(idleMs int64) string {
