@@ -57,6 +57,18 @@ func (g *reloadGate) notifyLocked() {
 // enter registers a request, waiting while a reload runs. It returns the
 // reload epoch at entry, or ctx's error.
 func (g *reloadGate) enter(ctx context.Context) (uint64, error) {
+	if err := g.lockIdle(ctx); err != nil {
+		return 0, err
+	}
+	g.inflight++
+	epoch := g.epoch
+	g.mu.Unlock()
+	return epoch, nil
+}
+
+// lockIdle locks g.mu once no reload runs; on ctx's end it returns ctx's
+// error with g.mu unlocked.
+func (g *reloadGate) lockIdle(ctx context.Context) error {
 	g.mu.Lock()
 	for g.reloading {
 		ch := g.changed
@@ -64,14 +76,11 @@ func (g *reloadGate) enter(ctx context.Context) (uint64, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return ctx.Err()
 		}
 		g.mu.Lock()
 	}
-	g.inflight++
-	epoch := g.epoch
-	g.mu.Unlock()
-	return epoch, nil
+	return nil
 }
 
 // exit ends a request registered by enter.
@@ -113,16 +122,8 @@ func (g *reloadGate) reload(ctx context.Context, f func() error) error {
 		}
 		t.Stop()
 	}
-	g.mu.Lock()
-	for g.reloading {
-		ch := g.changed
-		g.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		g.mu.Lock()
+	if err := g.lockIdle(ctx); err != nil {
+		return err
 	}
 	g.reloading = true
 	deadline := time.NewTimer(reloadWait)
