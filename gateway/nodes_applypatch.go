@@ -14,11 +14,7 @@ import (
 // workdir with its own rules and applies its own security; a patch that
 // would leave the workdir comes back as the node's security violation.
 func (r *nodeRouter) ApplyPatch(ctx context.Context, req NodeExecRequest, args protocol.ApplyPatchArgs) (protocol.Result, error) {
-	if err := r.alive(); err != nil {
-		return protocol.Result{}, err
-	}
-	r.waitDiscovered(ctx)
-	n, err := r.selectNode(req)
+	n, err := r.target(ctx, req)
 	if err != nil {
 		return protocol.Result{}, err
 	}

@@ -39,6 +39,16 @@ type remoteSession struct {
 	seq uint64
 }
 
+// target is the node a call with req's routing goes to, once the
+// router is up and start-up discovery had its chance (selectNode).
+func (r *nodeRouter) target(ctx context.Context, req NodeExecRequest) (nodeInfo, error) {
+	if err := r.alive(); err != nil {
+		return nodeInfo{}, err
+	}
+	r.waitDiscovered(ctx)
+	return r.selectNode(req)
+}
+
 // errNodeTimeout marks a request whose answer did not come, because the
 // deadline passed or the gateway's NATS connection dropped while it
 // waited: it may have been delivered and acted upon.
@@ -133,11 +143,7 @@ func newUUID() string {
 // fresh idempotency key: a duplicate delivery runs once, and a start that
 // gets no answer in time is reported as possibly started, never re-run.
 func (r *nodeRouter) Exec(ctx context.Context, req NodeExecRequest) (protocol.Result, error) {
-	if err := r.alive(); err != nil {
-		return protocol.Result{}, err
-	}
-	r.waitDiscovered(ctx)
-	n, err := r.selectNode(req)
+	n, err := r.target(ctx, req)
 	if err != nil {
 		return protocol.Result{}, err
 	}
