@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,4 +236,38 @@ func TestApprovalRunningNotice(t *testing.T) {
 		t.Fatalf("%q", ev.Text)
 	}
 	tg.waitEvent(protocol.EventExecFinished)
+}
+
+// TestApprovalDecisionNeedsToken: a forged decision, without the token or
+// with a wrong one, is refused with 401 and decides nothing; the pending
+// approval stays until a caller with the token decides it.
+func TestApprovalDecisionNeedsToken(t *testing.T) {
+	tg := startApprovalGateway(t, "", func(c *Config) { c.Gateway.Auth.Token = "approver-token" })
+	res := tg.invoke("exec", map[string]any{"command": "echo forged-approval"}, "")
+	if res.Status() != protocol.StatusApprovalPending {
+		t.Fatalf("want approval-pending, got %s %q", res.Status(), res.Text())
+	}
+	id := res.Details["approvalId"].(string)
+	body := []byte(`{"decision":"allow-always"}`)
+
+	noToken, err := http.Post(tg.srv.URL+"/v1/approvals/"+id, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	noToken.Body.Close()
+	if noToken.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("decision without a token: %d", noToken.StatusCode)
+	}
+	if r := tg.do("POST", "/v1/approvals/"+id, body, http.Header{"Authorization": {"Bearer forged"}}); r.Status != http.StatusUnauthorized {
+		t.Fatalf("decision with a wrong token: %d %s", r.Status, r.Raw)
+	}
+	if left := tg.g.PendingApprovals(); len(left) != 1 || left[0].ID != id {
+		t.Fatalf("pending after forged decisions: %+v", left)
+	}
+	if r := tg.decide(id, DecisionDeny); r.Status != 200 {
+		t.Fatalf("decision with the token: %d %s", r.Status, r.Raw)
+	}
+	if ev := tg.waitEvent(protocol.EventExecDenied); !strings.Contains(ev.Text, "user-denied") {
+		t.Fatalf("denied event: %q", ev.Text)
+	}
 }
