@@ -352,11 +352,21 @@ func clCheckNodeConfined(t *testing.T, urls []string, ca string, gnc *nats.Conn,
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if err := gnc.Publish(subj.Node(n1.NodeID, protocol.NodeEndpointExec), []byte("hi")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := own.NextMsg(5 * time.Second); err != nil {
-		t.Fatalf("node does not receive its own endpoint's messages: %v", err)
+	// The gateway may be on another server of the cluster, which learns
+	// of the subscription through its route a moment after the node's
+	// Flush: publish until a message gets through.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := gnc.Publish(subj.Node(n1.NodeID, protocol.NodeEndpointExec), []byte("hi")); err != nil {
+			t.Fatal(err)
+		}
+		_, err := own.NextMsg(200 * time.Millisecond)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node does not receive its own endpoint's messages: %v", err)
+		}
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
