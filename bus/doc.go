@@ -11,8 +11,10 @@
 // for readiness, and refuses to listen beyond loopback without
 // authentication. Server.Shutdown is idempotent and waits for the server
 // to finish. Identities can be replaced live (ReloadUsers, AddNKeyUser,
-// RemoveNKeyUser, AddUser, RemoveUser) by configuration reload; the
-// authentication mode itself (on/off) is fixed at start.
+// RemoveNKeyUser, AddUser, RemoveUser) without a configuration reload:
+// the server admits clients through its own authenticator, so identity
+// changes never race with the server's JetStream work; the authentication
+// mode itself (on/off) is fixed at start.
 //
 // # Clients
 //

@@ -134,10 +134,12 @@ type Server struct {
 	log       *slog.Logger
 	host      string
 	port      int
-	tlsConfig *tls.Config // built once so reloads see the same pointer
-	authOn    bool        // fixed at start; see ErrAuthModeChange
+	tlsConfig *tls.Config
+	// auth admits clients when authentication is on (nil: an open
+	// server); the mode is fixed at start, see ErrAuthModeChange.
+	auth *authenticator
 
-	mu     sync.Mutex // serialises reloads; guards users, nkeys, closed
+	mu     sync.Mutex // serialises identity changes; guards users, nkeys, closed
 	users  []User
 	nkeys  []NKeyUser
 	closed bool
@@ -166,9 +168,12 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	s.users = cloneUsers(cfg.Users)
 	s.nkeys = cloneNKeys(cfg.NKeys)
-	s.authOn = len(s.users)+len(s.nkeys) > 0
+	if len(s.users)+len(s.nkeys) > 0 {
+		s.auth = &authenticator{}
+		s.auth.table.Store(newAuthTable(s.users, s.nkeys))
+	}
 
-	opts, err := s.buildOptions(s.users, s.nkeys)
+	opts, err := s.buildOptions()
 	if err != nil {
 		return nil, err
 	}
@@ -338,12 +343,9 @@ func (s *Server) routeURLs() ([]*url.URL, error) {
 	return out, nil
 }
 
-// buildOptions returns fresh server options for the given identities.
-// nats-server keeps and mutates the Options it is given (defaults,
-// accounts on users), so every start and reload gets its own value, and
-// permissions are deep-copied so the caller's values are never shared with
-// the server.
-func (s *Server) buildOptions(users []User, nk []NKeyUser) (*server.Options, error) {
+// buildOptions returns the server options. Identities are not among them:
+// s.auth admits clients, so they change without a configuration reload.
+func (s *Server) buildOptions() (*server.Options, error) {
 	cfg := s.cfg
 	o := &server.Options{
 		ServerName:             cfg.ServerName,
@@ -359,8 +361,11 @@ func (s *Server) buildOptions(users []User, nk []NKeyUser) (*server.Options, err
 	// Always send a nonce: an nkey client (a node agent uses its key
 	// everywhere) then connects to an open loopback server too, gets a
 	// clean authorization error rather than "nkeys not supported" where
-	// its key is unknown, and keys added later by reload just work.
+	// its key is unknown, and s.auth can check the signature of any key.
 	o.AlwaysEnableNonce = true
+	if s.auth != nil {
+		o.CustomClientAuthentication = s.auth
+	}
 	if s.tlsConfig != nil {
 		o.TLS = true
 		o.TLSVerify = cfg.TLSVerify
@@ -371,19 +376,6 @@ func (s *Server) buildOptions(users []User, nk []NKeyUser) (*server.Options, err
 		if int64(cfg.MaxPayload) > server.MAX_PENDING_SIZE {
 			o.MaxPending = int64(cfg.MaxPayload)
 		}
-	}
-	for _, u := range users {
-		o.Users = append(o.Users, &server.User{
-			Username:    u.Name,
-			Password:    u.Password,
-			Permissions: clonePermissions(u.Permissions),
-		})
-	}
-	for _, u := range nk {
-		o.Nkeys = append(o.Nkeys, &server.NkeyUser{
-			Nkey:        u.PublicKey,
-			Permissions: clonePermissions(u.Permissions),
-		})
 	}
 	if c := cfg.Cluster; c != nil {
 		host, port, err := parseHostPort(c.Listen)
@@ -472,19 +464,18 @@ func (s *Server) Users() ([]User, []NKeyUser) {
 	return cloneUsers(s.users), cloneNKeys(s.nkeys)
 }
 
-// ReloadUsers replaces every identity by a configuration reload. Clients
-// of removed identities are disconnected by the server; connected clients
-// of kept identities stay. It fails with ErrAuthModeChange when it would
+// ReloadUsers replaces every identity. Clients of removed or changed
+// identities are disconnected; connected clients of kept identities stay. It fails with ErrAuthModeChange when it would
 // switch authentication on or off.
 func (s *Server) ReloadUsers(users []User, nk []NKeyUser) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.reloadLocked(cloneUsers(users), cloneNKeys(nk))
+	return s.applyLocked(cloneUsers(users), cloneNKeys(nk))
 }
 
 // AddNKeyUser adds an nkey identity, or replaces the permissions of an
-// existing one, by a configuration reload. Join-by-code uses it to admit a
-// node with NodeUser.
+// existing one (its clients are then disconnected). Join-by-code uses it
+// to admit a node with NodeUser.
 func (s *Server) AddNKeyUser(u NKeyUser) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -499,7 +490,7 @@ func (s *Server) AddNKeyUser(u NKeyUser) error {
 	if !replaced {
 		nk = append(nk, cloneNKeys([]NKeyUser{u})[0])
 	}
-	return s.reloadLocked(cloneUsers(s.users), nk)
+	return s.applyLocked(cloneUsers(s.users), nk)
 }
 
 // RemoveNKeyUser removes an nkey identity; its connections are closed.
@@ -516,12 +507,12 @@ func (s *Server) RemoveNKeyUser(publicKey string) error {
 	if len(nk) == len(s.nkeys) {
 		return nil
 	}
-	return s.reloadLocked(cloneUsers(s.users), cloneNKeys(nk))
+	return s.applyLocked(cloneUsers(s.users), cloneNKeys(nk))
 }
 
 // AddUser adds a user/password identity, or replaces an existing one of
-// the same name, by a configuration reload (for example the one-time user
-// of a join code, see JoinPermissions).
+// the same name (for example the one-time user of a join code, see
+// JoinPermissions).
 func (s *Server) AddUser(u User) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -536,7 +527,7 @@ func (s *Server) AddUser(u User) error {
 	if !replaced {
 		users = append(users, cloneUsers([]User{u})[0])
 	}
-	return s.reloadLocked(users, cloneNKeys(s.nkeys))
+	return s.applyLocked(users, cloneNKeys(s.nkeys))
 }
 
 // RemoveUser removes a user/password identity; its connections are
@@ -553,33 +544,72 @@ func (s *Server) RemoveUser(name string) error {
 	if len(users) == len(s.users) {
 		return nil
 	}
-	return s.reloadLocked(cloneUsers(users), cloneNKeys(s.nkeys))
+	return s.applyLocked(cloneUsers(users), cloneNKeys(s.nkeys))
 }
 
-// reloadLocked applies users and nk; s.mu is held. The new lists are owned
-// by the caller's fresh copies and become the server's state only when the
-// reload succeeded.
-func (s *Server) reloadLocked(users []User, nk []NKeyUser) error {
+// applyLocked makes users and nk the server's identities; s.mu is held.
+// The new lists are the caller's fresh copies and become the server's
+// state only when they are valid. Clients whose identity was removed or
+// changed are disconnected, so changed permissions apply when they
+// reconnect and a removed node cannot keep a connection it no longer has
+// a right to.
+func (s *Server) applyLocked(users []User, nk []NKeyUser) error {
 	if s.closed {
 		return ErrServerClosed
 	}
 	if err := validateUsers(users, nk); err != nil {
 		return err
 	}
-	if on := len(users)+len(nk) > 0; on != s.authOn {
+	if on := len(users)+len(nk) > 0; on != (s.auth != nil) {
 		return ErrAuthModeChange
 	}
-	opts, err := s.buildOptions(users, nk)
-	if err != nil {
-		return err
+	if s.auth == nil {
+		return nil // open server, nothing was and nothing is configured
 	}
-	if err := s.ns.ReloadOptions(opts); err != nil {
-		return fmt.Errorf("bus: reload users: %w", err)
-	}
+	next := newAuthTable(users, nk)
+	// Swap first, then look for clients: one that authenticates from
+	// here on sees next, and one that already sent its CONNECT is in
+	// Connz under the name it gave.
+	old := s.auth.table.Swap(next)
 	s.users, s.nkeys = users, nk
-	s.log.Info("nats users reloaded", "users", len(users), "nkeys", len(nk))
+	kicked := 0
+	for _, name := range changedIdentities(old, next) {
+		kicked += s.disconnectUser(name)
+	}
+	s.log.Info("nats identities changed", "users", len(users), "nkeys", len(nk), "disconnected", kicked)
 	return nil
 }
+
+// disconnectUser closes every client connected as name (a user name or
+// an nkey) and returns how many it closed.
+func (s *Server) disconnectUser(name string) int {
+	var cids []uint64
+	for offset := 0; ; {
+		cz, err := s.ns.Connz(&server.ConnzOptions{User: name, Offset: offset, Limit: connzPage})
+		if err != nil {
+			s.log.Warn("nats: list connections", "user", name, "err", err)
+			break
+		}
+		for _, ci := range cz.Conns {
+			cids = append(cids, ci.Cid)
+		}
+		offset += len(cz.Conns)
+		if len(cz.Conns) < connzPage {
+			break
+		}
+	}
+	n := 0
+	for _, cid := range cids {
+		if s.ns.DisconnectClientByID(cid) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// connzPage is the page size of the connection listing disconnectUser
+// walks.
+const connzPage = 1024
 
 func cloneUsers(in []User) []User {
 	if in == nil {
