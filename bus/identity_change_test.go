@@ -194,3 +194,65 @@ func TestChangedIdentityDisconnects(t *testing.T) {
 		t.Fatalf("gateway reconnected %d times", n)
 	}
 }
+
+// TestIdentityChangeKeepsAnswersInFlight: a node answers the gateway under
+// allow_responses permissions, which nats-server tracks per delivered
+// request. A configuration reload re-registered every client's
+// permissions and so refused the answer to a request in flight; admitting
+// and removing other identities must leave it alone.
+func TestIdentityChangeKeepsAnswersInFlight(t *testing.T) {
+	gwUser := bus.User{Name: "gateway", Password: "gw-secret"}
+	node := newIdentity(t)
+	s := bustest.StartServer(t, bustest.WithUsers(gwUser), bustest.WithNKeys(nodeUser(t, node)))
+	gw := bustest.Connect(t, s, bus.ClientConfig{User: gwUser.Name, Password: gwUser.Password})
+	nc, sink := nodeClient(t, s, node)
+
+	subject := prefix + ".node." + node.NodeID + ".exec"
+	received := make(chan *nats.Msg, 1)
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) { received <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	answer := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		m, err := bus.RequestChunked(ctx, gw, subject, []byte("run"), nil)
+		if err == nil && string(m.Data) != "done" {
+			err = fmt.Errorf("answer %q", m.Data)
+		}
+		answer <- err
+	}()
+	var req *nats.Msg
+	select {
+	case req = <-received:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node never got the request")
+	}
+	// While the request is open: a join code's user comes and goes, a
+	// new node is admitted and another removed.
+	other := newIdentity(t)
+	if err := s.AddUser(bus.User{Name: "join-1", Password: "x", Permissions: &server.Permissions{}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddNKeyUser(nodeUser(t, other)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveUser("join-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveNKeyUser(other.PublicKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.RespondChunked(nc, req.Reply, []byte("done"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-answer; err != nil {
+		t.Fatalf("the answer in flight was lost: %v (node errors: %v)", err, sink.all())
+	}
+}
