@@ -186,7 +186,6 @@ type nodeRouter struct {
 	closed     chan struct{}
 	closeErr   error
 	discovered chan struct{} // closed once the start-up discovery is done
-	gate       *reloadGate   // node requests vs. reloads of the server's users
 
 	mu        sync.Mutex // guards everything below
 	opts      NodeOptions
@@ -237,7 +236,6 @@ func (g *Gateway) attachNodes(ctx context.Context, nc *nats.Conn, prefix string)
 		now:        time.Now,
 		closed:     make(chan struct{}),
 		discovered: make(chan struct{}),
-		gate:       newReloadGate(),
 		opts:       nodeOptionsFromEnv(g.opts.Getenv, g.log),
 		nodes:      map[string]*nodeEntry{},
 		index:      map[string]map[string]*remoteSession{},
@@ -600,7 +598,7 @@ func (r *nodeRouter) startResync(id string) {
 
 // onPairRequest answers pairing requests: announcements get the node's
 // status; join requests redeem a join code. The work runs in a tracked
-// goroutine (a join reloads the server configuration).
+// goroutine (a join writes the pairing store and admits a key).
 func (r *nodeRouter) onPairRequest(m *nats.Msg) {
 	if m.Reply == "" {
 		return
@@ -682,16 +680,15 @@ func (r *nodeRouter) decide(ctx context.Context, id, pairing string, allowUnknow
 	}
 	// A node admitted by code loses (or regains) its NATS identity.
 	if srv != nil && stored.Joined && stored.PublicKey != "" && r.serverAuthOn(srv) {
-		err := r.gate.reload(ctx, func() error {
-			if pairing == protocol.NodePairingRejected {
-				return srv.RemoveNKeyUser(stored.PublicKey)
+		var err error
+		if pairing == protocol.NodePairingRejected {
+			err = srv.RemoveNKeyUser(stored.PublicKey)
+		} else {
+			var u bus.NKeyUser
+			if u, err = bus.NodeUser(r.prefix, stored.PublicKey); err == nil {
+				err = srv.AddNKeyUser(u)
 			}
-			u, err := bus.NodeUser(r.prefix, stored.PublicKey)
-			if err != nil {
-				return err
-			}
-			return srv.AddNKeyUser(u)
-		})
+		}
 		if err != nil {
 			r.log.Warn("updating the node's NATS identity", "node", id, "err", err)
 		}
@@ -718,10 +715,6 @@ func (r *nodeRouter) notifyPairing(ctx context.Context, id, pairing string) {
 	b, _ := json.Marshal(protocol.NodePairingNotice{Status: pairing})
 	nctx, cancel := context.WithTimeout(ctx, notifyTimeout)
 	defer cancel()
-	if _, err := r.gate.enter(nctx); err != nil {
-		return
-	}
-	defer r.gate.exit()
 	if _, err := bus.RequestChunked(nctx, r.nc, r.subj.Node(id, protocol.NodeEndpointPairing), b, nil); err != nil {
 		r.log.Debug("pairing notice not delivered", "node", id, "err", err)
 	}
@@ -798,11 +791,6 @@ func (r *nodeRouter) pingNodes(ctx context.Context) []string {
 	}
 	dctx, cancel := context.WithTimeout(ctx, discoveryWait)
 	defer cancel()
-	// The answers are responses too (see reloadGate).
-	if _, err := r.gate.enter(dctx); err != nil {
-		return nil
-	}
-	defer r.gate.exit()
 	if err := r.nc.PublishRequest(subject, inbox, nil); err != nil {
 		return nil
 	}
@@ -882,14 +870,11 @@ func (r *nodeRouter) sweep(ctx context.Context) {
 		r.startResync(id)
 	}
 	if srv != nil && len(expired) > 0 {
-		err := r.gate.reload(ctx, func() error {
-			var errs []error
-			for _, user := range expired {
-				errs = append(errs, srv.RemoveUser(user))
-			}
-			return errors.Join(errs...)
-		})
-		if err != nil {
+		var errs []error
+		for _, user := range expired {
+			errs = append(errs, srv.RemoveUser(user))
+		}
+		if err := errors.Join(errs...); err != nil {
 			r.log.Warn("removing expired join codes' one-time users", "err", err)
 		}
 	}

@@ -36,9 +36,6 @@ func exitConsumerName(prefix string) string {
 // consumes exit events with a durable consumer and explicit acks, until
 // the backend closes. Setting up is retried while JetStream is not ready.
 func (r *nodeRouter) runExitConsumer(ctx context.Context) {
-	// Reloads wait for the stream setup below (see reloadGate.ready); let
-	// them go however this ends.
-	defer r.gate.markReady()
 	replicas := r.g.Config().NATS.Replicas
 	stream := bus.StreamNamesFor(r.prefix).Exit
 	for attempt := 1; ; attempt++ {
@@ -59,7 +56,6 @@ func (r *nodeRouter) runExitConsumer(ctx context.Context) {
 		}
 		cancel()
 		if err == nil {
-			r.gate.markReady()
 			var cc jetstream.ConsumeContext
 			cc, err = cons.Consume(r.onExitMsg, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 				r.log.Debug("exit consumer", "err", err)

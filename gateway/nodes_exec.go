@@ -78,14 +78,6 @@ func (r *nodeRouter) call(ctx context.Context, n nodeInfo, endpoint string, body
 		rctx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	defer cancel()
-	if _, err := r.gate.enter(rctx); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
-			Message: fmt.Sprintf("node %s: the NATS server is reloading its users; nothing was sent. Retry.", n.label())}
-	}
-	defer r.gate.exit()
 	m, err := bus.RequestChunked(rctx, r.nc, r.subj.Node(n.id, endpoint), body, hdr)
 	switch {
 	case errors.Is(err, bus.ErrUnreachable):
@@ -199,15 +191,7 @@ func (r *nodeRouter) execOn(ctx context.Context, n nodeInfo, req NodeExecRequest
 	key := newUUID()
 	hdr := nats.Header{}
 	hdr.Set(protocol.NodeHeaderIdempotencyKey, key)
-	epoch := r.gate.current()
 	m, err := r.call(ctx, n, protocol.NodeEndpointExec, body, hdr, deadline)
-	if errors.Is(err, errNodeTimeout) && r.gate.reloaded(epoch) {
-		// A reload of the server's users may have cost the answer (see
-		// reloadGate). The same key makes asking again safe: the node
-		// answers what the first start answered.
-		r.log.Info("exec answer may have been lost to a NATS reload; asking again with the same idempotency key", "node", n.id, "idempotencyKey", key)
-		m, err = r.call(ctx, n, protocol.NodeEndpointExec, body, hdr, deadline)
-	}
 	if errors.Is(err, errNodeTimeout) {
 		r.log.Warn("exec start outcome unknown", "node", n.id, "idempotencyKey", key, "err", err)
 		return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,

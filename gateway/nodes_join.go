@@ -49,8 +49,8 @@ func randomHex(n int) string {
 // SetEmbeddedServer gives the node backend the gateway's embedded NATS
 // server, which join codes need: each code adds a one-time user limited
 // to the join subject, and a redeemed code adds the node's nkey with
-// permissions confined to its own subjects (bus.NodeUser), by
-// configuration reload. Nodes that joined earlier (recorded in
+// permissions confined to its own subjects (bus.NodeUser), without
+// disturbing other connections. Nodes that joined earlier (recorded in
 // <state-dir>/nodes.json) are admitted again at once, since a restarted
 // server starts without them. Call it after ServeNATS.
 func (g *Gateway) SetEmbeddedServer(s *bus.Server) error {
@@ -88,7 +88,7 @@ func (g *Gateway) SetEmbeddedServer(s *bus.Server) error {
 	if added == 0 {
 		return nil
 	}
-	if err := r.gate.reload(r.ctx, func() error { return s.ReloadUsers(users, nk) }); err != nil {
+	if err := s.ReloadUsers(users, nk); err != nil {
 		return fmt.Errorf("gateway: re-admitting %d joined nodes: %w", added, err)
 	}
 	r.log.Info("joined nodes re-admitted to the embedded NATS server", "nodes", added)
@@ -126,7 +126,7 @@ func (g *Gateway) AdmitNode(publicKey string) error {
 		if err != nil {
 			return err
 		}
-		if err := r.gate.reload(r.ctx, func() error { return srv.AddNKeyUser(u) }); err != nil {
+		if err := srv.AddNKeyUser(u); err != nil {
 			return fmt.Errorf("gateway: admit node %s: %w", id, err)
 		}
 	}
@@ -202,9 +202,7 @@ func (r *nodeRouter) createInvite(name string, ttl time.Duration) (inviteReply, 
 		if err != nil {
 			return inviteReply{}, protocol.Errorf(protocol.ErrInternal, "join permissions: %v", err)
 		}
-		if err := r.gate.reload(r.ctx, func() error {
-			return srv.AddUser(bus.User{Name: inv.user, Password: secret, Permissions: perms})
-		}); err != nil {
+		if err := srv.AddUser(bus.User{Name: inv.user, Password: secret, Permissions: perms}); err != nil {
 			return inviteReply{}, protocol.Errorf(protocol.ErrInternal, "adding the join code's one-time NATS user: %v", err)
 		}
 	}
@@ -273,7 +271,7 @@ func (r *nodeRouter) redeem(req protocol.NodePairRequest) protocol.NodePairRespo
 	if srv != nil && r.serverAuthOn(srv) {
 		u, err := bus.NodeUser(r.prefix, req.PublicKey)
 		if err == nil {
-			err = r.gate.reload(r.ctx, func() error { return srv.AddNKeyUser(u) })
+			err = srv.AddNKeyUser(u)
 		}
 		if err != nil {
 			r.mu.Lock()
@@ -313,10 +311,10 @@ func (r *nodeRouter) redeem(req protocol.NodePairRequest) protocol.NodePairRespo
 func (r *nodeRouter) expireInvitesLocked(now time.Time) []string {
 	var users []string
 	for k, inv := range r.invites {
-		// A used code's user is kept until the code expires (the gateway
-		// refuses it anyway): removing it is a reload, which costs the
-		// nodes' answers in flight (see reloadGate), so it is not done
-		// for every join.
+		// A used code's user is kept until the code expires: the gateway
+		// refuses a second use anyway, and removing the user would close
+		// the joiner's connection, which may still be waiting for (or
+		// retrying) its answer.
 		if inv.user != "" && !inv.userRemoved && r.server != nil && now.After(inv.expiresAt) {
 			inv.userRemoved = true
 			users = append(users, inv.user)
