@@ -3,30 +3,11 @@ package approvals
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
-)
 
-// conformanceFile returns the path of a fixture in ../shared/conformance,
-// relative to the module root.
-func conformanceFile(t *testing.T, name string) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "conformance", name)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatalf("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
+	"github.com/execmesh/execmesh/internal/testutil"
+)
 
 type shellCase struct {
 	Command  string       `json:"command"`
@@ -106,7 +87,7 @@ var segmentDifferences = map[string]string{
 }
 
 func TestShellAnalysisConformance(t *testing.T) {
-	data, err := os.ReadFile(conformanceFile(t, "shell_analysis.json"))
+	data, err := os.ReadFile(testutil.ConformanceFile(t, "shell_analysis.json"))
 	if err != nil {
 		t.Fatalf("conformance fixtures missing (they live in ../shared/conformance): %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/internal/testutil"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -223,7 +224,7 @@ func (r *replay) waitOutput(sid, want string) {
 // TestResultsConformance replays results.json (OpenClaw's own answers)
 // through POST /tools/invoke.
 func TestResultsConformance(t *testing.T) {
-	data, err := os.ReadFile(conformanceFile(t, "results.json"))
+	data, err := os.ReadFile(testutil.ConformanceFile(t, "results.json"))
 	if err != nil {
 		t.Fatalf("conformance fixtures missing (../shared/conformance): %v", err)
 	}

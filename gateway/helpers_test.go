@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -128,25 +126,6 @@ func checkFor(t *testing.T, total time.Duration, f func() error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("condition not met after %v: %v", total, err)
-}
-
-// conformanceFile returns a fixture path in ../shared/conformance.
-func conformanceFile(t *testing.T, name string) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "conformance", name)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/execmesh/execmesh/internal/testutil"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -23,30 +24,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// conformanceFile returns the path of a fixture in ../shared/conformance,
-// relative to the module root.
-func conformanceFile(t *testing.T, name string) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "conformance", name)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatalf("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
-
 // loadFixture decodes a conformance fixture into v.
 func loadFixture(t *testing.T, name string, v any) {
 	t.Helper()
-	data, err := os.ReadFile(conformanceFile(t, name))
+	data, err := os.ReadFile(testutil.ConformanceFile(t, name))
 	if err != nil {
 		t.Fatalf("conformance fixtures missing (they live in ../shared/conformance): %v", err)
 	}
