@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -802,6 +803,26 @@ func (c *clCluster) natsConn(h *clHost, cc bus.ClientConfig) *nats.Conn {
 func (c *clCluster) gatewayConn() *nats.Conn {
 	c.t.Helper()
 	return c.natsConn(c.net.hosts["gw"], bus.ClientConfig{Name: "test as gateway", NKeySeedFile: c.gwIdent.SeedFile})
+}
+
+// waitNoInterest waits until none of the three servers has interest in
+// subject: a request there from a client of any server gets "no
+// responders" at once.
+func (c *clCluster) waitNoInterest(subject string, total time.Duration) {
+	c.t.Helper()
+	for i := 1; i <= 3; i++ {
+		server := fmt.Sprintf("nats-%d", i)
+		nc := c.natsConn(c.net.hosts["gw"], bus.ClientConfig{Name: "interest probe", NKeySeedFile: c.gwIdent.SeedFile,
+			URLs: []string{fmt.Sprintf("tls://%s:4222", c.net.hosts[server].ip)}})
+		clCheckFor(c.t, "no interest in "+subject+" on "+server, total, 20*time.Millisecond, func() error {
+			_, err := nc.Request(subject, nil, 200*time.Millisecond)
+			if errors.Is(err, nats.ErrNoResponders) {
+				return nil
+			}
+			return fmt.Errorf("request: %v", err)
+		})
+		nc.Close()
+	}
 }
 
 // use makes t the test the cluster's helpers report to (a subtest).

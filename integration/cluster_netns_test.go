@@ -368,6 +368,12 @@ func clNodeKill(t *testing.T, c *clCluster) {
 	bID := c.mustCall(key, "exec", map[string]any{"command": "sleep 1; echo nk-b-done", "host": "node", "node": "node-b", "background": true}).SessionID()
 
 	a.proc.kill(t)
+	// Fail-fast needs the cluster to know the node is gone: a request that
+	// beats the interest removal across a route is forwarded to the dead
+	// node's server and dropped there, and waits for its deadline (NATS
+	// sends "no responders" only from the server that saw no interest).
+	// That takes milliseconds, more on a loaded machine.
+	c.waitNoInterest(protocol.Subjects(bus.DefaultPrefix).Node(a.ident.NodeID, protocol.NodeEndpointProcess), 10*time.Second)
 	clCheckFor(t, "fail-fast poll of a session of the killed node", 10*time.Second, 100*time.Millisecond, func() error {
 		t0 := time.Now()
 		r := c.call(key, "process", map[string]any{"action": "poll", "sessionId": ids[0], "timeout": 2000})
