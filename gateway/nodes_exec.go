@@ -50,22 +50,62 @@ func (r *nodeRouter) target(ctx context.Context, req NodeExecRequest) (nodeInfo,
 }
 
 // errNodeTimeout marks a request whose answer did not come, because the
-// deadline passed or the gateway's NATS connection dropped while it
-// waited: it may have been delivered and acted upon.
+// deadline passed, the gateway's NATS connection dropped or the node went
+// silent while it waited: it may have been delivered and acted upon.
 var errNodeTimeout = errors.New("no answer from the node in time")
+
+// errNodeSilent is the cause of a request given up because its node
+// stopped sending heartbeats, or a new run of the agent (which knows
+// nothing of the old run's requests) took its place, while it waited.
+var errNodeSilent = errors.New("the node went silent")
+
+// nodeWatchInterval is how often a waiting request checks that its node
+// is still there.
+const nodeWatchInterval = 250 * time.Millisecond
 
 // noAnswer says why a call failed with errNodeTimeout.
 func noAnswer(err error, timeout time.Duration) string {
-	if errors.Is(err, bus.ErrConnectionLost) {
+	switch {
+	case errors.Is(err, bus.ErrConnectionLost):
 		return "no answer (the gateway's NATS connection dropped while it waited)"
+	case errors.Is(err, errNodeSilent):
+		return "no answer, and the node stopped sending heartbeats (or restarted) while the gateway waited"
 	}
 	return fmt.Sprintf("no answer within %s", timeout)
+}
+
+// watchNode gives up a request (cancel with errNodeSilent) when its node
+// stops being live, or another run of the agent replaces the one that got
+// the request: neither will ever answer. Without it a request delivered
+// to a node that then died, hung or lost its network waits for its whole
+// deadline (a poll: 30 s plus the margin), because NATS reports "no
+// responders" only when a request finds no subscriber. It returns when
+// ctx ends.
+func (r *nodeRouter) watchNode(ctx context.Context, id, instance string, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(nodeWatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.mu.Lock()
+		e := r.nodes[id]
+		silent := e == nil || !r.liveLocked(e, r.now()) || (instance != "" && e.instance != "" && e.instance != instance)
+		r.mu.Unlock()
+		if silent {
+			cancel(errNodeSilent)
+			return
+		}
+	}
 }
 
 // call sends one request to a node endpoint and returns its reply.
 // Errors: a retryable *protocol.Error when the node (or the gateway's
 // NATS connection) is not there, so nothing was delivered; an error
-// wrapping errNodeTimeout when the deadline passed (outcome unknown); the
+// wrapping errNodeTimeout when the deadline passed or the node went
+// silent meanwhile (outcome unknown); the
 // node's *protocol.Error when it refused the request; the caller's ctx
 // error when the caller went away.
 func (r *nodeRouter) call(ctx context.Context, n nodeInfo, endpoint string, body []byte, hdr nats.Header, timeout time.Duration) (*nats.Msg, error) {
@@ -78,6 +118,14 @@ func (r *nodeRouter) call(ctx context.Context, n nodeInfo, endpoint string, body
 		rctx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	defer cancel()
+	if n.live {
+		// A node that is not live now (just started gateway, no heartbeat
+		// yet) may still answer; only a live one can go silent.
+		wctx, wcancel := context.WithCancelCause(rctx)
+		defer wcancel(nil)
+		go r.watchNode(wctx, n.id, n.instance, wcancel)
+		rctx = wctx
+	}
 	m, err := bus.RequestChunked(rctx, r.nc, r.subj.Node(n.id, endpoint), body, hdr)
 	switch {
 	case errors.Is(err, bus.ErrUnreachable):
@@ -92,6 +140,9 @@ func (r *nodeRouter) call(ctx context.Context, n nodeInfo, endpoint string, body
 			Message: fmt.Sprintf("node %s is unreachable (not connected to NATS); nothing was delivered. Retry when it reconnects.", n.label())}
 	case err != nil && ctx.Err() != nil:
 		return nil, ctx.Err()
+	case err != nil && errors.Is(context.Cause(rctx), errNodeSilent):
+		r.log.Info("request given up: the node went silent", "node", n.id, "endpoint", endpoint)
+		return nil, fmt.Errorf("%w (%s): %w", errNodeTimeout, timeout, errNodeSilent)
 	case err != nil && (rctx.Err() != nil || errors.Is(err, bus.ErrConnectionLost)):
 		// Fails fast on a dropped connection rather than at the
 		// deadline; the outcome is unknown either way.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,5 +199,72 @@ func TestNodeManyAgents(t *testing.T) {
 	}
 	if connected != n {
 		t.Fatalf("%d nodes connected and paired, want %d", connected, n)
+	}
+}
+
+// TestNodeHungMidRequest stops a node agent (SIGSTOP: its NATS connection
+// stays open, so the server still routes to it) while it holds a poll
+// that waits for output, and while it holds an exec start. Each call ends
+// once the node's heartbeats stop (presence TTL 3 s here), as a retryable
+// 503 whose outcome is unknown, instead of waiting for its deadline (35 s
+// for the poll). After SIGCONT the node answers again.
+func TestNodeHungMidRequest(t *testing.T) {
+	ns := startNodeServer(t, bus.ServerConfig{})
+	gw := startItGateway(t, ns, "", bus.ClientConfig{})
+	np := startPairedNode(t, ns, gw, "hung")
+	res := gw.invoke("exec", map[string]any{"command": "echo hung-start; sleep 30", "host": "node", "background": true})
+	np.track(res)
+	id := res.SessionID()
+	if p := gw.invoke("process", map[string]any{"action": "poll", "sessionId": id, "timeout": 5000}); !strings.Contains(p.Text(), "hung-start") {
+		t.Fatalf("first poll: %s", p.Text())
+	}
+	resume := func() { _ = np.cmd.Process.Signal(syscall.SIGCONT) }
+	t.Cleanup(resume)
+
+	for _, tc := range []struct {
+		name string
+		args map[string]any
+		tool string
+		want string
+	}{
+		{"poll waiting for output", map[string]any{"action": "poll", "sessionId": id, "timeout": 20000}, "process", "the action may or may not have been applied"},
+		{"exec start", map[string]any{"command": "sleep 8; echo late", "host": "node", "yieldMs": 20000}, "exec", "may or may not have started"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			type answer struct {
+				r    *itResponse
+				took time.Duration
+			}
+			done := make(chan answer, 1)
+			go func() {
+				start := time.Now()
+				r := gw.invokeRaw(tc.tool, tc.args)
+				done <- answer{r, time.Since(start)}
+			}()
+			time.Sleep(500 * time.Millisecond) // the request is with the node
+			if err := np.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			var a answer
+			select {
+			case a = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the call still waits 30 s after its node stopped")
+			}
+			if a.r.Status != http.StatusServiceUnavailable || a.r.Error == nil || !a.r.Error.Retryable ||
+				!strings.Contains(a.r.Error.Message, "stopped sending heartbeats") || !strings.Contains(a.r.Error.Message, tc.want) {
+				t.Fatalf("%s on a stopped node: %d %s", tc.tool, a.r.Status, a.r.Raw)
+			}
+			// The presence TTL (3 s) plus the watch interval, with room for a
+			// loaded machine; far from the request's own deadline.
+			if a.took > 12*time.Second {
+				t.Fatalf("%s on a stopped node took %s", tc.tool, a.took)
+			}
+			resume()
+			gw.waitNode(np.id, "connected", "paired")
+			if p := gw.invoke("process", map[string]any{"action": "poll", "sessionId": id}); p.Status() != protocol.StatusRunning {
+				t.Fatalf("poll after SIGCONT: %s %q", p.Status(), p.Text())
+			}
+		})
 	}
 }
