@@ -422,13 +422,6 @@ func (c *call) process(ctx context.Context, args protocol.ProcessArgs) (protocol
 	return c.g.local.Process(ctx, c.sessionKey, args), nil
 }
 
-// nodePager is a node backend that lists a page of node sessions
-// (nodeRouter.ListPage): at most limit entries per source and the size
-// of the whole list.
-type nodePager interface {
-	ListPage(ctx context.Context, sessionKey string, limit int) ([]protocol.Details, int, error)
-}
-
 // list answers process list: the gateway's sessions and the nodes'. With
 // offset or limit (session.ListPage) every host lists only its End newest
 // entries, and the page is cut from their merge.
@@ -443,7 +436,7 @@ func (c *call) list(ctx context.Context, args protocol.ProcessArgs) (protocol.Re
 	}
 	if !page.Paged {
 		local := c.g.local.Process(ctx, c.sessionKey, args)
-		remote, err := nodes.List(ctx, c.sessionKey)
+		remote, _, err := nodes.ListPage(ctx, c.sessionKey, 0)
 		if err != nil {
 			c.g.log.Warn("listing node sessions", "err", err)
 		}
@@ -460,14 +453,7 @@ func (c *call) list(ctx context.Context, args protocol.ProcessArgs) (protocol.Re
 	}
 	local := c.g.local.Process(ctx, c.sessionKey, largs)
 	total, _ := local.Details["total"].(int)
-	var remote []protocol.Details
-	var remoteTotal int
-	if p, ok := nodes.(nodePager); ok {
-		remote, remoteTotal, err = p.ListPage(ctx, c.sessionKey, end)
-	} else {
-		remote, err = nodes.List(ctx, c.sessionKey)
-		remoteTotal = len(remote)
-	}
+	remote, remoteTotal, err := nodes.ListPage(ctx, c.sessionKey, end)
 	if err != nil {
 		c.g.log.Warn("listing node sessions", "err", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -227,31 +226,25 @@ func (g *Gateway) handleEventStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		writeError(w, protocol.Errorf(protocol.ErrInternal, "streaming unsupported"))
+	sse := startSSE(w)
+	if sse == nil {
 		return
 	}
 	ch, backlog, cancel := g.events.subscribe(key)
 	defer cancel()
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
 	send := func(ev protocol.SystemEvent) bool {
 		b, _ := json.Marshal(ev)
-		_, err := fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", ev.ID, ev.Kind, b)
-		flusher.Flush()
-		return err == nil
+		return sse.event(ev.ID, ev.Kind, b)
 	}
 	for _, ev := range backlog {
 		if !send(ev) {
 			return
 		}
 	}
-	fmt.Fprint(w, ": connected\n\n")
-	flusher.Flush()
-	keepalive := time.NewTicker(15 * time.Second)
+	if !sse.comment("connected") {
+		return
+	}
+	keepalive := time.NewTicker(sseKeepalive)
 	defer keepalive.Stop()
 	for {
 		select {
@@ -262,10 +255,9 @@ func (g *Gateway) handleEventStream(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case <-keepalive.C:
-			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
+			if !sse.comment("keepalive") {
 				return
 			}
-			flusher.Flush()
 		}
 	}
 }

@@ -32,8 +32,10 @@ type nodeBackend interface {
 	// Process forwards a process action for a node session. handled is
 	// false when no node owns sessionId in this scope.
 	Process(ctx context.Context, sessionKey string, args protocol.ProcessArgs) (res protocol.Result, handled bool, err error)
-	// List returns the list entries of every node session in scope.
-	List(ctx context.Context, sessionKey string) ([]protocol.Details, error)
+	// ListPage returns the list entries of the node sessions in scope
+	// and the size of the whole list: all of them when limit is 0, else
+	// at most limit per source (see nodeRouter.ListPage).
+	ListPage(ctx context.Context, sessionKey string, limit int) ([]protocol.Details, int, error)
 	// Close stops the backend.
 	Close(ctx context.Context) error
 }

@@ -769,7 +769,7 @@ func (r *nodeRouter) probe(ctx context.Context, id string) {
 	for _, s := range reply.Sessions {
 		entries[s.SessionKey] = append(entries[s.SessionKey], s.Details)
 	}
-	r.reconcile(id, reply.Instance, entries, true, asOf)
+	r.reconcile(id, reply.Instance, entries, true, false, asOf)
 	r.mu.Lock()
 	if e := r.nodes[id]; e != nil && e.instance == reply.Instance {
 		e.synced = reply.Instance
@@ -834,11 +834,11 @@ func (r *nodeRouter) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		r.sweep(ctx)
+		r.sweep()
 	}
 }
 
-func (r *nodeRouter) sweep(ctx context.Context) {
+func (r *nodeRouter) sweep() {
 	r.mu.Lock()
 	now := r.now()
 	var resync []string

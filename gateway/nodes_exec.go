@@ -651,20 +651,15 @@ func lostResult(rs remoteSession, n nodeInfo) protocol.Result {
 	return res
 }
 
-// List returns the list entries of every node session of sessionKey:
-// asked from each live paired node (which also refreshes the index), and
-// from the index for nodes that cannot be asked. Sessions lost with a
-// node restart are listed with status "lost" until removed.
-func (r *nodeRouter) List(ctx context.Context, sessionKey string) ([]protocol.Details, error) {
-	out, _, err := r.ListPage(ctx, sessionKey, 0)
-	return out, err
-}
-
-// ListPage is List for a paged process list: when limit is above 0 each
-// node is asked for its limit newest entries only, and at most limit
-// entries of each source (a node that answered, the index for the rest)
-// are returned: enough for the caller to cut any page ending at limit
-// from their merge, newest first. total is the size of the whole list.
+// ListPage returns the list entries of the node sessions of sessionKey,
+// asked from each live paired node (which also refreshes the index) and
+// from the index for nodes that cannot be asked; sessions lost with a
+// node restart are listed with status "lost" until removed. total is the
+// size of the whole list. With limit 0 every entry is returned. With a
+// limit each node is asked for its limit newest entries only, and at
+// most limit entries of each source (a node that answered, the index for
+// the rest) are returned: enough for the caller to cut any page ending at
+// limit from their merge, newest first.
 //
 // A node whose answer is partial (it left entries out) has its listed
 // sessions refreshed and no others: the ones beyond its limit are
@@ -749,7 +744,7 @@ func (r *nodeRouter) ListPage(ctx context.Context, sessionKey string, limit int)
 			}
 		}
 		partial := limit > 0 && a.reply.Partial
-		rs := r.reconcileList(a.n.id, a.reply.Instance, map[string][]protocol.Details{sessionKey: mine}, false, partial, asOf)
+		rs := r.reconcile(a.n.id, a.reply.Instance, map[string][]protocol.Details{sessionKey: mine}, false, partial, asOf)
 		listed = append(listed, listedBy{nodeID: a.n.id, listed: rs, partial: partial, total: a.reply.Total})
 	}
 
@@ -844,17 +839,13 @@ func (r *nodeRouter) indexMark() uint64 {
 // every sessionKey. Listed sessions are added or refreshed; indexed ones
 // it no longer lists are dropped when the same instance holds them
 // (removed or swept) and marked lost when they belonged to an earlier
-// instance (the node restarted). Entries added after asOf (indexMark
-// before the list was asked for) are newer than the list and left alone.
-func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]protocol.Details, all bool, asOf uint64) {
-	r.reconcileList(nodeID, instance, entries, all, false, asOf)
-}
-
-// reconcileList is reconcile, also for a partial list (one that left
-// sessions out): then only the listed sessions are refreshed, and the
-// others of the same instance stay as they are. It returns the index
-// entries of the listed sessions, in the order listed (scope by scope).
-func (r *nodeRouter) reconcileList(nodeID, instance string, entries map[string][]protocol.Details, all, partial bool, asOf uint64) []*remoteSession {
+// instance (the node restarted). A partial list (one that left sessions
+// out, beyond its limit) refreshes only the listed sessions; the others
+// of the same instance stay as they are. Entries added after asOf
+// (indexMark before the list was asked for) are newer than the list and
+// left alone. It returns the index entries of the listed sessions, in
+// the order listed (scope by scope).
+func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]protocol.Details, all, partial bool, asOf uint64) []*remoteSession {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []*remoteSession
@@ -934,7 +925,7 @@ func (r *nodeRouter) resync(ctx context.Context, id string) {
 	for _, s := range reply.Sessions {
 		entries[s.SessionKey] = append(entries[s.SessionKey], s.Details)
 	}
-	r.reconcile(id, reply.Instance, entries, true, asOf)
+	r.reconcile(id, reply.Instance, entries, true, false, asOf)
 	r.mu.Lock()
 	if e := r.nodes[id]; e != nil {
 		e.synced = reply.Instance

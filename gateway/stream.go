@@ -3,8 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -18,9 +16,8 @@ import (
 const (
 	// streamTick is how often the stream reads the session's log.
 	streamTick = 250 * time.Millisecond
-	// streamPing is how often an idle stream sends a heartbeat comment,
-	// so that proxies and browsers do not time the connection out.
-	streamPing = 15 * time.Second
+	// streamPing is how often an idle stream sends a heartbeat comment.
+	streamPing = sseKeepalive
 )
 
 // streamTiming holds the intervals of one stream; tests shorten them.
@@ -81,13 +78,11 @@ func (g *Gateway) streamSession(w http.ResponseWriter, r *http.Request, timing s
 		writeError(w, protocol.Errorf(protocol.ErrNotFound, "%s", msg))
 		return
 	}
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	s := &sessionStream{w: w, flush: rc.Flush}
+	sse := startSSE(w)
+	if sse == nil {
+		return
+	}
+	s := &sessionStream{sse: sse}
 	if !s.update(first) {
 		return
 	}
@@ -103,7 +98,7 @@ func (g *Gateway) streamSession(w http.ResponseWriter, r *http.Request, timing s
 			s.event("error", map[string]string{"error": "gateway is shutting down"})
 			return
 		case <-ping.C:
-			if !s.comment("ping") {
+			if !sse.comment("ping") {
 				return
 			}
 		case <-tick.C:
@@ -179,8 +174,7 @@ func streamOutput(res protocol.Result) string {
 
 // sessionStream writes the events of one stream.
 type sessionStream struct {
-	w       io.Writer
-	flush   func() error
+	sse     *sseWriter
 	started bool   // an output event was sent
 	sent    string // the output the client holds
 	status  string // the last status sent
@@ -271,24 +265,13 @@ func slid(sent, out string) int {
 	return -1
 }
 
-// event sends one event; data is JSON on a single line. It returns false
-// when the client is gone.
+// event sends one event with data encoded as JSON. It returns false when
+// the client is gone.
 func (s *sessionStream) event(name string, data any) bool {
 	b, err := json.Marshal(data)
 	if err != nil {
 		b = []byte(`{"error":"encoding the event failed"}`)
 		name = "error"
 	}
-	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", name, b); err != nil {
-		return false
-	}
-	return s.flush() == nil
-}
-
-// comment sends an SSE comment line (a heartbeat).
-func (s *sessionStream) comment(text string) bool {
-	if _, err := fmt.Fprintf(s.w, ": %s\n\n", text); err != nil {
-		return false
-	}
-	return s.flush() == nil
+	return s.sse.event("", name, b)
 }

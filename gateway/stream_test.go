@@ -416,15 +416,15 @@ func TestSessionStreamOutputText(t *testing.T) {
 // TestSessionStreamWireFormat: each event is an "event:" line, one "data:"
 // line of JSON and a blank line.
 func TestSessionStreamWireFormat(t *testing.T) {
-	var b strings.Builder
-	s := &sessionStream{w: &b, flush: func() error { return nil }}
+	rec := httptest.NewRecorder()
+	s := &sessionStream{sse: &sseWriter{w: rec, flusher: rec}}
 	s.update(protocol.TextResult("a\nb", protocol.Details{"status": "running", "sessionId": "s", "totalChars": 3}))
 	s.update(protocol.TextResult("a\nb\nc", protocol.Details{"status": "completed", "sessionId": "s", "exitCode": 0}))
 	want := "event: output\ndata: {\"reset\":\"a\\nb\"}\n\n" +
 		"event: status\ndata: {\"sessionId\":\"s\",\"status\":\"running\",\"waitingForInput\":false}\n\n" +
 		"event: output\ndata: {\"append\":\"\\nc\"}\n\n" +
 		"event: status\ndata: {\"exitCode\":0,\"sessionId\":\"s\",\"status\":\"completed\",\"text\":\"a\\nb\\nc\",\"waitingForInput\":false}\n\n"
-	if got := b.String(); got != want {
+	if got := rec.Body.String(); got != want {
 		t.Errorf("wire format:\n got %q\nwant %q", got, want)
 	}
 }

@@ -275,9 +275,9 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // ListenAndServe serves GET /metrics on addr until ctx ends, for processes
 // without an HTTP API of their own.
 func (m *Metrics) ListenAndServe(ctx context.Context, addr string) error {
-	ln, err := listen(addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("metrics listener: %w", err)
 	}
 	return m.Serve(ctx, ln)
 }
@@ -286,14 +286,6 @@ func (m *Metrics) ListenAndServe(ctx context.Context, addr string) error {
 // down (waiting up to 5 s for scrapes in progress) and returns nil.
 func (m *Metrics) Serve(ctx context.Context, ln net.Listener) error {
 	return serve(ctx, ln, m.Handler())
-}
-
-func listen(addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
-	}
-	return ln, nil
 }
 
 // serve serves h at GET /metrics on ln until ctx ends, then shuts the

@@ -11,20 +11,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// NodeStats are a node agent's counters, read at every scrape.
+// NodeStats are a node agent's counters, read at every scrape. The JSON
+// names are those of the agent's $SRV.STATS data (nodeagent.Stats).
 type NodeStats struct {
 	// SessionsRunning and SessionsFinished are the sessions the node's
-	// session core holds: running, and finished but retained.
-	SessionsRunning  int
-	SessionsFinished int
-	// Calls counts the requests the node handled, by endpoint name.
-	Calls map[string]uint64
+	// session core holds: running (foreground ones included), and
+	// finished but retained.
+	SessionsRunning  int `json:"sessionsRunning"`
+	SessionsFinished int `json:"sessionsFinished"`
+	// Calls counts the requests the node handled, by endpoint name (exec,
+	// process, list, …), refused ones included.
+	Calls map[string]uint64 `json:"calls"`
 	// OutputBytes counts the bytes of command output received.
-	OutputBytes uint64
-	// ExitEventsPublished counts the exit events JetStream acknowledged.
-	ExitEventsPublished uint64
+	OutputBytes uint64 `json:"outputBytes"`
+	// ExitEventsPublished counts the exit events JetStream acknowledged
+	// (a retry the stream recognised as a duplicate is not counted again).
+	ExitEventsPublished uint64 `json:"exitEventsPublished"`
 	// NATSReconnects counts the reconnections to NATS.
-	NATSReconnects uint64
+	NATSReconnects uint64 `json:"natsReconnects"`
 }
 
 // Node holds a node agent's Prometheus metrics in a registry of its own:
@@ -62,26 +66,14 @@ func NewNode(stats func() NodeStats) *Node {
 	return n
 }
 
-// Registry returns the registry, for adding collectors of other parts.
-func (n *Node) Registry() *prometheus.Registry { return n.reg }
-
 // Handler serves the metrics in the Prometheus text format (GET /metrics).
 func (n *Node) Handler() http.Handler {
 	return promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// ListenAndServe serves GET /metrics on addr until ctx ends (`execmesh
-// node --metrics-addr`).
-func (n *Node) ListenAndServe(ctx context.Context, addr string) error {
-	ln, err := listen(addr)
-	if err != nil {
-		return err
-	}
-	return n.Serve(ctx, ln)
-}
-
-// Serve serves GET /metrics on ln until ctx ends, then shuts the server
-// down (waiting up to 5 s for scrapes in progress) and returns nil.
+// Serve serves GET /metrics on ln until ctx ends (`execmesh node
+// --metrics-addr`), then shuts the server down (waiting up to 5 s for
+// scrapes in progress) and returns nil.
 func (n *Node) Serve(ctx context.Context, ln net.Listener) error {
 	return serve(ctx, ln, n.Handler())
 }

@@ -17,25 +17,12 @@ import (
 // carries them as the data of every endpoint (the same node-wide object
 // each time: micro asks for data per endpoint), and `execmesh node
 // --metrics-addr` exports them to Prometheus (MetricsStats).
+//
+// Calls leaves out requests refused because the agent is closing.
 type Stats struct {
 	NodeID   string `json:"nodeId"`
 	Instance string `json:"instance"`
-	// SessionsRunning and SessionsFinished are the sessions the session
-	// core holds: running (foreground ones included), and finished but
-	// retained.
-	SessionsRunning  int `json:"sessionsRunning"`
-	SessionsFinished int `json:"sessionsFinished"`
-	// Calls counts the requests handled, by endpoint name (exec, process,
-	// list, …), refused ones included; requests refused because the agent
-	// is closing are not counted.
-	Calls map[string]uint64 `json:"calls"`
-	// OutputBytes counts the bytes of command output received.
-	OutputBytes uint64 `json:"outputBytes"`
-	// ExitEventsPublished counts the exit events JetStream acknowledged
-	// (a retry the stream recognised as a duplicate is not counted again).
-	ExitEventsPublished uint64 `json:"exitEventsPublished"`
-	// NATSReconnects counts the reconnections to NATS.
-	NATSReconnects uint64 `json:"natsReconnects"`
+	metrics.NodeStats
 }
 
 // counters are the agent's own counts. The zero value is ready.
@@ -91,15 +78,13 @@ func (a *Agent) Stats() Stats { return a.stats(a.Conn()) }
 // lock of the agent: micro calls it with its service lock held.
 func (a *Agent) stats(nc *nats.Conn) Stats {
 	running, finished := a.mgr.Counts()
-	s := Stats{
-		NodeID:              a.id.NodeID,
-		Instance:            a.instance,
+	s := Stats{NodeID: a.id.NodeID, Instance: a.instance, NodeStats: metrics.NodeStats{
 		SessionsRunning:     running,
 		SessionsFinished:    finished,
 		Calls:               a.counters.callCounts(),
 		OutputBytes:         a.counters.outputBytes.Load(),
 		ExitEventsPublished: a.counters.exitPublished.Load(),
-	}
+	}}
 	if nc != nil {
 		s.NATSReconnects = nc.Stats().Reconnects
 	}
@@ -115,14 +100,4 @@ func (a *Agent) statsHandler(nc *nats.Conn) func(*micro.Endpoint) any {
 // MetricsStats returns the agent's counters for metrics.NewNode:
 //
 //	m := metrics.NewNode(agent.MetricsStats)
-func (a *Agent) MetricsStats() metrics.NodeStats {
-	s := a.Stats()
-	return metrics.NodeStats{
-		SessionsRunning:     s.SessionsRunning,
-		SessionsFinished:    s.SessionsFinished,
-		Calls:               s.Calls,
-		OutputBytes:         s.OutputBytes,
-		ExitEventsPublished: s.ExitEventsPublished,
-		NATSReconnects:      s.NATSReconnects,
-	}
-}
+func (a *Agent) MetricsStats() metrics.NodeStats { return a.Stats().NodeStats }

@@ -666,10 +666,11 @@ func PagedListResult(p ListPage, entries []protocol.Details, total int) protocol
 	case lo == hi:
 		text = "(no sessions at offset " + itoa(p.Offset) + "; " + itoa(total) + " in total)"
 	default:
-		text = ListText(entries) + "\n\n(sessions " + itoa(lo+1) + "–" + itoa(hi) + " of " + itoa(total)
+		span := "sessions " + itoa(lo+1) + "–" + itoa(hi)
 		if hi-lo == 1 {
-			text = ListText(entries) + "\n\n(session " + itoa(hi) + " of " + itoa(total)
+			span = "session " + itoa(hi)
 		}
+		text = ListText(entries) + "\n\n(" + span + " of " + itoa(total)
 		if hi < total {
 			text += "; next: offset=" + itoa(hi)
 		}

@@ -17,9 +17,8 @@
 // from the gateway's session stream (server-sent events read with fetch,
 // since EventSource cannot send the token), which the gateway builds with
 // process log, not poll, so the page neither drains output an agent has
-// not read yet nor acknowledges its exit notices; against a gateway
-// without the stream it reads process log once a second. It does not open
-// the events stream, which would consume the exit notices.
+// not read yet nor acknowledges its exit notices. It does not open the
+// events stream, which would consume the exit notices.
 //
 // FollowSession and Spinner are the CLI's live progress: following a
 // background session's output until it exits, and a spinner with the

@@ -30,10 +30,13 @@ const (
 	exitUsage = 2 // bad command line
 )
 
-// maxThreads raises Go's default limit of 10 000 OS threads. Sessions wait
-// for their processes in the poller (pidfds) and hold no thread, but where
-// pidfds are unavailable (kernels before 5.3, seccomp) each running session
-// blocks one in wait4, and a node agent is meant to hold 10 000 sessions.
+// maxThreads raises Go's default limit of 10 000 OS threads, which aborts
+// the process when reached. Running sessions hold no thread (one reaper
+// per session Manager takes every exit status, see session/wait.go), but
+// a node agent meant to hold 10 000 sessions and more can still have
+// thousands of threads in blocking system calls at once (reads of /proc
+// and of files while it ends a large process tree), so the limit must not
+// be the one thing that stops it.
 const maxThreads = 100_000
 
 func main() {

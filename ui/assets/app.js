@@ -348,15 +348,14 @@
   // session with process log (never poll, which would drain the output
   // the agent has not read yet and acknowledge its exit notice) and pushes
   // what changed. EventSource cannot send the Authorization header, so the
-  // stream is read with fetch and parsed here. A gateway without the
-  // stream endpoint gets the old way: process log once a second.
-  // #tail-panel's data-transport says which is in use ("stream" or "poll").
+  // stream is read with fetch and parsed here. #tail-panel's
+  // data-transport is "stream" while the stream is open.
 
   const TAIL_RETRY_MS = 2000;
 
   function openTail(id) {
     closeTail();
-    state.tail = { id, done: false, ctrl: null, retry: null, polling: false };
+    state.tail = { id, done: false, ctrl: null, retry: null };
     $('tail-panel').hidden = false;
     $('tail-panel').dataset.transport = '';
     $('tail-title').textContent = id;
@@ -374,8 +373,6 @@
       if (tail.ctrl) tail.ctrl.abort();
       if (tail.retry) clearTimeout(tail.retry);
     }
-    if (state.timers.tail) clearTimeout(state.timers.tail);
-    delete state.timers.tail;
     $('tail-panel').hidden = true;
   }
 
@@ -383,8 +380,7 @@
   // followed or has ended.
   function followTail(tail) {
     if (!tail || tail.done || tail.ctrl) return;
-    if (tail.polling) schedule('tail', refreshTail, 1000);
-    else streamTail(tail);
+    streamTail(tail);
   }
 
   function retryTail(tail) {
@@ -435,13 +431,6 @@
     if (resp.status === 401) {
       tail.done = true;
       if (state.authed) signOut('The gateway rejected the token; enter it again.');
-      return false;
-    }
-    if (resp.status === 404 && msg.startsWith('not found: /')) {
-      // The gateway's answer for a route it does not have: poll instead.
-      tail.polling = true;
-      $('tail-panel').dataset.transport = 'poll';
-      schedule('tail', refreshTail, 1000);
       return false;
     }
     if (resp.status === 404) tail.done = true; // unknown session: no retry
@@ -516,32 +505,6 @@
     } else if (name === 'error') {
       setText('tail-status', String(d.error || 'output stream failed'), true);
     }
-  }
-
-  // refreshTail is the fallback for gateways without the stream: it reads
-  // process log (the last 400 lines).
-  async function refreshTail() {
-    const tail = state.tail;
-    if (!tail || tail.done || !tail.polling) return;
-    let res;
-    try {
-      res = await invoke('process', { action: 'log', sessionId: tail.id, limit: 400 });
-    } catch (e) {
-      if (e.status !== 401) setText('tail-status', e.message, true);
-      return;
-    }
-    if (state.tail !== tail) return;
-    const out = $('tail-output');
-    const atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
-    out.textContent = resultText(res);
-    if (atBottom) out.scrollTop = out.scrollHeight;
-    const d = res.details || {};
-    let status = d.status || '';
-    if (d.waitingForInput) status += ' · waiting for input';
-    setText('tail-status', status, d.status === 'failed');
-    $('tail-status').dataset.status = d.status || '';
-    // A finished session's log no longer changes.
-    if (d.status && d.status !== 'running') tail.done = true;
   }
 
   async function onInputSubmit(ev) {
