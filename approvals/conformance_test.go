@@ -89,7 +89,7 @@ var segmentDifferences = map[string]string{
 func TestShellAnalysisConformance(t *testing.T) {
 	data, err := os.ReadFile(testutil.ConformanceFile(t, "shell_analysis.json"))
 	if err != nil {
-		t.Fatalf("conformance fixtures missing (they live in ../shared/conformance): %v", err)
+		t.Fatalf("conformance fixtures missing (testdata/conformance at the module root): %v", err)
 	}
 	var fx struct {
 		Cases []shellCase `json:"cases"`

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/execmesh/execmesh/internal/testutil"
 )
 
 // recordingHost is a host whose executables append their own path to
@@ -50,7 +52,7 @@ func FuzzAnalyze(f *testing.F) {
 	for _, c := range controls() {
 		f.Add(c.cmd)
 	}
-	if data, err := os.ReadFile(filepath.Join("..", "..", "shared", "conformance", "shell_analysis.json")); err == nil {
+	if data, err := os.ReadFile(testutil.ConformanceFile(f, "shell_analysis.json")); err == nil {
 		var fx struct{ Cases []struct{ Command string } }
 		if json.Unmarshal(data, &fx) == nil {
 			for _, c := range fx.Cases {

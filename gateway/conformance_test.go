@@ -226,7 +226,7 @@ func (r *replay) waitOutput(sid, want string) {
 func TestResultsConformance(t *testing.T) {
 	data, err := os.ReadFile(testutil.ConformanceFile(t, "results.json"))
 	if err != nil {
-		t.Fatalf("conformance fixtures missing (../shared/conformance): %v", err)
+		t.Fatalf("conformance fixtures missing (testdata/conformance at the module root): %v", err)
 	}
 	var fx resultsFixture
 	if err := json.Unmarshal(data, &fx); err != nil {

@@ -13,7 +13,7 @@ import (
 // set for a command run on the gateway or on a node, and which variables of
 // the daemon's own environment a command inherits. The behaviour, including
 // JavaScript's notions of trimming, upper-casing and sorting, is pinned by
-// ../shared/conformance/host_env.json.
+// testdata/conformance/host_env.json.
 
 // Names the sanitiser treats specially.
 const (

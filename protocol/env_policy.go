@@ -7,7 +7,7 @@ package protocol
 // are binary searches and nothing is built at start-up. The tables are
 // read-only: nothing in the package writes to them. TestHostEnvPolicyLists
 // checks them, entry for entry, against the policy OpenClaw ships
-// (../shared/conformance/host_env.json, "lists" and "derived"). To update,
+// (testdata/conformance/host_env.json, "lists" and "derived"). To update,
 // regenerate them from a new fixture rather than editing by hand.
 
 // blockedEverywhereKeys are dropped from the inherited environment and

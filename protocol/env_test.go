@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// hostEnvFixture is ../shared/conformance/host_env.json.
+// hostEnvFixture is testdata/conformance/host_env.json.
 type hostEnvFixture struct {
 	OpenclawVersion string `json:"openclawVersion"`
 	Lists           struct {
@@ -363,7 +363,7 @@ func TestHostEnvSpecCases(t *testing.T) {
 
 // Edge cases beyond the fixture. The expected values were obtained by
 // calling OpenClaw 2026.9.6's own sanitizeHostExecEnvWithDiagnostics and
-// predicates (the oracle install of ../shared/tools/openclaw-oracle).
+// predicates (the OpenClaw install of bench/openclaw/setup.sh).
 func TestSanitizeHostEnvOracleEdgeCases(t *testing.T) {
 	cases := []struct {
 		name       string

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Conformance with OpenClaw's own answers (../shared/conformance). Every
+// Conformance with OpenClaw's own answers (testdata/conformance at the module root). Every
 // case runs; the few that are skipped name the reason in t.Skip.
 
 type sendKeysCase struct {

@@ -12,7 +12,7 @@
 // (nimble-coral) that Manager.Process lists, polls, logs, writes to, sends
 // keys to, kills, clears and removes. Results carry OpenClaw's texts,
 // statuses and details, so agents written for OpenClaw work unchanged
-// (conformance fixtures in ../shared/conformance).
+// (conformance fixtures in testdata/conformance).
 //
 // Output is sanitized by a streaming ANSI/VT parser, one per stream:
 // control sequences are removed, other control characters shown as \xNN,

@@ -29,7 +29,7 @@ func loadFixture(t *testing.T, name string, v any) {
 	t.Helper()
 	data, err := os.ReadFile(testutil.ConformanceFile(t, name))
 	if err != nil {
-		t.Fatalf("conformance fixtures missing (they live in ../shared/conformance): %v", err)
+		t.Fatalf("conformance fixtures missing (testdata/conformance at the module root): %v", err)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		t.Fatalf("%s: %v", name, err)

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// ConformanceFile returns the path of a fixture in ../shared/conformance,
+// ConformanceFile returns the path of a fixture in testdata/conformance,
 // the directory beside the module root (found by walking up from the test's
 // working directory to go.mod).
 func ConformanceFile(t testing.TB, name string) string {
@@ -17,7 +17,7 @@ func ConformanceFile(t testing.TB, name string) string {
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "conformance", name)
+			return filepath.Join(dir, "testdata", "conformance", name)
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
