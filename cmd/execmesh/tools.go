@@ -218,7 +218,7 @@ func execExitCode(r protocol.Result) int {
 	case protocol.StatusFailed:
 		return exitFail
 	case protocol.StatusCompleted:
-		n, ok := r.Details["exitCode"].(float64)
+		n, ok := r.Details.ExitCode.Get()
 		switch {
 		case !ok || n == 0:
 			return exitOK
@@ -227,7 +227,7 @@ func execExitCode(r protocol.Result) int {
 		case n > 125:
 			return 125
 		default:
-			return int(n)
+			return n
 		}
 	default: // running, approval-pending
 		return exitOK
