@@ -35,10 +35,10 @@ type resultsFixture struct {
 	Cases []struct {
 		Name  string `json:"name"`
 		Calls []struct {
-			Tool   string           `json:"tool"`
-			Args   map[string]any   `json:"args"`
-			Result *fixtureResult   `json:"result"`
-			Error  string           `json:"error"`
+			Tool   string         `json:"tool"`
+			Args   map[string]any `json:"args"`
+			Result *fixtureResult `json:"result"`
+			Error  string         `json:"error"`
 		} `json:"calls"`
 	} `json:"cases"`
 }
