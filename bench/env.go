@@ -110,18 +110,14 @@ func startCluster(ctx context.Context, log *slog.Logger, bin string) (c *cluster
 	cfg.Tools.Exec.Ask = "off"
 	cfg.Gateway.Listen = "127.0.0.1:0"
 	c.gw, err = gateway.New(ctx, cfg, gateway.Options{
+		Conn:    c.nc,
+		Server:  c.srv,
 		Cwd:     c.workdir,
 		Environ: c.env,
 		Getenv:  func(string) string { return "" },
 	})
 	if err != nil {
 		return c, fmt.Errorf("gateway: %w", err)
-	}
-	if err := c.gw.ServeNATS(c.nc, cfg.NATS.Prefix); err != nil {
-		return c, fmt.Errorf("gateway NATS API: %w", err)
-	}
-	if err := c.gw.SetEmbeddedServer(c.srv); err != nil {
-		return c, fmt.Errorf("gateway embedded server: %w", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -325,9 +321,6 @@ func (c *cluster) close(ctx context.Context) error {
 		cancel()
 	}
 	if c.gw != nil {
-		if err := c.gw.CloseNodes(ctx); err != nil {
-			errs = multierror.Append(errs, fmt.Errorf("gateway nodes: %w", err))
-		}
 		if err := c.gw.Close(ctx); err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("gateway: %w", err))
 		}

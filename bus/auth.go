@@ -1,9 +1,12 @@
 package bus
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -37,9 +40,13 @@ func newAuthTable(users []User, nk []NKeyUser) *authTable {
 		nkeys: make(map[string]*server.NkeyUser, len(nk)),
 	}
 	for _, u := range users {
+		pw := u.Password
+		if u.PasswordSHA256 != "" {
+			pw = hashedPasswordPrefix + strings.ToLower(u.PasswordSHA256)
+		}
 		t.users[u.Name] = &server.User{
 			Username:    u.Name,
-			Password:    u.Password,
+			Password:    pw,
 			Permissions: serverPermissions(u.Permissions),
 		}
 	}
@@ -110,11 +117,25 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 	if !ok || opts.Username == "" {
 		return false
 	}
-	if subtle.ConstantTimeCompare([]byte(u.Password), []byte(opts.Password)) != 1 {
+	if !passwordMatches(u.Password, opts.Password) {
 		return false
 	}
 	c.RegisterUser(u)
 	return true
+}
+
+// hashedPasswordPrefix marks a table password that is the hex SHA-256 of
+// the real one (User.PasswordSHA256); only the table holds such values.
+const hashedPasswordPrefix = "sha256:"
+
+// passwordMatches compares a presented password with a table entry, in
+// constant time.
+func passwordMatches(stored, presented string) bool {
+	if hex, ok := strings.CutPrefix(stored, hashedPasswordPrefix); ok {
+		sum := sha256.Sum256([]byte(presented))
+		return subtle.ConstantTimeCompare([]byte(hex), []byte(fmt.Sprintf("%x", sum))) == 1
+	}
+	return subtle.ConstantTimeCompare([]byte(stored), []byte(presented)) == 1
 }
 
 // verifyNonce reports whether sig (base64, URL or standard alphabet, as

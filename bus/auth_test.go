@@ -157,14 +157,6 @@ func TestNodePermissions(t *testing.T) {
 	if _, err := bus.PublishExitEvent(ctx, bustest.JetStream(t, ncA), prefix, ev); err != nil {
 		t.Fatalf("own exit event: %v", err)
 	}
-	// …and its presence key.
-	kv, err := bustest.JetStream(t, ncA).KeyValue(ctx, bus.StreamNamesFor(prefix).Presence)
-	if err != nil {
-		t.Fatalf("bind presence bucket: %v", err)
-	}
-	if _, err := kv.Put(ctx, a.NodeID, []byte("alive")); err != nil {
-		t.Fatalf("own presence key: %v", err)
-	}
 
 	// B listens on its own endpoint subject.
 	bSubj := prefix + ".node." + b.NodeID + ".exec"
@@ -178,6 +170,8 @@ func TestNodePermissions(t *testing.T) {
 	ncA.Publish(bSubj, []byte("rm -rf"))
 	ncA.Publish(prefix+".presence."+b.NodeID, []byte("fake"))
 	ncA.Publish(prefix+".gw.invoke", []byte("{}"))
+	nodesKV := "$KV." + bus.StreamNamesFor(prefix).Nodes + "." + a.NodeID
+	ncA.Publish(nodesKV, []byte(`{"pairing":"paired"}`)) // its own registry record
 	if _, err := ncA.SubscribeSync(prefix + ".node." + b.NodeID + ".>"); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +184,7 @@ func TestNodePermissions(t *testing.T) {
 			`Publish to "` + bSubj,
 			`Publish to "` + prefix + ".presence." + b.NodeID,
 			`Publish to "` + prefix + ".gw.invoke",
+			`Publish to "` + nodesKV,
 			`Subscription to "` + prefix + ".node." + b.NodeID,
 			`Subscription to "_INBOX.>"`,
 		} {

@@ -94,11 +94,17 @@ func identityFromSeed(seed []byte) (Identity, error) {
 // appears complete or not at all, and when two processes race the first
 // one wins and the second loads its key.
 func LoadOrCreateNodeIdentity(stateDir string) (Identity, error) {
-	path := filepath.Join(stateDir, NodeKeyFile)
+	return LoadOrCreateIdentityFile(filepath.Join(stateDir, NodeKeyFile))
+}
+
+// LoadOrCreateIdentityFile is LoadOrCreateNodeIdentity for an nkey seed
+// file of any name (a gateway's identity, say); its directory is created
+// (0700) if missing.
+func LoadOrCreateIdentityFile(path string) (Identity, error) {
 	if id, err := loadIdentity(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return id, err
 	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return Identity{}, fmt.Errorf("bus: node identity: %w", err)
 	}
 	id, err := NewIdentity()

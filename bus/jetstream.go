@@ -24,11 +24,15 @@ const (
 	// ExitMaxAge is how long exit events are kept for a gateway that is
 	// down.
 	ExitMaxAge = 7 * 24 * time.Hour
-	// PresenceTTL is how long a node's presence key lives without a new
-	// heartbeat.
-	PresenceTTL = 15 * time.Second
-	// IdemTTL is how long idempotency keys are kept.
-	IdemTTL = 24 * time.Hour
+	// EventDuplicateWindow is how long the event stream remembers message
+	// ids: an event pushed again (a redelivered exit, a retried publish)
+	// within it is stored once.
+	EventDuplicateWindow = time.Hour
+	// DefaultMaxEventsPerKey bounds each sessionKey's event queue
+	// (events.maxQueued).
+	DefaultMaxEventsPerKey = 1000
+	// DefaultEventMaxAge is how long an unread event is kept.
+	DefaultEventMaxAge = 30 * 24 * time.Hour
 	// limitMarkerTTL enables per-key TTLs (jetstream.KeyTTL) on the
 	// buckets and keeps the delete markers that expiries leave, so KV
 	// watchers learn that a presence key ran out.
@@ -39,28 +43,51 @@ const (
 )
 
 // StreamNames are the JetStream stream and KV bucket names for a subject
-// prefix. For DefaultPrefix they are EXECMESH_EXIT, execmesh_nodes,
-// execmesh_presence and execmesh_idem; another prefix replaces "execmesh"
-// (upper-cased in the stream name).
+// prefix. For DefaultPrefix they are EXECMESH_EXIT, EXECMESH_EVENTS,
+// execmesh_nodes, execmesh_presence, execmesh_idem, …; another prefix
+// replaces "execmesh" (upper-cased in the stream names).
 type StreamNames struct {
 	// Exit is the exit-event stream, subjects <prefix>.events.exit.*.
 	Exit string
+	// Events is the system-event stream, subjects <prefix>.sysev.*: one
+	// subject per sessionKey, the queue its agent reads.
+	Events string
 	// Nodes is the KV bucket of the node registry and pairing.
 	Nodes string
-	// Presence is the KV bucket of node heartbeats (TTL PresenceTTL).
-	Presence string
-	// Idem is the KV bucket of exec idempotency keys (TTL IdemTTL).
-	Idem string
+	// Sessions is the KV bucket of the session index: session id → the
+	// host that holds it.
+	Sessions string
+	// Approvals is the KV bucket of exec approvals.
+	Approvals string
+	// Joins is the KV bucket of join codes.
+	Joins string
+	// Cursors is the KV bucket of the event queues' read positions.
+	Cursors string
+	// Gateways is the KV bucket of the gateways' presence and identity.
+	Gateways string
+	// Control holds the fleet's shared control-plane values (the approval
+	// signing key, the execmesh state version).
+	Control string
+}
+
+// Buckets returns the names of every KV bucket.
+func (n StreamNames) Buckets() []string {
+	return []string{n.Nodes, n.Sessions, n.Approvals, n.Joins, n.Cursors, n.Gateways, n.Control}
 }
 
 // StreamNamesFor returns the names for prefix.
 func StreamNamesFor(prefix string) StreamNames {
 	base := sanitizeName(prefix)
 	return StreamNames{
-		Exit:     strings.ToUpper(base) + "_EXIT",
-		Nodes:    base + "_nodes",
-		Presence: base + "_presence",
-		Idem:     base + "_idem",
+		Exit:      strings.ToUpper(base) + "_EXIT",
+		Events:    strings.ToUpper(base) + "_EVENTS",
+		Nodes:     base + "_nodes",
+		Sessions:  base + "_sessions",
+		Approvals: base + "_approvals",
+		Joins:     base + "_joins",
+		Cursors:   base + "_evcursor",
+		Gateways:  base + "_gateways",
+		Control:   base + "_control",
 	}
 }
 
@@ -94,36 +121,48 @@ func ExitStreamConfig(prefix string, replicas int) jetstream.StreamConfig {
 	}
 }
 
+// EventStreamConfig is the configuration EnsureStreams applies to the
+// system-event stream: one subject per sessionKey, at most maxPerKey
+// events each (a publish beyond is refused, so the overflow can be
+// announced), kept maxAge.
+func EventStreamConfig(prefix string, replicas int, maxPerKey int64, maxAge time.Duration) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:                 StreamNamesFor(prefix).Events,
+		Description:          "execmesh system events, one subject per sessionKey",
+		Subjects:             []string{protocol.Subjects(prefix).SystemEvents},
+		Storage:              jetstream.FileStorage,
+		Retention:            jetstream.LimitsPolicy,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		MaxMsgsPerSubject:    maxPerKey,
+		MaxAge:               maxAge,
+		Duplicates:           EventDuplicateWindow,
+		Replicas:             max(replicas, 1),
+		AllowDirect:          true,
+	}
+}
+
 // KeyValueConfigs are the configurations EnsureStreams applies to the
-// buckets: nodes (file, history 5), presence (memory, TTL PresenceTTL:
-// heartbeats are cheap to lose and frequent to write) and idem (file, TTL
-// IdemTTL). All allow per-key TTLs.
+// buckets: nodes (file, history 5) and the control plane's sessions,
+// approvals, joins, event cursors, gateways and control values (file).
+// All allow per-key TTLs.
 func KeyValueConfigs(prefix string, replicas int) []jetstream.KeyValueConfig {
 	n := StreamNamesFor(prefix)
 	r := max(replicas, 1)
+	file := func(bucket, desc string) jetstream.KeyValueConfig {
+		return jetstream.KeyValueConfig{Bucket: bucket, Description: desc, History: 1, Storage: jetstream.FileStorage, Replicas: r, LimitMarkerTTL: limitMarkerTTL}
+	}
 	return []jetstream.KeyValueConfig{
+		file(n.Sessions, "execmesh session index: session id → host"),
+		file(n.Approvals, "execmesh exec approvals"),
+		file(n.Joins, "execmesh join codes"),
+		file(n.Cursors, "execmesh event queue read positions"),
+		file(n.Gateways, "execmesh gateways"),
+		file(n.Control, "execmesh shared control-plane values"),
 		{
 			Bucket:         n.Nodes,
 			Description:    "execmesh node registry and pairing",
 			History:        5,
-			Storage:        jetstream.FileStorage,
-			Replicas:       r,
-			LimitMarkerTTL: limitMarkerTTL,
-		},
-		{
-			Bucket:         n.Presence,
-			Description:    "execmesh node presence (heartbeats)",
-			History:        1,
-			TTL:            PresenceTTL,
-			Storage:        jetstream.MemoryStorage,
-			Replicas:       r,
-			LimitMarkerTTL: limitMarkerTTL,
-		},
-		{
-			Bucket:         n.Idem,
-			Description:    "execmesh exec idempotency keys",
-			History:        1,
-			TTL:            IdemTTL,
 			Storage:        jetstream.FileStorage,
 			Replicas:       r,
 			LimitMarkerTTL: limitMarkerTTL,
@@ -140,12 +179,13 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, prefix string, r
 	if err := validPrefix(prefix); err != nil {
 		return err
 	}
-	sc := ExitStreamConfig(prefix, replicas)
-	if err := retryJS(ctx, func(ctx context.Context) error {
-		_, err := js.CreateOrUpdateStream(ctx, sc)
-		return err
-	}); err != nil {
-		return fmt.Errorf("bus: ensure stream %s: %w", sc.Name, err)
+	for _, sc := range []jetstream.StreamConfig{ExitStreamConfig(prefix, replicas), EventStreamConfig(prefix, replicas, DefaultMaxEventsPerKey, DefaultEventMaxAge)} {
+		if err := retryJS(ctx, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateStream(ctx, sc)
+			return err
+		}); err != nil {
+			return fmt.Errorf("bus: ensure stream %s: %w", sc.Name, err)
+		}
 	}
 	for _, kc := range KeyValueConfigs(prefix, replicas) {
 		if err := retryJS(ctx, func(ctx context.Context) error {
@@ -156,6 +196,31 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, prefix string, r
 		}
 	}
 	return nil
+}
+
+// LeaderReadKeyValue creates (or updates) the bucket of cfg and returns a
+// handle whose reads go to the stream leader. A KV bucket allows direct
+// gets, which any replica answers, possibly one that has not applied the
+// latest write yet; a value read to decide what to do next (an event
+// queue's read position) must be the last one written. The bucket's
+// stream is set to refuse direct gets, and the handle is bound after
+// that, so it uses the leader's message API whatever another client
+// later sets.
+func LeaderReadKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+		return nil, err
+	}
+	st, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	if sc := st.CachedInfo().Config; sc.AllowDirect {
+		sc.AllowDirect = false
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("bucket %s: leader reads: %w", cfg.Bucket, err)
+		}
+	}
+	return js.KeyValue(ctx, cfg.Bucket)
 }
 
 // ExitMsgID is the JetStream message id of an exit event:

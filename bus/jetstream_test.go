@@ -15,11 +15,12 @@ import (
 
 func TestStreamNames(t *testing.T) {
 	got := bus.StreamNamesFor(bus.DefaultPrefix)
-	want := bus.StreamNames{Exit: "EXECMESH_EXIT", Nodes: "execmesh_nodes", Presence: "execmesh_presence", Idem: "execmesh_idem"}
+	want := bus.StreamNames{Exit: "EXECMESH_EXIT", Events: "EXECMESH_EVENTS", Nodes: "execmesh_nodes", Sessions: "execmesh_sessions",
+		Approvals: "execmesh_approvals", Joins: "execmesh_joins", Cursors: "execmesh_evcursor", Gateways: "execmesh_gateways", Control: "execmesh_control"}
 	if got != want {
 		t.Fatalf("StreamNamesFor(%q) = %+v", bus.DefaultPrefix, got)
 	}
-	if got := bus.StreamNamesFor("acme-prod"); got.Exit != "ACME-PROD_EXIT" || got.Idem != "acme-prod_idem" {
+	if got := bus.StreamNamesFor("acme-prod"); got.Exit != "ACME-PROD_EXIT" || got.Sessions != "acme-prod_sessions" {
 		t.Fatalf("names for acme-prod = %+v", got)
 	}
 }
@@ -49,12 +50,12 @@ func TestEnsureStreamsIdempotent(t *testing.T) {
 	for range js.StreamNames(ctx).Name() {
 		streams++
 	}
-	if streams != 4 { // the exit stream and three KV streams
-		t.Fatalf("%d streams after three EnsureStreams, want 4", streams)
+	if want := 2 + len(names.Buckets()); streams != want { // exit, events and the KV streams
+		t.Fatalf("%d streams after three EnsureStreams, want %d", streams, want)
 	}
 
 	// KV semantics the other packages rely on.
-	idem, err := js.KeyValue(ctx, names.Idem)
+	idem, err := js.KeyValue(ctx, names.Sessions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,13 +68,6 @@ func TestEnsureStreamsIdempotent(t *testing.T) {
 	// Per-key TTLs work (LimitMarkerTTL is set).
 	if _, err := idem.Create(ctx, "short", []byte("x"), jetstream.KeyTTL(time.Second)); err != nil {
 		t.Fatalf("Create with KeyTTL: %v", err)
-	}
-	presence, err := js.KeyValue(ctx, names.Presence)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, err := presence.Status(ctx); err != nil || st.TTL() != bus.PresenceTTL {
-		t.Fatalf("presence status %v %v", st, err)
 	}
 }
 

@@ -23,6 +23,27 @@ const responseTTL = 5 * time.Minute
 // only), whatever the id.
 func InboxPrefix(id string) string { return nodeInboxPrefix(id) }
 
+// GatewayPermissions is what a gateway needs on a shared NATS system
+// (the users entry deploy/tools/mknode --gateway writes, and
+// deploy/nats/cluster/auth.conf's): everything under its prefix (tool
+// API, node endpoints, presence, pairing, events, the other gateways'
+// hosts), the JetStream API (it creates the streams and buckets and reads
+// them), acknowledgements and flow control of its streams' consumers,
+// every KV bucket of the prefix, micro discovery (it serves a service and
+// finds the nodes') and inboxes (its replies and its answers to nodes).
+func GatewayPermissions(prefix string) *server.Permissions {
+	n := StreamNamesFor(prefix)
+	pub := []string{prefix + ".>", "$JS.API.>", "$JS.FC.>", "$JS.ACK." + n.Exit + ".>", "$JS.ACK." + n.Events + ".>"}
+	for _, b := range n.Buckets() {
+		pub = append(pub, "$KV."+b+".>")
+	}
+	pub = append(pub, "$SRV.>", "_INBOX.>")
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: pub},
+		Subscribe: &server.SubjectPermission{Allow: []string{prefix + ".>", "$SRV.>", "_INBOX.>"}},
+	}
+}
+
 // NodePermissions confines a node agent to its own subjects:
 //
 // publish:
@@ -31,8 +52,6 @@ func InboxPrefix(id string) string { return nodeInboxPrefix(id) }
 //	<prefix>.events.exit.<id>              exit events (a JetStream publish
 //	                                       needs only this plus an inbox for the ack)
 //	<prefix>.pair.request                  pairing
-//	$KV.<presence bucket>.<id>             its own presence key
-//	$JS.API.STREAM.INFO.KV_<presence bucket>  to bind that bucket
 //
 // subscribe:
 //
@@ -55,15 +74,12 @@ func NodePermissions(prefix, nodeID string) (*server.Permissions, error) {
 	if err := validID(nodeID); err != nil {
 		return nil, err
 	}
-	names := StreamNamesFor(prefix)
 	subj := protocol.Subjects(prefix)
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
 			subj.PresenceOf(nodeID),
 			subj.ExitEventsOf(nodeID),
 			subj.PairRequest,
-			subjKV(names.Presence, nodeID),
-			subjStreamInfo("KV_" + names.Presence),
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			subj.NodeAll(nodeID),

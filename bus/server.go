@@ -59,6 +59,10 @@ type ClusterConfig struct {
 type User struct {
 	Name     string
 	Password string
+	// PasswordSHA256, instead of Password, is the hex SHA-256 of the
+	// password: for high-entropy secrets a gateway shares with other
+	// gateways without sharing the secret (join codes' one-time users).
+	PasswordSHA256 string
 	// Permissions confines the user; nil allows everything (the gateway).
 	Permissions *server.Permissions
 }
@@ -269,8 +273,8 @@ func (s *Server) validate() error {
 func validateUsers(users []User, nk []NKeyUser) error {
 	seen := make(map[string]bool, len(users))
 	for _, u := range users {
-		if u.Name == "" || u.Password == "" {
-			return fmt.Errorf("%w: user needs a name and a password", ErrInvalidConfig)
+		if u.Name == "" || (u.Password == "") == (u.PasswordSHA256 == "") {
+			return fmt.Errorf("%w: user needs a name and a password (or its SHA-256, not both)", ErrInvalidConfig)
 		}
 		if seen[u.Name] {
 			return fmt.Errorf("%w: duplicate user %q", ErrInvalidConfig, u.Name)

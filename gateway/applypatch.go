@@ -2,12 +2,9 @@ package gateway
 
 import (
 	"context"
-	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 
-	"github.com/execmesh/execmesh/applypatch"
+	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/sandbox"
 )
@@ -26,86 +23,31 @@ func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (pr
 	}
 	configured := configuredHost(&c.cfg, c.agentID)
 	sandboxOn := c.cfg.Sandbox.Mode != sandbox.ModeOff
-	host, err := resolveHost(configured, requested, sandboxOn, false)
+	target, err := resolveHost(configured, requested, sandboxOn, false)
 	if err != nil {
 		return protocol.Result{}, err
 	}
 	security, _ := c.policy(configured, sandboxOn, defaults, protocol.ExecArgs{})
-	if host != hostSandbox && security == "deny" {
-		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "apply_patch denied: host=%s security=deny", host)
+	if target != hostSandbox && security == approvals.SecurityDeny {
+		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "apply_patch denied: host=%s security=deny", target)
 	}
-	var root string
-	switch {
-	case host == hostNode:
-		nodes := c.g.nodeBackend()
-		pn, ok := nodes.(patchNodes)
-		if !ok || nodes == nil {
-			return protocol.Result{}, protocol.Errorf(protocol.ErrHostNotAllowed, "exec host=node requires a paired node (none available). This requires a companion app or node host.")
-		}
-		node := strings.TrimSpace(args.Node)
-		if node == "" {
-			node = defaults.Node
-		}
-		req := NodeExecRequest{SessionKey: c.sessionKey, AgentID: c.agentID, Requested: node, ConfigNode: c.cfg.Tools.Exec.Node, Security: security}
-		if a, ok := c.cfg.Agent(c.agentID); ok {
-			req.AgentNode = a.Tools.Exec.Node
-		}
-		return pn.ApplyPatch(ctx, req, args)
-	case host == hostSandbox && sandboxOn:
-		ws, err := c.g.sandbox.Workspace(c.agentID)
-		if err != nil {
-			return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "apply_patch host=sandbox: %v", err)
-		}
-		dir, ok := workspaceDir(ws, args.Workdir)
-		if !ok {
-			return protocol.WorkdirUnavailableResult(args.Workdir), nil
-		}
-		root = dir
-	default:
-		dir, ok := c.localWorkdir(args.Workdir)
-		if !ok {
-			return protocol.WorkdirUnavailableResult(args.Workdir), nil
-		}
-		root = dir
+	args.Host, args.Node = "", strings.TrimSpace(args.Node)
+	req := protocol.ApplyPatchRequest{SessionKey: c.sessionKey, AgentID: c.agentID, Target: target, Args: args, Security: security}
+	if target != hostNode {
+		return c.g.local.ApplyPatch(ctx, req)
 	}
-	return PatchResult(applypatch.Apply(ctx, root, args.Input, applypatch.Options{}))
-}
-
-// PatchResult turns applypatch's outcome into the tool's answer: escapes
-// from the root are refused as security violations, other failures are
-// failed results the model can read.
-func PatchResult(sum applypatch.Summary, err error) (protocol.Result, error) {
-	switch {
-	case err == nil:
-		return sum.Result(), nil
-	case errors.Is(err, applypatch.ErrOutsideRoot):
-		return protocol.Result{}, protocol.Errorf(protocol.ErrSecurityViolation, "%v", err)
-	default:
-		return protocol.FailedResult(err.Error()), nil
+	node := args.Node
+	if node == "" {
+		node = defaults.Node
 	}
-}
-
-// workspaceDir resolves a workdir inside a sandbox workspace: empty is the
-// workspace, relative paths are joined, absolute paths must lie inside.
-func workspaceDir(ws, workdir string) (string, bool) {
-	dir := ws
-	if w := strings.TrimSpace(workdir); w != "" {
-		if filepath.IsAbs(w) {
-			dir = filepath.Clean(w)
-		} else {
-			dir = filepath.Join(ws, w)
-		}
+	bound := c.cfg.Tools.Exec.Node
+	if a, ok := c.cfg.Agent(c.agentID); ok && a.Tools.Exec.Node != "" {
+		bound = a.Tools.Exec.Node
 	}
-	rel, err := filepath.Rel(ws, dir)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", false
+	n, err := c.g.nodes.Select(ctx, node, bound)
+	if err != nil {
+		return protocol.Result{}, err
 	}
-	st, err := os.Stat(dir)
-	return dir, err == nil && st.IsDir()
-}
-
-// patchNodes is implemented by node backends that can apply patches on a
-// node.
-type patchNodes interface {
-	ApplyPatch(ctx context.Context, req NodeExecRequest, args protocol.ApplyPatchArgs) (protocol.Result, error)
+	req.Args.Node = ""
+	return c.g.nodes.Host(n).ApplyPatch(ctx, req)
 }

@@ -214,10 +214,11 @@ func TestApprovalBindingChange(t *testing.T) {
 
 // TestApprovalSlugAndNotice covers spec §23.9 case 88.
 func TestApprovalSlugAndNotice(t *testing.T) {
-	s := newApprovalStore()
-	e := s.add(PendingApproval{Command: "x", Decisions: []string{DecisionDeny}}, time.Minute)
-	if e.Slug != e.ID[:8] || len(e.ID) != 36 {
-		t.Fatalf("slug %q of id %q", e.Slug, e.ID)
+	tg := startApprovalGateway(t, "", nil)
+	res := tg.invoke("exec", map[string]any{"command": "echo slug"}, "")
+	id, slug := res.Details.ApprovalID.Value(), res.Details.ApprovalSlug.Value()
+	if slug != id[:8] || len(id) != 36 {
+		t.Fatalf("slug %q of id %q", slug, id)
 	}
 	for ms, want := range map[int]int{10000: 10, 400: 1, 1499: 1, 1500: 2} {
 		if got := noticeSeconds(ms); got != want {

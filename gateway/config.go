@@ -29,6 +29,14 @@ type Config struct {
 	Tools    ToolsConfig    `json:"tools"`
 	Agents   AgentsConfig   `json:"agents"`
 	Sandbox  sandbox.Config `json:"sandbox"`
+	Events   EventsConfig   `json:"events"`
+}
+
+// EventsConfig is `events`: the system-event queues.
+type EventsConfig struct {
+	// MaxQueued bounds each sessionKey's queue of unread events; what does
+	// not fit is announced with an events.dropped event.
+	MaxQueued int `json:"maxQueued"`
 }
 
 // GatewayConfig holds the HTTP listener and its authentication.
@@ -136,22 +144,26 @@ type AgentExecConfig struct {
 
 // Defaults and clamps, in one place.
 const (
-	DefaultListen        = "127.0.0.1:8420"
-	DefaultNATSListen    = "127.0.0.1:4222"
-	DefaultPrefix        = "execmesh"
-	MinYieldMs           = 10
-	MaxYieldMs           = 120000
-	DefaultTimeoutSec    = 1800
-	MinCleanupMs         = 60 * 1000
-	MaxCleanupMs         = 3 * 60 * 60 * 1000
-	DefaultNoticeMs      = 10000
-	DefaultApprovalMs    = 30 * 60 * 1000
-	DefaultKillGraceMs   = 5000
-	MaxPayloadBytes      = 2 << 20
-	DefaultSessionKey    = "agent:main:main"
-	DefaultAgentID       = "main"
-	authFailureLimit     = 10
-	authFailureWindowSec = 60
+	DefaultListen      = "127.0.0.1:8420"
+	DefaultNATSListen  = "127.0.0.1:4222"
+	DefaultPrefix      = "execmesh"
+	MinYieldMs         = 10
+	MaxYieldMs         = 120000
+	DefaultTimeoutSec  = 1800
+	MinCleanupMs       = 60 * 1000
+	MaxCleanupMs       = 3 * 60 * 60 * 1000
+	DefaultNoticeMs    = 10000
+	DefaultApprovalMs  = 30 * 60 * 1000
+	DefaultKillGraceMs = 5000
+	MaxPayloadBytes    = 2 << 20
+	DefaultSessionKey  = "agent:main:main"
+	DefaultAgentID     = "main"
+	// DefaultMaxQueuedEvents bounds each sessionKey's event queue
+	// (events.maxQueued), at most MaxMaxQueuedEvents.
+	DefaultMaxQueuedEvents = 1000
+	MaxMaxQueuedEvents     = 1000000
+	authFailureLimit       = 10
+	authFailureWindowSec   = 60
 )
 
 // DefaultConfig returns a fresh configuration with every default set.
@@ -171,6 +183,7 @@ func DefaultConfig() Config {
 			},
 		},
 		Sandbox: sandbox.DefaultConfig(""), // workspace and hidden state dir follow stateDir in Validate/New
+		Events:  EventsConfig{MaxQueued: DefaultMaxQueuedEvents},
 	}
 }
 
@@ -415,7 +428,21 @@ func (c *Config) Validate() error {
 		oneOf(key+".tools.exec.security", a.Tools.Exec.Security, securityValues, true)
 		oneOf(key+".tools.exec.ask", a.Tools.Exec.Ask, askValues, true)
 	}
+	if c.Events.MaxQueued < 1 || c.Events.MaxQueued > MaxMaxQueuedEvents {
+		bad("events.maxQueued", "must be between 1 and %d, got %d", MaxMaxQueuedEvents, c.Events.MaxQueued)
+	}
 	oneOf("sandbox.mode", c.Sandbox.Mode, sandboxModes, false)
+	if c.Sandbox.Mode == sandbox.ModeOff {
+		// DESIGN.md §3.3: host=sandbox runs in a sandbox or not at all.
+		if e.Host == hostSandbox {
+			bad("tools.exec.host", "%q needs a sandbox runtime, but sandbox.mode is off (set sandbox.mode to bwrap, or tools.exec.host to auto or gateway)", hostSandbox)
+		}
+		for i, a := range c.Agents.List {
+			if a.Tools.Exec.Host == hostSandbox {
+				bad(fmt.Sprintf("agents.list[%d].tools.exec.host", i), "%q needs a sandbox runtime, but sandbox.mode is off (set sandbox.mode to bwrap)", hostSandbox)
+			}
+		}
+	}
 	if c.Sandbox.Workspace == "" {
 		c.Sandbox.Workspace = filepath.Join(c.StateDir, "workspace")
 	}

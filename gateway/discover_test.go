@@ -19,14 +19,14 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// TestDiscoveryTrustsOnlyTheNodesOwnSubject: the start-up discovery of a
-// restarted gateway gets $SRV.PING answers from a client holding node
-// beta's credentials — confined by NATS permissions as a paired node is —
-// that name node alpha (running, with a session) and node gamma (paired,
-// stopped) with another name, platform and instance. The answers may only
-// make the gateway probe alpha and gamma on their own list endpoints,
-// which the forger cannot serve: alpha keeps its name, platform, instance
-// and running session (no restart is inferred); gamma stays unreachable.
+// TestDiscoveryTrustsOnlyTheNodesOwnSubject: a client holding node beta's
+// credentials — confined by NATS permissions as a paired node is — answers
+// $SRV.PING naming node alpha (running, with a session) and node gamma
+// (paired, stopped) with another name, platform and instance, and tries to
+// serve their ping and list endpoints, which is what would make a
+// restarted gateway's liveness probe trust it. The servers refuse those
+// subscriptions: alpha keeps its name, platform, instance and running
+// session (no restart is inferred); gamma stays unreachable.
 func TestDiscoveryTrustsOnlyTheNodesOwnSubject(t *testing.T) {
 	srv := bustest.StartServer(t, bustest.WithUsers(bus.User{Name: "gateway", Password: "gw-secret"}))
 	asGateway := func(cc *bus.ClientConfig) { cc.User, cc.Password = "gateway", "gw-secret" }
@@ -88,10 +88,10 @@ func TestDiscoveryTrustsOnlyTheNodesOwnSubject(t *testing.T) {
 			}
 		}
 		// What would make the probe trust the forger: serving the
-		// victim's list endpoint. The servers refuse it.
-		list := protocol.Subjects(bus.DefaultPrefix).Node(victim, protocol.NodeEndpointList)
-		if _, err := rogue.Subscribe(list, func(m *nats.Msg) {
-			b, _ := json.Marshal(protocol.NodeListResponse{NodeID: victim, Instance: "forged"})
+		// victim's ping endpoint. The servers refuse it.
+		probe := protocol.Subjects(bus.DefaultPrefix).Node(victim, protocol.NodeEndpointPing)
+		if _, err := rogue.Subscribe(probe, func(m *nats.Msg) {
+			b, _ := json.Marshal(protocol.PingReply{Instance: "forged"})
 			_ = m.Respond(b)
 		}); err != nil {
 			t.Fatal(err)
@@ -106,7 +106,7 @@ func TestDiscoveryTrustsOnlyTheNodesOwnSubject(t *testing.T) {
 		for _, victim := range []string{alpha.ID(), gamma.ID()} {
 			found := false
 			for _, v := range violations {
-				found = found || strings.Contains(v, "Subscription to \""+protocol.Subjects(bus.DefaultPrefix).Node(victim, protocol.NodeEndpointList)+"\"")
+				found = found || strings.Contains(v, "Subscription to \""+protocol.Subjects(bus.DefaultPrefix).Node(victim, protocol.NodeEndpointPing)+"\"")
 			}
 			if !found {
 				return fmt.Errorf("serving %s's list endpoint with beta's credentials not refused: %q", victim, violations)
@@ -116,22 +116,25 @@ func TestDiscoveryTrustsOnlyTheNodesOwnSubject(t *testing.T) {
 	})
 
 	env2 := startNodeGateway(t, srv, stateDir, nil, asGateway)
-	r := env2.g.router()
-	select {
-	case <-r.discovered:
-	case <-time.After(30 * time.Second):
-		t.Fatal("start-up discovery did not finish")
+	if v := env2.waitNode(alpha.ID(), "connected", protocol.NodePairingPaired); v.Name != "alpha" {
+		t.Fatalf("alpha: %+v", v)
+	}
+	// Anyone asking $SRV.PING gets the forged answers; the gateway never
+	// trusts them.
+	if _, err := env2.nc.Request("$SRV.PING", nil, 2*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	if answered.Load() == 0 {
 		t.Fatal("the forger got no $SRV.PING: the test proves nothing")
 	}
-	a, _ := r.nodeSnapshot(alpha.ID())
-	g, _ := r.nodeSnapshot(gamma.ID())
-	if a.name != "alpha" || strings.Contains(a.platform, "evil") || a.instance != alpha.Instance() {
-		t.Fatalf("alpha after forged discovery answers: name %q platform %q instance %q (its own: %q)", a.name, a.platform, a.instance, alpha.Instance())
+	reg := env2.g.NodeRegistry()
+	a, _ := reg.Get(alpha.ID())
+	g, _ := reg.Get(gamma.ID())
+	if a.Name != "alpha" || strings.Contains(a.Platform, "evil") || a.Instance != alpha.Instance() {
+		t.Fatalf("alpha after forged answers: name %q platform %q instance %q (its own: %q)", a.Name, a.Platform, a.Instance, alpha.Instance())
 	}
-	if g.live || g.instance == "forged" || g.name != "gamma" || strings.Contains(g.platform, "evil") {
-		t.Fatalf("stopped gamma after forged discovery answers: live %v name %q platform %q instance %q", g.live, g.name, g.platform, g.instance)
+	if g.Live || g.Instance == "forged" || strings.Contains(g.Platform, "evil") {
+		t.Fatalf("stopped gamma after forged answers: %+v", g)
 	}
 	if v := env2.waitNode(alpha.ID(), "connected", protocol.NodePairingPaired); v.Name != "alpha" {
 		t.Fatalf("alpha: %+v", v)

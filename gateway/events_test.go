@@ -2,67 +2,34 @@ package gateway
 
 import (
 	"context"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/bus/bustest"
 	"github.com/execmesh/execmesh/protocol"
 )
 
-func TestEventQueuePersists(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "events.json")
-	q := openEventQueue(path, discardLogger())
-	q.push(protocol.SystemEvent{SessionKey: "agent:a:x", ContextKey: "exec:one", Kind: protocol.EventExecExit, Text: "one"})
-	q.push(protocol.SystemEvent{ID: "node1:s:1:exit", SessionKey: "agent:a:x", ContextKey: "exec:two", Kind: protocol.EventExecExit, Text: "two"})
-	q.acknowledge("agent:a:x", "exec:gone")
-
-	// A new queue on the same file (a restarted gateway) has everything.
-	q2 := openEventQueue(path, discardLogger())
-	if q2.push(protocol.SystemEvent{ID: "node1:s:1:exit", SessionKey: "agent:a:x", Text: "two again"}) {
-		t.Fatal("a redelivered event with a seen id was queued again")
-	}
-	if q2.push(protocol.SystemEvent{SessionKey: "agent:a:x", ContextKey: "exec:gone", Text: "late"}) {
-		t.Fatal("an acknowledged context key was queued again")
-	}
-	got := q2.take(context.Background(), "agent:a:x", 0)
-	if len(got) != 2 || got[0].Text != "one" || got[1].Text != "two" {
-		t.Fatalf("after restart: %+v", got)
-	}
-	// Taking removed them durably.
-	if got := openEventQueue(path, discardLogger()).take(context.Background(), "agent:a:x", 0); len(got) != 0 {
-		t.Fatalf("taken events came back: %+v", got)
-	}
-	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("file mode: %v %v", st, err)
+// onServer makes a test gateway use srv (so that a restarted gateway finds
+// what the first one stored).
+func onServer(t *testing.T, srv *bus.Server, state string) func(*Config, *Options) {
+	return func(c *Config, o *Options) {
+		c.StateDir = state
+		o.Conn = bustest.Connect(t, srv, bus.ClientConfig{Name: "gateway"})
+		o.Server = srv
 	}
 }
 
-func TestEventQueueCorruptFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "events.json")
-	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	q := openEventQueue(path, discardLogger())
-	if got := q.take(context.Background(), "agent:a:x", 0); len(got) != 0 {
-		t.Fatalf("%+v", got)
-	}
-	if _, err := os.Stat(path + ".corrupt"); err != nil {
-		t.Fatalf("corrupt file not set aside: %v", err)
-	}
-}
-
-// Exit events queued but not read survive a gateway restart.
+// Exit events queued but not read survive a gateway restart, even on an
+// empty state dir: the queues live in JetStream.
 func TestGatewayRestartKeepsQueuedEvents(t *testing.T) {
-	state := t.TempDir()
-	tg := startGateway(t, func(c *Config, _ *Options) { c.StateDir = state })
+	srv := bustest.StartServer(t)
+	tg := startGateway(t, onServer(t, srv, t.TempDir()))
 	res := tg.invoke("exec", map[string]any{"command": "echo kept; exit 1", "background": true}, "")
 	sid := res.SessionID()
 	checkFor(t, 10*time.Second, func() error {
-		b, err := os.ReadFile(filepath.Join(state, "events.json"))
-		if err != nil || !contains(string(b), sid[:8]) {
-			return os.ErrNotExist
+		if p := tg.invoke("process", map[string]any{"action": "list"}, ""); p.Details.Sessions.Value()[0].Status.Value() == protocol.StatusRunning {
+			return context.DeadlineExceeded
 		}
 		return nil
 	})
@@ -71,11 +38,47 @@ func TestGatewayRestartKeepsQueuedEvents(t *testing.T) {
 	if err := tg.g.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tg2 := startGateway(t, func(c *Config, _ *Options) { c.StateDir = state })
-	evs := tg2.events(DefaultSessionKey, 0)
+	tg2 := startGateway(t, onServer(t, srv, t.TempDir()))
+	evs := tg2.events(DefaultSessionKey, 5*time.Second)
 	if len(evs) != 1 || evs[0].Text != "Exec completed ("+sid[:8]+", code 1) :: kept" {
 		t.Fatalf("after restart: %+v", evs)
 	}
 }
 
-func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+// TestEventsConfirmOnTheNextRequest: a long poll's answer is confirmed by
+// the next request of the key, or exactly up to its ack; the SSE stream
+// resumes after Last-Event-ID.
+func TestEventsConfirmOnTheNextRequest(t *testing.T) {
+	tg := startGateway(t, nil)
+	for _, cmd := range []string{"echo one; exit 3", "echo two; exit 4"} {
+		tg.invoke("exec", map[string]any{"command": cmd, "background": true}, "")
+	}
+	var evs []protocol.SystemEvent
+	checkFor(t, 10*time.Second, func() error {
+		evs = tg.takeEvents(DefaultSessionKey, "0")
+		if len(evs) != 2 {
+			return context.DeadlineExceeded
+		}
+		return nil
+	})
+	// A client that handled only the first says so; the second comes again.
+	if again := tg.takeEvents(DefaultSessionKey, evs[0].ID); len(again) != 1 || again[0].ID != evs[1].ID {
+		t.Fatalf("after ack of the first: %+v", again)
+	}
+	// A plain next request confirms what the previous one returned.
+	if rest := tg.events(DefaultSessionKey, 0); len(rest) != 0 {
+		t.Fatalf("after the next request: %+v", rest)
+	}
+	if r := tg.do("GET", "/v1/events?sessionKey="+DefaultSessionKey+"&ack=nope", nil, nil); r.Status != 400 {
+		t.Fatalf("bad ack: %d %s", r.Status, r.Raw)
+	}
+}
+
+func (tg *testGateway) takeEvents(sessionKey, ack string) []protocol.SystemEvent {
+	tg.t.Helper()
+	evs, err := tg.g.TakeEvents(tg.t.Context(), sessionKey, 0, ack)
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	return evs
+}

@@ -3,10 +3,13 @@ package gateway
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/execmesh/execmesh/approvals"
+	"github.com/execmesh/execmesh/host"
+	"github.com/execmesh/execmesh/hostbus"
+	"github.com/execmesh/execmesh/nodes"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/sandbox"
 	"github.com/execmesh/execmesh/session"
@@ -16,37 +19,29 @@ import (
 // call asked for background or yieldMs (spec §11).
 const warnBackgroundDisabled = "Warning: background execution is disabled; running synchronously."
 
-// plan is an exec call after resolution, ready to run on its host.
-type plan struct {
-	host       string // sandbox, gateway or node
-	args       protocol.ExecArgs
-	security   string
-	ask        string
-	node       string
-	warnings   []string
-	sync       bool
-	background bool
-}
-
+// exec resolves an exec call — host, policy, the session id — and runs it
+// on the host it resolves to. It knows nothing of how a host runs a
+// command.
 func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Result, error) {
-	p := plan{args: args, background: args.Background}
+	if strings.TrimSpace(args.Command) == "" {
+		return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "Provide a command to start.")
+	}
 	defaults := c.g.sessionDefaults(c.sessionKey)
+	req := protocol.ExecRequest{SessionKey: c.sessionKey, AgentID: c.agentID, Args: args}
 
 	// The process tool denied means no pollable sessions: run synchronously.
 	if !toolAllowed(&c.cfg, c.agentID, protocol.ToolProcess, "") {
-		p.sync = true
+		req.Sync = true
 		if args.Background || args.YieldMs != nil {
-			p.warnings = append(p.warnings, warnBackgroundDisabled)
+			req.Warnings = append(req.Warnings, warnBackgroundDisabled)
 		}
 	}
-
 	elevated := args.Elevated != nil && *args.Elevated
 	if elevated {
 		if err := checkElevated(&c.cfg, c.agentID, c.sessionKey); err != nil {
 			return protocol.Result{}, err
 		}
 	}
-
 	requested, err := parseRequestedHost(args.Host)
 	if err != nil {
 		return protocol.Result{}, err
@@ -55,228 +50,163 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 		requested = defaults.Host
 	}
 	configured := configuredHost(&c.cfg, c.agentID)
-	sandboxOn := c.cfg.Sandbox.Mode != "off"
-	p.host, err = resolveHost(configured, requested, sandboxOn, elevated)
+	sandboxOn := c.cfg.Sandbox.Mode != sandbox.ModeOff
+	target, err := resolveHost(configured, requested, sandboxOn, elevated)
 	if err != nil {
 		return protocol.Result{}, err
 	}
-
 	// Security and ask only tighten from the configured values (spec §5).
-	p.security, p.ask = c.policy(configured, sandboxOn, defaults, args)
-	if p.host != hostSandbox && p.security == "deny" {
-		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "exec denied: host=%s security=deny", p.host)
+	req.Security, req.Ask = c.policy(configured, sandboxOn, defaults, args)
+	if target != hostSandbox && req.Security == approvals.SecurityDeny {
+		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "exec denied: host=%s security=deny", target)
 	}
+	req.Target = target
+	req.Args.Host, req.Args.Node, req.Args.Security, req.Args.Ask, req.Args.Elevated = "", "", "", "", nil
 
-	switch p.host {
-	case hostSandbox:
-		return c.runSandbox(ctx, &p)
-	case hostGateway:
-		return c.runGateway(ctx, &p)
-	default:
-		return c.runNode(ctx, &p)
+	if target == hostNode {
+		return c.execNode(ctx, req, strings.TrimSpace(args.Node), defaults)
 	}
+	return c.execLocal(ctx, req)
 }
 
-// policy resolves the effective security and ask modes.
+// policy resolves the effective security and ask modes: the agent's or
+// global tools.exec values (defaults: deny for a sandbox host, allowlist
+// otherwise; ask on-miss), tightened by the session's defaults and the
+// call's own values.
 func (c *call) policy(configured string, sandboxOn bool, d SessionExecDefaults, args protocol.ExecArgs) (security, ask string) {
-	security = c.cfg.Tools.Exec.Security
-	ask = c.cfg.Tools.Exec.Ask
+	base := configured
+	if configured == "auto" {
+		base = hostGateway
+		if sandboxOn {
+			base = hostSandbox
+		}
+	}
+	p := approvals.DefaultPolicy(base)
+	if s, ok := approvals.NormalizeSecurity(c.cfg.Tools.Exec.Security); ok {
+		p.Security = s
+	}
+	if a, ok := approvals.NormalizeAsk(c.cfg.Tools.Exec.Ask); ok {
+		p.Ask = a
+	}
 	if a, ok := c.cfg.Agent(c.agentID); ok {
-		if a.Tools.Exec.Security != "" {
-			security = a.Tools.Exec.Security
+		if s, ok := approvals.NormalizeSecurity(a.Tools.Exec.Security); ok {
+			p.Security = s
 		}
-		if a.Tools.Exec.Ask != "" {
-			ask = a.Tools.Exec.Ask
-		}
-	}
-	if security == "" {
-		// DESIGN.md §3.4: deny when the configured host is the sandbox,
-		// allowlist for gateway and node hosts.
-		if configured == hostSandbox || (configured == "auto" && sandboxOn) {
-			security = "deny"
-		} else {
-			security = "allowlist"
+		if v, ok := approvals.NormalizeAsk(a.Tools.Exec.Ask); ok {
+			p.Ask = v
 		}
 	}
-	if ask == "" {
-		ask = "on-miss"
-	}
-	for _, v := range []string{d.Security, strings.ToLower(strings.TrimSpace(args.Security))} {
-		if v != "" {
-			security = minSecurity(security, v)
-		}
-	}
-	for _, v := range []string{d.Ask, strings.ToLower(strings.TrimSpace(args.Ask))} {
-		if v != "" {
-			ask = maxAsk(ask, v)
-		}
-	}
-	return security, ask
+	p = p.Tighten(d.Security, d.Ask).Tighten(args.Security, args.Ask)
+	return p.Security, p.Ask
 }
 
-// localWorkdir resolves the working directory of a gateway-host command.
-// ok is false when an explicit workdir cannot be used.
-func (c *call) localWorkdir(requested string) (dir string, ok bool) {
-	if requested == "" {
-		return c.g.opts.Cwd, true
-	}
-	dir = strings.TrimSpace(requested)
-	if dir == "" {
-		return requested, false
-	}
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(c.g.opts.Cwd, dir)
-	}
-	st, err := os.Stat(dir)
-	if err != nil || !st.IsDir() {
-		return requested, false
-	}
-	return dir, true
-}
-
-// hostEnv builds the environment of a gateway-host command: the request env
-// checked against the blocklists, the inherited env filtered, the login
-// shell's PATH merged and tools.exec.pathPrepend in front.
-func (c *call) hostEnv(overrides map[string]string) ([]string, error) {
-	if err := protocol.ValidateHostEnvOverrides(overrides); err != nil {
-		return nil, err
-	}
-	env, _, _ := protocol.SanitizeHostEnv(protocol.EnvMap(c.g.opts.Environ), overrides, true)
-	if lp := c.g.loginPath(); lp != "" {
-		env["PATH"] = mergePathEntries(lp, env["PATH"])
-	}
-	if len(c.cfg.Tools.Exec.PathPrepend) > 0 {
-		env["PATH"] = protocol.MergePathPrepend(c.cfg.Tools.Exec.PathPrepend, env["PATH"])
-	}
-	return protocol.EnvList(env), nil
-}
-
-// sessionRequest turns a plan into the session core's request.
-func (c *call) sessionRequest(p *plan, workdir string, env []string) session.ExecRequest {
-	return session.ExecRequest{
-		Command:     p.args.Command,
-		Workdir:     workdir,
-		Env:         env,
-		YieldMs:     p.args.YieldMs,
-		Background:  p.background,
-		TimeoutSec:  p.args.Timeout,
-		PTY:         p.args.PTY,
-		Synchronous: p.sync,
-		ScopeKey:    c.sessionKey,
-		Warnings:    p.warnings,
-	}
-}
-
-func (c *call) runGateway(ctx context.Context, p *plan) (protocol.Result, error) {
-	env, err := c.hostEnv(p.args.Env)
+// execLocal runs a host=gateway or host=sandbox call on the gateway's own
+// machine, under a session id from the index.
+func (c *call) execLocal(ctx context.Context, req protocol.ExecRequest) (protocol.Result, error) {
+	rec := sessionRecord{SessionKey: c.sessionKey, Host: indexHostGateway, HostID: c.g.id, Instance: c.g.local.Instance(),
+		Command: req.Args.Command, StartedAt: time.Now().UnixMilli(), State: stateRunning}
+	id, err := c.g.index.allocate(ctx, rec)
 	if err != nil {
 		return protocol.Result{}, err
 	}
-	workdir, ok := c.localWorkdir(p.args.Workdir)
-	if !ok {
-		return protocol.WorkdirUnavailableResult(p.args.Workdir), nil
+	req.SessionID = id
+	reply, err := c.g.local.Exec(ctx, req)
+	return c.started(ctx, id, req, reply, err, nil)
+}
+
+// execNode runs a host=node call on the node it selects (spec §19.1).
+func (c *call) execNode(ctx context.Context, req protocol.ExecRequest, requestedNode string, d SessionExecDefaults) (protocol.Result, error) {
+	if requestedNode == "" {
+		requestedNode = d.Node
 	}
-	run, pending, err := c.authorizeGateway(ctx, p, c.sessionRequest(p, workdir, env))
-	if err != nil {
+	bound := c.cfg.Tools.Exec.Node
+	if a, ok := c.cfg.Agent(c.agentID); ok && a.Tools.Exec.Node != "" {
+		bound = a.Tools.Exec.Node
+	}
+	// The request env is checked here as for host=gateway (DESIGN.md §7);
+	// the node applies its own policy again.
+	if err := protocol.ValidateHostEnvOverrides(req.Args.Env); err != nil {
 		return protocol.Result{}, err
-	}
-	if pending != nil {
-		return *pending, nil
-	}
-	return c.g.local.Exec(ctx, *run)
-}
-
-// runSandbox runs a host=sandbox call. With sandbox.mode off the command
-// runs directly on the gateway host without approvals (DESIGN.md §3.3); the
-// request env is not blocklisted there, and a requested PATH is applied
-// after the shell starts through an internal variable.
-func (c *call) runSandbox(ctx context.Context, p *plan) (protocol.Result, error) {
-	if c.g.sandbox.Mode() != sandbox.ModeOff {
-		return c.runBwrap(ctx, p)
-	}
-	workdir, ok := c.localWorkdir(p.args.Workdir)
-	if !ok {
-		return protocol.WorkdirUnavailableResult(p.args.Workdir), nil
-	}
-	env, _, _ := protocol.SanitizeHostEnv(protocol.EnvMap(c.g.opts.Environ), nil, true)
-	var prepend []string
-	for k, v := range p.args.Env {
-		if strings.EqualFold(k, "PATH") {
-			if v != "" {
-				prepend = append(prepend, v)
-			}
-			continue
-		}
-		env[k] = v
-	}
-	prepend = append(prepend, c.cfg.Tools.Exec.PathPrepend...)
-	req := c.sessionRequest(p, workdir, nil)
-	if len(prepend) > 0 {
-		env["OPENCLAW_PREPEND_PATH"] = strings.Join(prepend, ":")
-		req.Argv = []string{"/bin/sh", "-c", `export PATH="${OPENCLAW_PREPEND_PATH}:$PATH"; unset OPENCLAW_PREPEND_PATH; ` + p.args.Command}
-	}
-	req.Env = protocol.EnvList(env)
-	return c.g.local.Exec(ctx, req)
-}
-
-// runBwrap runs a host=sandbox call inside the sandbox runtime: the
-// agent's workspace read-write, the rest read-only, no network unless
-// configured (DESIGN.md §3.3).
-func (c *call) runBwrap(ctx context.Context, p *plan) (protocol.Result, error) {
-	rt := c.g.sandbox
-	if err := rt.Available(); err != nil {
-		return protocol.Result{}, protocol.Errorf(protocol.ErrHostNotAllowed, "exec host=sandbox: %v", err)
-	}
-	prep, err := rt.Prepare(sandbox.Request{
-		AgentID:     c.agentID,
-		Command:     p.args.Command,
-		Workdir:     p.args.Workdir,
-		Env:         p.args.Env,
-		PathPrepend: c.cfg.Tools.Exec.PathPrepend,
-		PTY:         p.args.PTY,
-	})
-	var wdErr *sandbox.WorkdirError
-	if errors.As(err, &wdErr) {
-		return protocol.WorkdirUnavailableResult(p.args.Workdir), nil
-	}
-	if err != nil {
-		return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "exec host=sandbox: %v", err)
-	}
-	req := c.sessionRequest(p, prep.Workdir, prep.Env)
-	req.Argv = prep.Argv
-	return c.g.local.Exec(ctx, req)
-}
-
-// runNode runs a host=node call on a node agent.
-func (c *call) runNode(ctx context.Context, p *plan) (protocol.Result, error) {
-	nodes := c.g.nodeBackend()
-	if nodes == nil {
-		return protocol.Result{}, protocol.Errorf(protocol.ErrHostNotAllowed, "exec host=node requires a paired node (none available). This requires a companion app or node host.")
-	}
-	req := NodeExecRequest{
-		SessionKey: c.sessionKey,
-		AgentID:    c.agentID,
-		Requested:  strings.TrimSpace(p.args.Node),
-		ConfigNode: c.cfg.Tools.Exec.Node,
-		Args:       p.args,
-		Security:   p.security,
-		Ask:        p.ask,
-		Warnings:   p.warnings,
-		Sync:       p.sync,
-	}
-	if req.Requested == "" {
-		req.Requested = c.g.sessionDefaults(c.sessionKey).Node
-	}
-	if a, ok := c.cfg.Agent(c.agentID); ok {
-		req.AgentNode = a.Tools.Exec.Node
 	}
 	if len(c.cfg.Tools.Exec.PathPrepend) > 0 {
 		req.Warnings = append(req.Warnings, protocol.PathPrependIgnoredOnNodeWarning)
 	}
-	// The request env is checked here as for host=gateway (DESIGN.md §7);
-	// the node applies its own policy again.
-	if err := protocol.ValidateHostEnvOverrides(p.args.Env); err != nil {
+	n, err := c.g.nodes.Select(ctx, requestedNode, bound)
+	if err != nil {
 		return protocol.Result{}, err
 	}
-	return nodes.Exec(ctx, req)
+	// The yield window and timeout are resolved here and sent, so that
+	// the request deadline and the node's behaviour come from one value.
+	if req.Args.YieldMs == nil && !req.Args.Background && !req.Sync {
+		y := float64(c.g.defaultYieldMs(c.cfg))
+		req.Args.YieldMs = &y
+	}
+	if req.Args.Timeout == nil {
+		t := float64(c.cfg.Tools.Exec.TimeoutSec)
+		req.Args.Timeout = &t
+	}
+	rec := sessionRecord{SessionKey: c.sessionKey, Host: indexHostNode, HostID: n.ID, Instance: n.Instance,
+		Command: req.Args.Command, StartedAt: time.Now().UnixMilli(), State: stateRunning}
+	id, err := c.g.index.allocate(ctx, rec)
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	req.SessionID = id
+	h := c.g.nodes.Host(n)
+	reply, err := h.Exec(ctx, req)
+	return c.started(ctx, id, req, reply, err, &n)
+}
+
+// started settles the index entry of a start: a session that runs keeps
+// it (with the instance of the host that holds it), anything else gives
+// its id back; a run that needs an approval becomes a pending approval.
+func (c *call) started(ctx context.Context, id string, req protocol.ExecRequest, reply protocol.ExecReply, err error, n *nodes.Node) (protocol.Result, error) {
+	if err != nil {
+		if a, ok := host.AsApprovalNeeded(err); ok {
+			c.g.forget(id)
+			return c.g.appr.request(ctx, c, req, n, a.Request)
+		}
+		// A start whose outcome is unknown keeps its id: the command may
+		// run, and the index is how the agent reaches it.
+		if !errors.Is(err, hostbus.ErrNoAnswer) && !isOutcomeUnknown(err) {
+			c.g.forget(id)
+		}
+		return protocol.Result{}, err
+	}
+	res := reply.Result
+	if res.Status() != protocol.StatusRunning {
+		c.g.forget(id)
+		return res, nil
+	}
+	if n != nil && reply.Instance != "" && reply.Instance != n.Instance {
+		inst := reply.Instance
+		_ = c.g.index.update(ctx, id, func(r *sessionRecord) bool { r.Instance = inst; return true })
+	}
+	if cwd := res.Details.Cwd.Value(); cwd != "" {
+		_ = c.g.index.update(ctx, id, func(r *sessionRecord) bool { r.Cwd = cwd; return true })
+	}
+	return res, nil
+}
+
+// forget gives a session id back, off the call's path.
+func (g *Gateway) forget(id string) {
+	g.spawn(func(ctx context.Context) { g.index.remove(ctx, id) })
+}
+
+// isOutcomeUnknown reports a retryable error that says the start may
+// have happened (hostbus.Remote's "no answer" errors).
+func isOutcomeUnknown(err error) bool {
+	pe := protocol.AsError(err)
+	return pe.Retryable && strings.Contains(pe.Message, "may or may not have started")
+}
+
+// defaultYieldMs is the gateway's default yield window: tools.exec.backgroundMs,
+// else the session core's default with the OPENCLAW_BASH_YIELD_MS override.
+func (g *Gateway) defaultYieldMs(cfg Config) int {
+	if cfg.Tools.Exec.BackgroundMs > 0 {
+		return cfg.Tools.Exec.BackgroundMs
+	}
+	sc := session.DefaultConfig()
+	sc.ApplyEnv(g.opts.Getenv)
+	return sc.DefaultYieldMs
 }

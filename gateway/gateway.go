@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,14 +11,22 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/events"
+	"github.com/execmesh/execmesh/host"
+	"github.com/execmesh/execmesh/hostbus"
 	"github.com/execmesh/execmesh/metrics"
+	"github.com/execmesh/execmesh/nodes"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/sandbox"
 	"github.com/execmesh/execmesh/session"
@@ -28,6 +35,12 @@ import (
 // Options carries what the gateway gets from its host process rather than
 // from the configuration file.
 type Options struct {
+	// Conn is the gateway's NATS connection; JetStream must be reachable
+	// through it (the control-plane state lives there). Required.
+	Conn *nats.Conn
+	// Server is the embedded NATS server, nil with an external cluster:
+	// join codes admit nodes to it.
+	Server *bus.Server
 	// Logger receives the gateway's logs; nil discards them.
 	Logger *slog.Logger
 	// Environ is the environment inherited by gateway-host commands before
@@ -36,16 +49,20 @@ type Options struct {
 	// Cwd is the default working directory of gateway-host commands; empty
 	// means the process working directory.
 	Cwd string
-	// ConfigPath is re-read by Reload (SIGHUP); empty disables reloading.
+	// ConfigPath is re-read by Reload (SIGHUP); empty reloads
+	// <stateDir>/config.json once it exists.
 	ConfigPath string
-	// Getenv reads OPENCLAW_BASH_* overrides for the session core; nil
-	// means os.Getenv.
+	// Getenv reads OPENCLAW_BASH_* overrides for the session core and the
+	// EXECMESH_NODE_* tuning; nil means os.Getenv.
 	Getenv func(string) string
 	// Metrics, when set, records calls, sessions, approvals and nodes.
 	Metrics *metrics.Metrics
 	// LoginShellPath returns the login shell's PATH to merge into
 	// gateway-host commands; nil probes the login shell once (spec §7.4).
 	LoginShellPath func() string
+	// JoinURLs returns the NATS URLs join codes carry; nil derives them
+	// from Server.
+	JoinURLs func() []string
 }
 
 // Gateway serves the exec and process tools. Its zero value is not usable;
@@ -53,18 +70,29 @@ type Options struct {
 type Gateway struct {
 	opts Options
 	log  *slog.Logger
+	id   string // the gateway's id: its local host's in the session index
 
 	cfgMu sync.RWMutex
 	cfg   Config
 
-	local     *session.Manager
-	sandbox   sandbox.Runtime
-	events    *eventQueue
-	limiter   *authLimiter
-	approvals *approvalStore
+	// prefix and replicas are nats.prefix and nats.replicas, fixed for
+	// the gateway's life (a reload cannot change them).
+	prefix   string
+	replicas int
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subj     protocol.SubjectSet
+	local    *host.Local
+	localSv  *hostbus.Server // serves the local host to other gateways
+	nodes    *nodes.Registry
+	events   *events.Queue
+	index    *sessionIndex
+	appr     *approvalStore
+	signer   *signer
+	limiter  *authLimiter
 
-	// bg is the root of work that outlives a call (approval waits); Close
-	// cancels it and waits for bgWG.
+	// bg is the root of work that outlives a call (approval runs, exit
+	// event delivery); Close cancels it and waits for bgWG.
 	bg       context.Context
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
@@ -72,16 +100,12 @@ type Gateway struct {
 	defaultsMu   sync.Mutex
 	execDefaults map[string]SessionExecDefaults // per sessionKey (/exec)
 
-	loginPath func() string // login-shell PATH, probed once
-
-	closing   atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
-	natsMu    sync.Mutex
-	nats      *natsAPI
-	nodes     nodeBackend
-	// publish, when set, mirrors system events onto NATS.
-	publish func(protocol.SystemEvent)
+	backlog  atomic.Int64 // local events not stored yet
+	closing  atomic.Bool
+	closeMu  sync.Mutex
+	closed   bool
+	closeErr error
+	nats     *natsAPI
 	// routes are extra HTTP routes (nodes, approvals).
 	routes []route
 }
@@ -95,13 +119,20 @@ type SessionExecDefaults struct {
 	Node     string `json:"node,omitempty"`
 }
 
-// New builds a gateway from a validated configuration.
+// New builds a gateway from a validated configuration: the local host
+// (host=gateway and host=sandbox), the node registry, the session index,
+// the approvals and the event queues on JetStream, and the tool API on
+// NATS. It does not wait for JetStream: what needs it answers a retryable
+// 503 until it is there.
 func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Gateway.Auth.Token == "" && !isLoopbackListen(cfg.Gateway.Listen) {
 		return nil, fmt.Errorf("gateway.listen: refusing to listen on non-loopback address %s without gateway.auth.token (EXECMESH_GATEWAY_TOKEN)", cfg.Gateway.Listen)
+	}
+	if opts.Conn == nil {
+		return nil, errors.New("gateway: Options.Conn (the NATS connection) is required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -122,19 +153,32 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("stateDir: %w", err)
 	}
+	id, err := bus.LoadOrCreateIdentityFile(filepath.Join(cfg.StateDir, GatewayKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("gateway identity: %w", err)
+	}
+	js, err := jetstream.New(opts.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
 	g := &Gateway{
 		opts:         opts,
 		log:          opts.Logger,
+		id:           id.NodeID,
 		cfg:          cfg,
-		events:       openEventQueue(filepath.Join(cfg.StateDir, "events.json"), opts.Logger.With("component", "events")),
+		nc:           opts.Conn,
+		js:           js,
+		subj:         protocol.Subjects(cfg.NATS.Prefix),
+		prefix:       cfg.NATS.Prefix,
+		replicas:     cfg.NATS.Replicas,
 		limiter:      newAuthLimiter(),
 		execDefaults: map[string]SessionExecDefaults{},
-		approvals:    newApprovalStore(),
 	}
 	g.bg, g.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
-	g.loginPath = opts.LoginShellPath
-	if g.loginPath == nil {
-		g.loginPath = sync.OnceValue(func() string { return probeLoginShellPath(envLookup(opts.Environ)) })
+	loginPath := opts.LoginShellPath
+	if loginPath == nil {
+		lookup := protocol.EnvMap(opts.Environ)
+		loginPath = sync.OnceValue(func() string { return host.ProbeLoginShellPath(func(k string) string { return lookup[k] }) })
 	}
 
 	scfgSandbox := cfg.Sandbox
@@ -143,33 +187,94 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.sandbox = rt
-
 	scfg := session.DefaultConfig()
 	scfg.ApplyEnv(opts.Getenv)
 	scfg.Logger = opts.Logger.With("component", "session")
 	applySessionConfig(&scfg, cfg)
-	scfg.OnExit = g.onLocalExit
-	scfg.OnAcknowledged = func(scope, id string) { g.events.acknowledge(scope, "exec:"+id) }
 	if opts.Metrics != nil {
 		scfg.OnOutput = opts.Metrics.AddOutputBytes
 	}
-	m, err := session.NewManager(scfg)
+	g.signer = newSigner(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log)
+	local, err := host.NewLocal(host.Config{
+		Logger:      opts.Logger.With("component", "host"),
+		Kind:        host.KindGateway,
+		ID:          g.id,
+		Session:     scfg,
+		StateDir:    cfg.StateDir,
+		Environ:     opts.Environ,
+		Cwd:         opts.Cwd,
+		LoginPath:   loginPath,
+		Sandbox:     rt,
+		TrustedKeys: g.signer.trusted,
+		OnExit:      g.onLocalExit,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("session core: %w", err)
+		return nil, err
 	}
-	g.local = m
-	opts.Metrics.RegisterSessionsFunc(m.Counts)
+	g.local = local
+	g.applySettings(cfg)
+	opts.Metrics.RegisterSessionsFunc(local.Manager().Counts)
+
+	g.events, err = events.New(events.Options{Logger: opts.Logger, Conn: opts.Conn, JS: js, Prefix: cfg.NATS.Prefix,
+		Replicas: cfg.NATS.Replicas, MaxPerKey: cfg.Events.MaxQueued})
+	if err != nil {
+		return nil, err
+	}
+	g.index = newSessionIndex(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log)
+	g.appr = newApprovalStore(g)
+	no := nodeOptionsFromEnv(opts.Getenv, g.log)
+	g.nodes, err = nodes.Start(nodes.Options{
+		Logger: opts.Logger, Conn: opts.Conn, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
+		Server: opts.Server, PresenceTTL: no.PresenceTTL, GhostTTL: no.GhostTTL, InviteTTL: no.InviteTTL,
+		JoinURLs: g.joinURLs, GatewayKeys: g.signer.trusted,
+		RequestMargin: no.RequestMargin, CallTimeout: no.CallTimeout,
+		OnExit: g.onNodeExit, OnRestart: g.onNodeRestart, OnRejected: g.onNodeRejected,
+	})
+	if err != nil {
+		return nil, err
+	}
 	opts.Metrics.SetConnectedNodes(func() int {
 		n := 0
-		for _, v := range g.Nodes() {
-			if v.Status == "connected" && v.Paired {
+		for _, v := range g.nodes.List() {
+			if v.Live && v.Pairing == protocol.NodePairingPaired {
 				n++
 			}
 		}
 		return n
 	})
+	if err := g.serveNATS(); err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.nodes.Close(cctx)
+		_ = g.local.Close(cctx)
+		return nil, err
+	}
+	g.routes = append(g.routes, g.nodeRoutes()...)
+	g.spawn(g.index.run)
+	g.spawn(g.appr.run)
+	g.spawn(g.signer.run)
 	return g, nil
+}
+
+// GatewayKeyFile is the gateway's identity in its state dir: the nkey
+// whose public key gives the gateway's id.
+const GatewayKeyFile = "gateway.nkey"
+
+// ID returns the gateway's id.
+func (g *Gateway) ID() string { return g.id }
+
+// SigningKey returns the public key the gateways sign approval decisions
+// with, once it is known (it lives in JetStream, shared by the gateways
+// of a deployment); ctx bounds the wait.
+func (g *Gateway) SigningKey(ctx context.Context) (string, error) { return g.signer.publicKey(ctx) }
+
+// spawn runs f in a goroutine counted in bgWG, bound to bg.
+func (g *Gateway) spawn(f func(ctx context.Context)) {
+	g.bgWG.Add(1)
+	go func() {
+		defer g.bgWG.Done()
+		f(g.bg)
+	}()
 }
 
 // applySessionConfig copies the tools.exec settings the session core uses.
@@ -187,6 +292,12 @@ func applySessionConfig(s *session.Config, cfg Config) {
 	s.NotifyOnExitEmptySuccess = e.NotifyOnExitEmptySuccess
 }
 
+// applySettings gives the local host the reloadable tools.exec settings.
+func (g *Gateway) applySettings(cfg Config) {
+	e := cfg.Tools.Exec
+	g.local.SetSettings(host.Settings{PathPrepend: e.PathPrepend, SafeBins: e.SafeBins, SafeBinTrustedDirs: e.SafeBinTrustedDirs})
+}
+
 // Config returns a copy of the configuration in force.
 func (g *Gateway) Config() Config {
 	g.cfgMu.RLock()
@@ -194,13 +305,24 @@ func (g *Gateway) Config() Config {
 	return g.cfg
 }
 
-// Reload re-reads the configuration file (SIGHUP). Sessions are kept; the
-// listen addresses and state dir cannot change without a restart.
-func (g *Gateway) Reload() error {
-	if g.opts.ConfigPath == "" {
-		return errors.New("no configuration file to reload")
+// configPath is the file Reload reads: the configured one, else
+// <stateDir>/config.json (which `execmesh config set` creates).
+func (g *Gateway) configPath() string {
+	if g.opts.ConfigPath != "" {
+		return g.opts.ConfigPath
 	}
-	cfg, err := LoadConfig(g.opts.ConfigPath, nil)
+	return filepath.Join(g.Config().StateDir, "config.json")
+}
+
+// Reload re-reads the configuration file (SIGHUP). Sessions are kept; the
+// listen addresses, the state dir and NATS settings cannot change without
+// a restart.
+func (g *Gateway) Reload() error {
+	path := g.configPath()
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("no configuration file to reload (%s): %w", path, err)
+	}
+	cfg, err := LoadConfig(path, nil)
 	if err != nil {
 		return err
 	}
@@ -209,75 +331,77 @@ func (g *Gateway) Reload() error {
 	cfg.Gateway.Listen, cfg.StateDir, cfg.NATS = old.Gateway.Listen, old.StateDir, old.NATS
 	g.cfg = cfg
 	g.cfgMu.Unlock()
-	g.log.Info("configuration reloaded", "path", g.opts.ConfigPath)
+	g.applySettings(cfg)
+	g.log.Info("configuration reloaded", "path", path)
 	return nil
 }
 
-// onLocalExit turns a local session's exit into a system event.
-func (g *Gateway) onLocalExit(ev protocol.ExitEvent) {
-	if !ev.Notify || ev.Text == "" || ev.SessionKey == "" {
-		return
+// Healthy reports what keeps the gateway from serving every call: it is
+// shutting down, its NATS connection is down, or the event store failed
+// (events that could not be stored are being retried).
+func (g *Gateway) Healthy() error {
+	switch {
+	case g.closing.Load():
+		return errors.New("shutting down")
+	case !g.nc.IsConnected():
+		return errors.New("not connected to NATS")
 	}
-	g.emit(protocol.SystemEvent{
-		SessionKey: ev.SessionKey,
-		ContextKey: "exec:" + ev.SessionID,
-		Kind:       protocol.EventExecExit,
-		Text:       ev.Text,
-	})
-}
-
-// emit queues a system event and mirrors it onto NATS.
-func (g *Gateway) emit(ev protocol.SystemEvent) {
-	if !g.events.push(ev) {
-		return
+	if err := g.events.Healthy(); err != nil {
+		return err
 	}
-	g.natsMu.Lock()
-	publish := g.publish
-	g.natsMu.Unlock()
-	if publish != nil {
-		publish(ev)
+	if n := g.backlog.Load(); n > 0 {
+		return fmt.Errorf("%d system event(s) not stored yet", n)
 	}
-}
-
-// Events returns and acknowledges the queued events of sessionKey, waiting
-// up to wait for the first one.
-func (g *Gateway) Events(ctx context.Context, sessionKey string, wait time.Duration) []protocol.SystemEvent {
-	return g.events.take(ctx, sessionKey, wait)
+	return g.index.healthy()
 }
 
 // Blockers lists the gateway-host sessions that block a safe restart.
-func (g *Gateway) Blockers() []session.Blocker { return g.local.Blockers() }
+func (g *Gateway) Blockers() []session.Blocker {
+	b := g.local.Manager().Blockers()
+	if b == nil {
+		b = []session.Blocker{}
+	}
+	return b
+}
 
 // Authed wraps h with the gateway's bearer-token check and failure rate
 // limit, for handlers mounted beside the API (such as /mcp and /metrics).
 func (g *Gateway) Authed(h http.Handler) http.Handler { return g.authed(h.ServeHTTP) }
 
-// Close stops taking calls and ends every gateway-host process tree.
+// Close stops taking calls and ends every gateway-host process tree: the
+// NATS API and the node registry stop (the exit feed drains, so what was
+// delivered is handled), background work ends, the session core ends its
+// trees, and exit events still to store get a last chance. It is
+// idempotent.
 func (g *Gateway) Close(ctx context.Context) error {
-	g.closeOnce.Do(func() {
-		g.closing.Store(true)
-		var errs *multierror.Error
-		// The node backend first: it stops taking node messages and
-		// drains the exit-event consumer (idempotent with CloseNodes).
-		if nodes := g.nodeBackend(); nodes != nil {
-			if err := nodes.Close(ctx); err != nil {
-				errs = multierror.Append(errs, fmt.Errorf("node backend: %w", err))
-			}
+	g.closeMu.Lock()
+	defer g.closeMu.Unlock()
+	if g.closed {
+		return g.closeErr
+	}
+	g.closed = true
+	g.closing.Store(true)
+	var errs *multierror.Error
+	if g.nats != nil {
+		g.nats.stop()
+	}
+	if g.localSv != nil {
+		if err := g.localSv.Close(ctx); err != nil {
+			errs = multierror.Append(errs, err)
 		}
-		g.natsMu.Lock()
-		api := g.nats
-		g.nats, g.publish = nil, nil
-		g.natsMu.Unlock()
-		if api != nil {
-			api.stop()
-		}
-		g.bgCancel()
-		g.bgWG.Wait()
-		if err := g.local.Close(ctx); err != nil {
-			errs = multierror.Append(errs, fmt.Errorf("session core: %w", err))
-		}
-		g.closeErr = errs.ErrorOrNil()
-	})
+	}
+	if err := g.nodes.Close(ctx); err != nil {
+		errs = multierror.Append(errs, fmt.Errorf("node registry: %w", err))
+	}
+	// The session core first: its exits are stored while bg still runs.
+	if err := g.local.Close(ctx); err != nil {
+		errs = multierror.Append(errs, fmt.Errorf("session core: %w", err))
+	}
+	g.appr.stop()
+	g.flushBacklog(ctx)
+	g.bgCancel()
+	g.bgWG.Wait()
+	g.closeErr = errs.ErrorOrNil()
 	return g.closeErr
 }
 
@@ -332,6 +456,23 @@ func toolAllowed(cfg *Config, agentID, tool, model string) bool {
 	return true
 }
 
+// ToolsFor lists the tools the agent of sessionKey may call (MCP offers
+// these).
+func (g *Gateway) ToolsFor(sessionKey string) []string {
+	_, agentID, err := ParseSessionKey(sessionKey)
+	if err != nil {
+		return nil
+	}
+	cfg := g.Config()
+	var out []string
+	for _, t := range []string{protocol.ToolExec, protocol.ToolProcess, protocol.ToolApplyPatch} {
+		if toolAllowed(&cfg, agentID, t, "") {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // Invoke runs one tool call. The error, when not nil, is a *protocol.Error
 // raised before anything ran.
 func (g *Gateway) Invoke(ctx context.Context, req InvokeRequest) (res protocol.Result, err error) {
@@ -361,26 +502,26 @@ func (g *Gateway) Invoke(ctx context.Context, req InvokeRequest) (res protocol.R
 	if !toolAllowed(&cfg, agentID, req.Tool, req.Model) {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrNotFound, "Tool not available: %s", req.Tool)
 	}
-	call := &call{g: g, cfg: cfg, sessionKey: sessionKey, agentID: agentID}
-	if req.Tool == protocol.ToolApplyPatch {
+	c := &call{g: g, cfg: cfg, sessionKey: sessionKey, agentID: agentID}
+	switch req.Tool {
+	case protocol.ToolApplyPatch:
 		args, err := protocol.DecodeApplyPatchArgs(req.Args)
 		if err != nil {
 			return protocol.Result{}, err
 		}
-		return call.applyPatch(ctx, args)
-	}
-	if req.Tool == protocol.ToolExec {
+		return c.applyPatch(ctx, args)
+	case protocol.ToolExec:
 		args, err := protocol.DecodeExecArgs(req.Args)
 		if err != nil {
 			return protocol.Result{}, err
 		}
-		return call.exec(ctx, args)
+		return c.exec(ctx, args)
 	}
 	args, err := protocol.DecodeProcessArgs(req.Args)
 	if err != nil {
 		return protocol.Result{}, err
 	}
-	return call.process(ctx, args)
+	return c.process(ctx, args)
 }
 
 // invokeAction is the process action of a call, for metrics.
@@ -401,91 +542,6 @@ type call struct {
 	cfg        Config
 	sessionKey string
 	agentID    string
-}
-
-func (c *call) process(ctx context.Context, args protocol.ProcessArgs) (protocol.Result, error) {
-	if args.Action == "list" {
-		return c.list(ctx, args)
-	}
-	nodes := c.g.nodeBackend()
-	if nodes == nil {
-		return c.g.local.Process(ctx, c.sessionKey, args), nil
-	}
-	if args.SessionID != "" && !c.g.local.Has(c.sessionKey, args.SessionID) {
-		res, handled, err := nodes.Process(ctx, c.sessionKey, args)
-		if err != nil {
-			return protocol.Result{}, err
-		}
-		if handled {
-			return res, nil
-		}
-	}
-	return c.g.local.Process(ctx, c.sessionKey, args), nil
-}
-
-// list answers process list: the gateway's sessions and the nodes'. With
-// offset or limit (session.ListPage) every host lists only its End newest
-// entries, and the page is cut from their merge.
-func (c *call) list(ctx context.Context, args protocol.ProcessArgs) (protocol.Result, error) {
-	page, err := session.ListPageOf(args)
-	if err != nil {
-		return protocol.Result{}, err
-	}
-	nodes := c.g.nodeBackend()
-	if nodes == nil {
-		return c.g.local.Process(ctx, c.sessionKey, args), nil
-	}
-	if !page.Paged {
-		local := c.g.local.Process(ctx, c.sessionKey, args)
-		remote, _, err := nodes.ListPage(ctx, c.sessionKey, 0)
-		if err != nil {
-			c.g.log.Warn("listing node sessions", "err", err)
-		}
-		if len(remote) == 0 {
-			return local, nil
-		}
-		return mergeLists(local, remote), nil
-	}
-	end := page.End()
-	first := 0
-	largs := protocol.ProcessArgs{Action: "list", Offset: &first}
-	if end > 0 {
-		largs.Limit = &end
-	}
-	local := c.g.local.Process(ctx, c.sessionKey, largs)
-	total := local.Details.Total.Value()
-	remote, remoteTotal, err := nodes.ListPage(ctx, c.sessionKey, end)
-	if err != nil {
-		c.g.log.Warn("listing node sessions", "err", err)
-	}
-	total += remoteTotal
-	all := append(local.Details.Sessions.Value(), remote...)
-	sortNewestFirst(all)
-	lo, hi := page.Bounds(total)
-	lo, hi = min(lo, len(all)), min(hi, len(all))
-	return session.PagedListResult(page, all[lo:hi], total), nil
-}
-
-// mergeLists adds node sessions to a local list result, newest first.
-func mergeLists(local protocol.Result, remote []protocol.Details) protocol.Result {
-	all := append(local.Details.Sessions.Value(), remote...)
-	sortNewestFirst(all)
-	return session.ListResult(all)
-}
-
-// sortNewestFirst orders list entries by startedAt, newest first; entries
-// that started in the same millisecond keep their order.
-func sortNewestFirst(all []protocol.Details) {
-	slices.SortStableFunc(all, func(a, b protocol.Details) int {
-		return cmp.Compare(b.StartedAt.Value(), a.StartedAt.Value())
-	})
-}
-
-// nodeBackend returns the node router, or nil before one is attached.
-func (g *Gateway) nodeBackend() nodeBackend {
-	g.natsMu.Lock()
-	defer g.natsMu.Unlock()
-	return g.nodes
 }
 
 // execDefaults returns the /exec defaults of a sessionKey.
@@ -520,7 +576,7 @@ func (g *Gateway) SetSessionDefaults(sessionKey string, d SessionExecDefaults) e
 	}
 	cfg := g.Config()
 	if d.Host != "" {
-		if _, err := resolveHost(configuredHost(&cfg, agentID), d.Host, cfg.Sandbox.Mode != "off", false); err != nil {
+		if _, err := resolveHost(configuredHost(&cfg, agentID), d.Host, cfg.Sandbox.Mode != sandbox.ModeOff, false); err != nil {
 			return err
 		}
 	}
@@ -541,4 +597,40 @@ func (g *Gateway) SessionDefaults(sessionKey string) (SessionExecDefaults, error
 		return SessionExecDefaults{}, err
 	}
 	return g.sessionDefaults(key), nil
+}
+
+// NodeOptions tunes the node registry; the defaults can be set through
+// the environment the gateway reads (Options.Getenv):
+// EXECMESH_NODE_PRESENCE_TTL_MS, EXECMESH_NODE_GHOST_TTL_MS,
+// EXECMESH_NODE_REQUEST_MARGIN_MS, EXECMESH_NODE_CALL_TIMEOUT_MS and
+// EXECMESH_NODE_INVITE_TTL_MS.
+type NodeOptions struct {
+	PresenceTTL   time.Duration
+	GhostTTL      time.Duration
+	RequestMargin time.Duration
+	CallTimeout   time.Duration
+	InviteTTL     time.Duration
+}
+
+// nodeOptionsFromEnv reads EXECMESH_NODE_*; zero values keep the defaults.
+func nodeOptionsFromEnv(getenv func(string) string, log *slog.Logger) NodeOptions {
+	o := NodeOptions{}
+	ms := func(key string, dst *time.Duration) {
+		v := strings.TrimSpace(getenv(key))
+		if v == "" {
+			return
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			log.Warn("ignoring invalid setting", "key", key, "value", v)
+			return
+		}
+		*dst = time.Duration(n) * time.Millisecond
+	}
+	ms("EXECMESH_NODE_PRESENCE_TTL_MS", &o.PresenceTTL)
+	ms("EXECMESH_NODE_GHOST_TTL_MS", &o.GhostTTL)
+	ms("EXECMESH_NODE_REQUEST_MARGIN_MS", &o.RequestMargin)
+	ms("EXECMESH_NODE_CALL_TIMEOUT_MS", &o.CallTimeout)
+	ms("EXECMESH_NODE_INVITE_TTL_MS", &o.InviteTTL)
+	return o
 }

@@ -144,10 +144,14 @@ func TestSecurityViolations(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("a refused command ran")
 	}
-	// host=sandbox (sandbox mode off) accepts the same env, PATH applied inside.
-	res := tg.invoke("exec", map[string]any{"command": "echo $PATH; echo ${LD_PRELOAD-unset}", "env": map[string]string{"PATH": "/x"}, "host": "sandbox"}, "")
-	if !strings.HasPrefix(res.Text(), "/x:") {
-		t.Fatalf("sandbox PATH not applied: %q", res.Text())
+	// host=sandbox with the sandbox off is refused before anything runs:
+	// never a direct run with less policy than host=gateway's.
+	r := tg.invokeRaw("exec", map[string]any{"command": "touch " + marker, "env": map[string]string{"PATH": "/x"}, "host": "sandbox"}, "")
+	if r.Status != 400 || r.Error == nil || r.Error.Type != protocol.ErrHostNotAllowed || !strings.Contains(r.Error.Message, "sandbox runtime is off") {
+		t.Fatalf("host=sandbox with sandbox off: %d %s", r.Status, r.Raw)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("host=sandbox ran with the sandbox off")
 	}
 }
 
@@ -281,7 +285,8 @@ func TestHostResolution(t *testing.T) {
 		{"auto", "", true, false, "sandbox", ""},
 		{"auto", "gateway", false, false, "gateway", ""},
 		{"auto", "node", false, false, "node", ""},
-		{"auto", "sandbox", false, false, "sandbox", ""},
+		{"auto", "sandbox", false, false, "", "exec host not allowed (sandbox runtime is off; set sandbox.mode=bwrap to run host=sandbox commands in a bubblewrap sandbox, or use host=gateway, which goes through exec approvals)."},
+		{"sandbox", "", false, false, "", "exec host not allowed (sandbox runtime is off; set sandbox.mode=bwrap to run host=sandbox commands in a bubblewrap sandbox, or use host=gateway, which goes through exec approvals)."},
 		{"auto", "gateway", true, false, "", "exec host not allowed (requested gateway; configured host is auto; set tools.exec.host=gateway to allow this override)."},
 		{"auto", "node", true, false, "", "exec host not allowed (requested node; configured host is auto; set tools.exec.host=node to allow this override)."},
 		{"sandbox", "gateway", false, false, "", "exec host not allowed (requested gateway; configured host is sandbox; set tools.exec.host=gateway or auto to allow this override)."},
@@ -321,19 +326,23 @@ func TestHostNotAllowedOverHTTP(t *testing.T) {
 }
 
 func TestSecurityAskTightenOnly(t *testing.T) {
-	if got := minSecurity("allowlist", "full"); got != "allowlist" {
-		t.Errorf("minSecurity(allowlist, full) = %s", got)
-	}
-	if got := minSecurity("full", "allowlist"); got != "allowlist" {
-		t.Errorf("minSecurity(full, allowlist) = %s", got)
-	}
-	if got := maxAsk("off", "always"); got != "always" {
-		t.Errorf("maxAsk(off, always) = %s", got)
-	}
-	if got := minSecurity("full", "bogus"); got != "full" {
-		t.Errorf("invalid value must be ignored, got %s", got)
-	}
 	tg := startGateway(t, nil) // full/off
+	c := &call{g: tg.g, cfg: tg.g.Config(), sessionKey: DefaultSessionKey, agentID: DefaultAgentID}
+	for _, tc := range []struct {
+		sessionSec, callSec, callAsk string
+		security, ask                string
+	}{
+		{"", "", "", "full", "off"},
+		{"allowlist", "full", "", "allowlist", "off"}, // a call cannot loosen the session's
+		{"", "allowlist", "always", "allowlist", "always"},
+		{"", "bogus", "sometimes", "full", "off"}, // invalid values are ignored
+		{"deny", "", "on-miss", "deny", "on-miss"},
+	} {
+		sec, ask := c.policy("auto", false, SessionExecDefaults{Security: tc.sessionSec}, protocol.ExecArgs{Security: tc.callSec, Ask: tc.callAsk})
+		if sec != tc.security || ask != tc.ask {
+			t.Errorf("%+v: got %s/%s", tc, sec, ask)
+		}
+	}
 	r := tg.invokeRaw("exec", map[string]any{"command": "echo hi", "security": "deny"}, "")
 	if r.Status != 400 || r.Error.Message != "exec denied: host=gateway security=deny" {
 		t.Fatalf("per-call deny: %d %s", r.Status, r.Raw)

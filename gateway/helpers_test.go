@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/bus/bustest"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -41,6 +43,13 @@ func startGateway(t *testing.T, mutate func(*Config, *Options)) *testGateway {
 	}
 	if mutate != nil {
 		mutate(&cfg, &opts)
+	}
+	if opts.Conn == nil {
+		srv := bustest.StartServer(t)
+		opts.Conn = bustest.Connect(t, srv, bus.ClientConfig{Name: "gateway"})
+		if opts.Server == nil {
+			opts.Server = srv
+		}
 	}
 	g, err := New(t.Context(), cfg, opts)
 	if err != nil {

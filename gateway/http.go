@@ -5,12 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/execmesh/execmesh/events"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -33,7 +37,9 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/nodes/{id}/approvals", g.authed(g.handleNodeApprovals(protocol.NodeEndpointApprovalsGet)))
 	mux.HandleFunc("PUT /v1/nodes/{id}/approvals", g.authed(g.handleNodeApprovals(protocol.NodeEndpointApprovalsSet)))
 	mux.HandleFunc("GET /v1/approvals", g.authed(g.handleListApprovals))
+	mux.HandleFunc("GET /v1/approvals/{id}", g.authed(g.handleGetApproval))
 	mux.HandleFunc("POST /v1/approvals/{id}", g.authed(g.handleDecideApproval))
+	mux.HandleFunc("POST /v1/events/ack", g.authed(g.handleEventsAck))
 	for _, extra := range g.extraRoutes() {
 		mux.HandleFunc(extra.pattern, g.authed(extra.handler))
 	}
@@ -60,12 +66,22 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	writeError(w, protocol.Errorf(protocol.ErrMethodNotAllowed, "method %s not allowed for %s", r.Method, r.URL.Path))
 }
 
+// healthReport is the answer of GET /healthz.
+type healthReport struct {
+	OK bool `json:"ok"`
+	// Status says what keeps the gateway from serving every call.
+	Status    string `json:"status,omitempty"`
+	GatewayID string `json:"gatewayId"`
+}
+
 func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
-	if g.closing.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "status": "shutting down"})
+	rep := healthReport{OK: true, GatewayID: g.id}
+	if err := g.Healthy(); err != nil {
+		rep.OK, rep.Status = false, err.Error()
+		writeJSON(w, http.StatusServiceUnavailable, rep)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	writeJSON(w, http.StatusOK, rep)
 }
 
 // authed checks the bearer token and the failure rate limit.
@@ -202,14 +218,20 @@ func (g *Gateway) InvokeJSON(ctx context.Context, body []byte) (any, int) {
 	return invokeResponse{OK: true, Result: &res}, http.StatusOK
 }
 
+// handleEvents serves GET /v1/events?sessionKey=K&waitMs=N[&ack=ID]: the
+// unconfirmed events of K, waiting up to N ms for the first. A request
+// confirms what the previous one returned (the client came back for
+// more); with ack it confirms exactly the events up to that id, so a
+// client that crashed before handling an answer gets the rest again.
 func (g *Gateway) handleEvents(w http.ResponseWriter, r *http.Request) {
-	key, _, err := ParseSessionKey(r.URL.Query().Get("sessionKey"))
+	q := r.URL.Query()
+	key, _, err := ParseSessionKey(q.Get("sessionKey"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	wait := time.Duration(0)
-	if v := r.URL.Query().Get("waitMs"); v != "" {
+	if v := q.Get("waitMs"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
 			writeError(w, protocol.Errorf(protocol.ErrInvalidRequest, "waitMs must be a non-negative integer"))
@@ -217,50 +239,117 @@ func (g *Gateway) handleEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = min(time.Duration(n)*time.Millisecond, maxEventWait)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"events": g.events.take(r.Context(), key, wait)})
+	evs, err := g.events.Take(r.Context(), key, wait, q.Get("ack"))
+	if err != nil {
+		if r.Context().Err() != nil {
+			return
+		}
+		writeError(w, eventStoreError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"events": evs})
 }
 
+// eventStoreError is the answer for a failing event store: retryable 503.
+func eventStoreError(err error) error {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: fmt.Sprintf("the event store is not available: %v. Retry.", err)}
+}
+
+// handleEventsAck serves POST /v1/events/ack {"sessionKey","upTo"}: it
+// confirms the events of the key up to the id upTo.
+func (g *Gateway) handleEventsAck(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		SessionKey string `json:"sessionKey"`
+		UpTo       string `json:"upTo"`
+	}
+	if err := decodeStrict(w, r, &body); err != nil {
+		writeError(w, err)
+		return
+	}
+	key, _, err := ParseSessionKey(body.SessionKey)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := g.events.Ack(r.Context(), key, body.UpTo); err != nil {
+		writeError(w, eventStoreError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+}
+
+// handleEventStream serves GET /v1/events/stream?sessionKey=K: the events
+// of K as server-sent events whose id is the event id; a client that
+// reconnects with Last-Event-ID (or ?after=ID) confirms the events up to
+// it and gets the rest. Nothing is confirmed otherwise.
 func (g *Gateway) handleEventStream(w http.ResponseWriter, r *http.Request) {
 	key, _, err := ParseSessionKey(r.URL.Query().Get("sessionKey"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	after := r.Header.Get("Last-Event-ID")
+	if v := r.URL.Query().Get("after"); v != "" {
+		after = v
+	}
+	if after != "" {
+		if _, err := events.ParseID(strings.TrimSuffix(after, "-dropped")); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
 	sse := startSSE(w)
 	if sse == nil {
 		return
 	}
-	ch, backlog, cancel := g.events.subscribe(key)
-	defer cancel()
-	send := func(ev protocol.SystemEvent) bool {
-		b, _ := json.Marshal(ev)
-		return sse.event(ev.ID, ev.Kind, b)
-	}
-	for _, ev := range backlog {
-		if !send(ev) {
-			return
-		}
-	}
 	if !sse.comment("connected") {
 		return
 	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(g.bg, cancel)
+	defer stop()
 	keepalive := time.NewTicker(sseKeepalive)
 	defer keepalive.Stop()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case ev := <-ch:
-			if !send(ev) {
+	var mu sync.Mutex // the stream's writer is shared with the keepalive
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
 				return
-			}
-		case <-keepalive.C:
-			if !sse.comment("keepalive") {
-				return
+			case <-keepalive.C:
+				mu.Lock()
+				ok := sse.comment("keepalive")
+				mu.Unlock()
+				if !ok {
+					cancel()
+					return
+				}
 			}
 		}
+	}()
+	err = g.events.Stream(ctx, key, after, func(ev protocol.SystemEvent) error {
+		b, _ := json.Marshal(ev)
+		mu.Lock()
+		defer mu.Unlock()
+		if !sse.event(ev.ID, ev.Kind, b) {
+			return errClientGone
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errClientGone) && ctx.Err() == nil {
+		mu.Lock()
+		b, _ := json.Marshal(map[string]string{"error": err.Error()})
+		sse.event("", "error", b)
+		mu.Unlock()
 	}
 }
+
+var errClientGone = errors.New("client gone")
 
 func (g *Gateway) handleGetSessionExec(w http.ResponseWriter, r *http.Request) {
 	d, err := g.SessionDefaults(r.PathValue("sessionKey"))
@@ -310,4 +399,29 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
+}
+
+// FollowEvents hands each system event of sessionKey to send as it comes,
+// confirming it once send accepted it, until ctx ends or send fails (MCP
+// sessions deliver exit notices this way).
+func (g *Gateway) FollowEvents(ctx context.Context, sessionKey string, send func(protocol.SystemEvent) error) error {
+	key, _, err := ParseSessionKey(sessionKey)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(g.bg, cancel)
+	defer stop()
+	return g.events.Follow(ctx, key, send)
+}
+
+// TakeEvents returns the unconfirmed events of sessionKey (see
+// handleEvents), waiting up to wait for the first.
+func (g *Gateway) TakeEvents(ctx context.Context, sessionKey string, wait time.Duration, ack string) ([]protocol.SystemEvent, error) {
+	key, _, err := ParseSessionKey(sessionKey)
+	if err != nil {
+		return nil, err
+	}
+	return g.events.Take(ctx, key, wait, ack)
 }

@@ -174,18 +174,13 @@ func TestListPagingAcrossNodes(t *testing.T) {
 	if ids, _ := pageIDs(t, res); len(ids) != 1 || res.Details.Total.Value() != 11.0 {
 		t.Fatalf("page of one: %v %v", ids, res.Details)
 	}
-	r := env.g.router()
-	r.mu.Lock()
 	indexed, lost := 0, 0
-	for _, rs := range r.index[DefaultSessionKey] {
-		if rs.nodeID == a.ID() {
-			indexed++
-			if rs.lost {
-				lost++
-			}
+	for _, rec := range env.g.index.scope(DefaultSessionKey, func(r sessionRecord) bool { return r.HostID == a.ID() }) {
+		indexed++
+		if rec.State == stateLost {
+			lost++
 		}
 	}
-	r.mu.Unlock()
 	if indexed != 8 || lost != 0 {
 		t.Fatalf("after a paged list the index holds %d node sessions (%d lost), want 8 (0 lost)", indexed, lost)
 	}

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/execmesh/execmesh/hostbus"
 
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -20,6 +23,7 @@ type natsAPI struct {
 	nc     *nats.Conn
 	prefix string
 	sub    *nats.Subscription
+	svc    micro.Service
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -34,10 +38,13 @@ func EventSubject(prefix, sessionKey string) string {
 	return prefix + ".gw.events." + base64.RawURLEncoding.EncodeToString([]byte(sessionKey))
 }
 
-// ServeNATS answers tool calls on <prefix>.gw.invoke with the same JSON as
-// POST /tools/invoke and publishes system events. Requests carry the token,
-// when one is configured, in an Authorization header. It stops with Close.
-func (g *Gateway) ServeNATS(nc *nats.Conn, prefix string) error {
+// serveNATS answers tool calls on <prefix>.gw.invoke with the same JSON
+// as POST /tools/invoke (requests carry the token, when one is configured,
+// in an Authorization header), and serves the gateway's local host to the
+// other gateways of a deployment under <prefix>.gwhost.<id>. It stops with
+// Close.
+func (g *Gateway) serveNATS() error {
+	nc, prefix := g.nc, g.prefix
 	ctx, cancel := context.WithCancel(context.Background())
 	api := &natsAPI{g: g, nc: nc, prefix: prefix, ctx: ctx, cancel: cancel}
 	sub, err := nc.Subscribe(InvokeSubject(prefix), api.handle)
@@ -47,32 +54,34 @@ func (g *Gateway) ServeNATS(nc *nats.Conn, prefix string) error {
 	}
 	// Tool calls can be large and bursty; do not drop them as a slow consumer.
 	_ = sub.SetPendingLimits(-1, -1)
-	// Serving starts when the server knows the subscription, not when the
-	// SUB is merely queued: a request right after ServeNATS must not meet
-	// "no responders".
-	if err := nc.FlushTimeout(5 * time.Second); err != nil && !nc.IsReconnecting() {
-		cancel()
-		_ = sub.Unsubscribe()
-		return fmt.Errorf("subscribe %s: %w", InvokeSubject(prefix), err)
-	}
 	api.sub = sub
-	// The node backend (nodes.go) lives as long as this API.
-	if err := g.attachNodes(ctx, nc, prefix); err != nil {
-		_ = sub.Unsubscribe()
-		cancel()
+	g.nats = api
+	g.localSv = hostbus.NewServer(hostbus.ServerConfig{Logger: g.log, Host: g.local, Name: "gateway " + g.id, Instance: g.local.Instance()})
+	svc, err := micro.AddService(nc, micro.Config{
+		Name: "execmesh-gateway", Version: "0.0.0", Description: "execmesh gateway host",
+		Metadata: map[string]string{"gatewayId": g.id},
+	})
+	if err != nil {
+		api.stop()
+		return fmt.Errorf("gateway host service: %w", err)
+	}
+	api.svc = svc
+	if err := g.localSv.AddTo(nc, svc.AddGroup(GatewayHostGroup(prefix, g.id))); err != nil {
+		api.stop()
 		return err
 	}
-	g.natsMu.Lock()
-	g.nats = api
-	g.publish = func(ev protocol.SystemEvent) {
-		b, err := json.Marshal(ev)
-		if err == nil {
-			_ = nc.Publish(EventSubject(prefix, ev.SessionKey), b)
-		}
+	// Serving starts when the server knows the subscriptions, not when
+	// they are merely queued: a request right after New must not meet
+	// "no responders".
+	if err := nc.FlushTimeout(5 * time.Second); err != nil && !nc.IsReconnecting() && nc.IsConnected() {
+		api.stop()
+		return fmt.Errorf("subscribe %s: %w", InvokeSubject(prefix), err)
 	}
-	g.natsMu.Unlock()
 	return nil
 }
+
+// GatewayHostGroup is the subject group of a gateway's local host.
+func GatewayHostGroup(prefix, gatewayID string) string { return prefix + ".gwhost." + gatewayID }
 
 func (a *natsAPI) handle(msg *nats.Msg) {
 	if msg.Reply == "" {
@@ -105,6 +114,9 @@ func (a *natsAPI) handle(msg *nats.Msg) {
 // stop unsubscribes and waits for calls in flight.
 func (a *natsAPI) stop() {
 	_ = a.sub.Unsubscribe()
+	if a.svc != nil {
+		_ = a.svc.Stop()
+	}
 	a.cancel()
 	a.wg.Wait()
 }

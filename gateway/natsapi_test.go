@@ -19,11 +19,10 @@ import (
 // token in an Authorization header; system events are published on NATS.
 func TestNATSInvokeMatchesHTTP(t *testing.T) {
 	srv := bustest.StartServer(t)
-	nc := bustest.Connect(t, srv, bus.ClientConfig{})
-	tg := startGateway(t, func(c *Config, _ *Options) { c.Gateway.Auth.Token = "tok" })
-	if err := tg.g.ServeNATS(nc, "execmesh"); err != nil {
-		t.Fatal(err)
-	}
+	tg := startGateway(t, func(c *Config, o *Options) {
+		onServer(t, srv, t.TempDir())(c, o)
+		c.Gateway.Auth.Token = "tok"
+	})
 	client := bustest.Connect(t, srv, bus.ClientConfig{})
 	request := func(body string, token string) (map[string]any, string) {
 		t.Helper()

@@ -17,14 +17,9 @@ const nodeApprovalsTimeout = 15 * time.Second
 // read (optimistic concurrency, spec §19.3).
 func (g *Gateway) handleNodeApprovals(endpoint string) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		r := g.router()
-		if r == nil {
-			writeError(w, protocol.Errorf(protocol.ErrNotFound, "no node backend: the gateway is not attached to NATS"))
-			return
-		}
-		n, ok := r.nodeSnapshot(req.PathValue("id"))
-		if !ok {
-			writeError(w, protocol.Errorf(protocol.ErrNotFound, "unknown node %q", req.PathValue("id")))
+		n, err := g.nodes.Resolve(req.PathValue("id"))
+		if err != nil {
+			writeError(w, err)
 			return
 		}
 		body := []byte("{}")
@@ -39,12 +34,12 @@ func (g *Gateway) handleNodeApprovals(endpoint string) http.HandlerFunc {
 			}
 			body, _ = json.Marshal(set)
 		}
-		m, err := r.call(req.Context(), n, endpoint, body, nil, nodeApprovalsTimeout)
+		data, err := g.nodes.Host(n).Request(req.Context(), endpoint, body, nodeApprovalsTimeout)
 		if err != nil {
 			writeError(w, err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(m.Data)
+		_, _ = w.Write(data)
 	}
 }

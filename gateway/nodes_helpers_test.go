@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,6 +28,16 @@ func testNodeEnv(key string) string {
 		return "3000"
 	}
 	return ""
+}
+
+// testNodeEnvWith is testNodeEnv with more settings.
+func testNodeEnvWith(more map[string]string) func(string) string {
+	return func(key string) string {
+		if v, ok := more[key]; ok {
+			return v
+		}
+		return testNodeEnv(key)
+	}
 }
 
 // nodeEnv is a gateway served over HTTP with its NATS API and node backend
@@ -68,20 +76,15 @@ func startNodeGateway(t *testing.T, srv *bus.Server, stateDir string, mutate fun
 	if mutate != nil {
 		mutate(&cfg, &opts)
 	}
-	g, err := New(t.Context(), cfg, opts)
-	if err != nil {
-		t.Fatalf("gateway.New: %v", err)
-	}
 	cc := bus.ClientConfig{Name: "gateway"}
 	for _, f := range client {
 		f(&cc)
 	}
 	nc := bustest.Connect(t, srv, cc)
-	if err := g.ServeNATS(nc, cfg.NATS.Prefix); err != nil {
-		t.Fatalf("ServeNATS: %v", err)
-	}
-	if err := g.SetEmbeddedServer(srv); err != nil {
-		t.Fatalf("SetEmbeddedServer: %v", err)
+	opts.Conn, opts.Server = nc, srv
+	g, err := New(t.Context(), cfg, opts)
+	if err != nil {
+		t.Fatalf("gateway.New: %v", err)
 	}
 	hs := httptest.NewServer(g.Handler())
 	env := &nodeEnv{
@@ -97,9 +100,6 @@ func startNodeGateway(t *testing.T, srv *bus.Server, stateDir string, mutate fun
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		if err := g.CloseNodes(ctx); err != nil {
-			t.Errorf("CloseNodes: %v", err)
-		}
 		if err := g.Close(ctx); err != nil {
 			t.Errorf("gateway.Close: %v", err)
 		}
@@ -208,18 +208,4 @@ func (tg *testGateway) events(sessionKey string, wait time.Duration) []protocol.
 		tg.t.Fatalf("events: %v: %s", err, r.Raw)
 	}
 	return out.Events
-}
-
-// readNodesFile returns the pairing store's entries.
-func readNodesFile(t *testing.T, stateDir string) []storedNode {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(stateDir, NodesFile))
-	if err != nil {
-		t.Fatalf("read nodes file: %v", err)
-	}
-	var f storeFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatalf("decode nodes file: %v", err)
-	}
-	return f.Nodes
 }

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/nodes"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -26,77 +30,76 @@ type NodeView struct {
 	// Sessions is the number of sessions the node reported holding.
 	Sessions int `json:"sessions"`
 	// Server is the NATS server the node is connected to.
-	Server    string `json:"server"`
-	Version   string `json:"version,omitempty"`
-	PublicKey string `json:"publicKey,omitempty"`
-	Joined    bool   `json:"joined,omitempty"`
+	Server      string `json:"server"`
+	Version     string `json:"version,omitempty"`
+	PublicKey   string `json:"publicKey,omitempty"`
+	Joined      bool   `json:"joined,omitempty"`
+	Containment string `json:"containment,omitempty"`
 }
 
-func nodeView(n nodeInfo) NodeView {
+func nodeView(n nodes.Node) NodeView {
 	v := NodeView{
-		ID: n.id, Name: n.name, Status: "unreachable", Paired: n.pairing == protocol.NodePairingPaired, Pairing: n.pairing,
-		Platform: n.platform, Sessions: n.sessions, Server: n.server, Version: n.version,
-		PublicKey: n.publicKey, Joined: n.joined,
+		ID: n.ID, Name: n.Name, Status: "unreachable", Paired: n.Pairing == protocol.NodePairingPaired, Pairing: n.Pairing,
+		Platform: n.Platform, Sessions: n.Sessions, Server: n.Server, Version: n.Version,
+		PublicKey: n.PublicKey, Joined: n.Joined, Containment: n.Containment,
 	}
-	if n.live {
+	if n.Live {
 		v.Status = "connected"
 	}
-	if !n.lastSeen.IsZero() {
-		v.LastSeen = n.lastSeen.UnixMilli()
+	if !n.LastSeen.IsZero() {
+		v.LastSeen = n.LastSeen.UnixMilli()
 	}
 	if v.Name == "" {
-		v.Name = n.id
+		v.Name = n.ID
 	}
 	return v
 }
 
-// Nodes returns the node registry as GET /v1/nodes shows it, or nil
-// before ServeNATS.
+// Nodes returns the node registry as GET /v1/nodes shows it.
 func (g *Gateway) Nodes() []NodeView {
-	r := g.router()
-	if r == nil {
-		return nil
-	}
-	nodes := r.allNodes()
-	out := make([]NodeView, 0, len(nodes))
-	for _, n := range nodes {
+	list := g.nodes.List()
+	out := make([]NodeView, 0, len(list))
+	for _, n := range list {
 		out = append(out, nodeView(n))
 	}
 	return out
 }
 
-// routes are the /v1/nodes routes of the node backend.
-func (r *nodeRouter) routes() []route {
+// SetEmbeddedServer tells the gateway that its embedded NATS server was
+// started again in this process: node identities and join codes are given
+// to the new one.
+func (g *Gateway) SetEmbeddedServer(srv *bus.Server) { g.nodes.SetServer(srv) }
+
+// NodeRegistry returns the gateway's node registry.
+func (g *Gateway) NodeRegistry() *nodes.Registry { return g.nodes }
+
+// nodeRoutes are the /v1/nodes routes.
+func (g *Gateway) nodeRoutes() []route {
 	return []route{
-		{"GET /v1/nodes", r.handleList},
-		{"GET /v1/nodes/{id}", r.handleGet},
-		{"POST /v1/nodes/invite", r.handleInvite},
-		{"POST /v1/nodes/{id}/approve", r.handleDecide(protocol.NodePairingPaired)},
-		{"POST /v1/nodes/{id}/reject", r.handleDecide(protocol.NodePairingRejected)},
+		{"GET /v1/nodes", g.handleNodeList},
+		{"GET /v1/nodes/{id}", g.handleNodeGet},
+		{"POST /v1/nodes/invite", g.handleInvite},
+		{"POST /v1/nodes/{id}/approve", g.handleDecide(protocol.NodePairingPaired)},
+		{"POST /v1/nodes/{id}/reject", g.handleDecide(protocol.NodePairingRejected)},
 	}
 }
 
-func (r *nodeRouter) handleList(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"nodes": r.g.Nodes()})
+func (g *Gateway) handleNodeList(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": g.Nodes()})
 }
 
-func (r *nodeRouter) handleGet(w http.ResponseWriter, req *http.Request) {
-	n, ok := r.nodeSnapshot(req.PathValue("id"))
-	if !ok {
-		writeError(w, protocol.Errorf(protocol.ErrNotFound, "unknown node %q", req.PathValue("id")))
+func (g *Gateway) handleNodeGet(w http.ResponseWriter, req *http.Request) {
+	n, err := g.nodes.Resolve(req.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"node": nodeView(n)})
 }
 
-func (r *nodeRouter) handleDecide(pairing string) http.HandlerFunc {
+func (g *Gateway) handleDecide(pairing string) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		id := req.PathValue("id")
-		if _, ok := r.nodeSnapshot(id); !ok {
-			writeError(w, protocol.Errorf(protocol.ErrNotFound, "unknown node %q", id))
-			return
-		}
-		n, err := r.decide(req.Context(), id, pairing, false)
+		n, err := g.nodes.Decide(req.Context(), req.PathValue("id"), pairing)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -105,13 +108,29 @@ func (r *nodeRouter) handleDecide(pairing string) http.HandlerFunc {
 	}
 }
 
+// ApproveNode pairs the node with this id (it need not have been seen
+// yet: `execmesh up` approves its own local node before its first
+// heartbeat).
+func (g *Gateway) ApproveNode(id string) error {
+	_, err := g.nodes.Approve(g.bg, id)
+	return err
+}
+
+// AdmitNode pairs the node holding publicKey as if it had joined by code:
+// the embedded server admits its key with permissions confined to its own
+// subjects. `execmesh up` admits its local node this way.
+func (g *Gateway) AdmitNode(publicKey, name string) error {
+	_, err := g.nodes.Admit(g.bg, publicKey, name)
+	return err
+}
+
 // inviteRequest is the body of POST /v1/nodes/invite.
 type inviteRequest struct {
 	Name  string `json:"name"`
 	TTLMs int64  `json:"ttlMs"`
 }
 
-func (r *nodeRouter) handleInvite(w http.ResponseWriter, req *http.Request) {
+func (g *Gateway) handleInvite(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, 64<<10))
 	if err != nil {
 		writeError(w, protocol.Errorf(protocol.ErrInvalidRequest, "reading request body: %v", err))
@@ -135,10 +154,93 @@ func (r *nodeRouter) handleInvite(w http.ResponseWriter, req *http.Request) {
 		writeError(w, protocol.Errorf(protocol.ErrInvalidRequest, "name is longer than 128 characters"))
 		return
 	}
-	reply, err := r.createInvite(in.Name, time.Duration(in.TTLMs)*time.Millisecond)
+	inv, err := g.Invite(req, in.Name, time.Duration(in.TTLMs)*time.Millisecond)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, reply)
+	writeJSON(w, http.StatusOK, inv)
+}
+
+// Invite issues a join code. With the embedded server listening on
+// loopback only (and no join URLs configured), no other machine could use
+// it: that is refused.
+func (g *Gateway) Invite(req *http.Request, name string, ttl time.Duration) (nodes.Invite, error) {
+	if urls := embeddedJoinURLs(g.nodes.Server()); g.configuredJoinURLs() == nil && len(urls) > 0 && allLoopback(urls) {
+		return nodes.Invite{}, protocol.Errorf(protocol.ErrConflict,
+			"the embedded NATS server listens on loopback only (%s), so no other machine could join with this code; restart with --nats-listen 0.0.0.0:4222 (and a --token), or set EXECMESH_NODE_JOIN_URLS to addresses other machines can reach",
+			strings.Join(urls, ", "))
+	}
+	return g.nodes.Invite(req.Context(), name, ttl)
+}
+
+// joinURLs are the URLs join codes carry.
+func (g *Gateway) joinURLs() []string {
+	if urls := g.configuredJoinURLs(); urls != nil {
+		return urls
+	}
+	return embeddedJoinURLs(g.nodes.Server())
+}
+
+// configuredJoinURLs are the join URLs an operator set
+// (EXECMESH_NODE_JOIN_URLS, Options.JoinURLs), nil when none.
+func (g *Gateway) configuredJoinURLs() []string {
+	if v := strings.TrimSpace(g.opts.Getenv("EXECMESH_NODE_JOIN_URLS")); v != "" {
+		var out []string
+		for u := range strings.SplitSeq(v, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				out = append(out, u)
+			}
+		}
+		return out
+	}
+	if g.opts.JoinURLs != nil {
+		return g.opts.JoinURLs()
+	}
+	return nil
+}
+
+// allLoopback reports whether every URL names a loopback host.
+func allLoopback(urls []string) bool {
+	for _, u := range urls {
+		_, rest, _ := strings.Cut(u, "://")
+		h, _, err := net.SplitHostPort(rest)
+		if err != nil {
+			h = rest
+		}
+		ip := net.ParseIP(h)
+		if h != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return false
+		}
+	}
+	return true
+}
+
+// embeddedJoinURLs returns the URLs of the embedded server a join code
+// carries: its address, or, when it listens on every interface, every
+// routable address, loopback last.
+func embeddedJoinURLs(srv *bus.Server) []string {
+	if srv == nil {
+		return nil
+	}
+	local := srv.ClientURL()
+	addr, ok := srv.NATSServer().Addr().(*net.TCPAddr)
+	if !ok || addr == nil || local == "" {
+		return nil
+	}
+	if !addr.IP.IsUnspecified() {
+		return []string{local}
+	}
+	scheme, _, _ := strings.Cut(local, "://")
+	var urls []string
+	if ifaddrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range ifaddrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok || ipn.IP.IsLoopback() || ipn.IP.IsLinkLocalUnicast() || ipn.IP.IsMulticast() {
+				continue
+			}
+			urls = append(urls, scheme+"://"+net.JoinHostPort(ipn.IP.String(), strconv.Itoa(addr.Port)))
+		}
+	}
+	return append(urls, local)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
 	"github.com/execmesh/execmesh/nodeagent"
+	"github.com/execmesh/execmesh/nodes"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -22,19 +23,21 @@ func secureEnv(t *testing.T) *nodeEnv {
 	t.Helper()
 	gw := bus.User{Name: "execmesh-gateway", Password: "gateway-secret"}
 	srv := bustest.StartServer(t, bustest.WithUsers(gw))
-	return startNodeGateway(t, srv, "", nil, func(cc *bus.ClientConfig) {
+	return startNodeGateway(t, srv, "", func(_ *Config, o *Options) {
+		o.JoinURLs = func() []string { return []string{srv.ClientURL()} }
+	}, func(cc *bus.ClientConfig) {
 		cc.User, cc.Password = gw.Name, gw.Password
 	})
 }
 
-func (e *nodeEnv) invite(name string, ttl time.Duration) inviteReply {
+func (e *nodeEnv) invite(name string, ttl time.Duration) nodes.Invite {
 	e.t.Helper()
 	body, _ := json.Marshal(map[string]any{"name": name, "ttlMs": ttl.Milliseconds()})
 	r := e.do("POST", "/v1/nodes/invite", body, nil)
 	if r.Status != 200 {
 		e.t.Fatalf("invite: %d %s", r.Status, r.Raw)
 	}
-	var out inviteReply
+	var out nodes.Invite
 	if err := json.Unmarshal(r.Raw, &out); err != nil {
 		e.t.Fatal(err)
 	}
@@ -177,10 +180,10 @@ func TestNodeAdmitLocalNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := env.g.AdmitNode(id.PublicKey); err != nil {
+	if err := env.g.AdmitNode(id.PublicKey, "local"); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.g.AdmitNode("not-a-key"); err == nil {
+	if err := env.g.AdmitNode("not-a-key", ""); err == nil {
 		t.Fatal("AdmitNode accepted a bad key")
 	}
 	a := startAgent(t, cfg)
@@ -188,8 +191,7 @@ func TestNodeAdmitLocalNode(t *testing.T) {
 	if res := env.invoke("exec", map[string]any{"command": "echo local-node", "host": "node"}, ""); !strings.Contains(res.Text(), "local-node") {
 		t.Fatalf("exec: %s", res.Text())
 	}
-	stored := readNodesFile(t, env.stateDir)
-	if len(stored) != 1 || !stored[0].Joined || stored[0].PublicKey != id.PublicKey {
-		t.Fatalf("stored: %+v", stored)
+	if n, ok := env.g.NodeRegistry().Get(id.NodeID); !ok || !n.Joined || n.PublicKey != id.PublicKey || n.Pairing != protocol.NodePairingPaired {
+		t.Fatalf("registry: %+v", n)
 	}
 }

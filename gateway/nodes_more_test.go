@@ -30,7 +30,14 @@ func startFakeNode(t *testing.T, env *nodeEnv) *fakeNode {
 		t.Fatal(err)
 	}
 	f := &fakeNode{id: id, seen: make(chan *nats.Msg, 16)}
-	sub, err := env.nc.Subscribe(protocol.Subjects("execmesh").NodeAll(id.NodeID), func(m *nats.Msg) { f.seen <- m })
+	sub, err := env.nc.Subscribe(protocol.Subjects("execmesh").NodeAll(id.NodeID), func(m *nats.Msg) {
+		if strings.HasSuffix(m.Subject, "."+protocol.NodeEndpointPing) {
+			b, _ := json.Marshal(protocol.PingReply{Instance: "i1"}) // alive, so requests are sent
+			_ = m.Respond(b)
+			return
+		}
+		f.seen <- m
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,13 +63,12 @@ func startFakeNode(t *testing.T, env *nodeEnv) *fakeNode {
 }
 
 func TestNodeStartOutcomeUnknown(t *testing.T) {
-	env := startNodeGateway(t, nil, "", nil)
+	env := startNodeGateway(t, nil, "", func(_ *Config, o *Options) {
+		o.Getenv = testNodeEnvWith(map[string]string{"EXECMESH_NODE_REQUEST_MARGIN_MS": "300", "EXECMESH_NODE_CALL_TIMEOUT_MS": "300"})
+	})
 	f := startFakeNode(t, env)
 	env.waitNode(f.id.NodeID, "connected", protocol.NodePairingPending)
 	if err := env.g.ApproveNode(f.id.NodeID); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.g.SetNodeOptions(NodeOptions{PresenceTTL: 3 * time.Second, RequestMargin: 300 * time.Millisecond, CallTimeout: 300 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	r := env.invokeRaw("exec", map[string]any{"command": "echo maybe", "host": "node", "background": true}, "")
@@ -86,23 +92,26 @@ func TestNodeStartOutcomeUnknown(t *testing.T) {
 	if len(got) != 1 || got[0].Header.Get(protocol.NodeHeaderIdempotencyKey) == "" || !strings.Contains(r.Error.Message, got[0].Header.Get(protocol.NodeHeaderIdempotencyKey)) {
 		t.Fatalf("exec deliveries: %d", len(got))
 	}
-	// The request carried the resolved timeout and no routing fields.
-	var w protocol.NodeExecRequest
+	// The request carried the resolved timeout, no routing fields, and the
+	// session id the gateway allocated (kept in the index: the command may
+	// run).
+	var w protocol.ExecRequest
 	if err := json.Unmarshal(got[0].Data, &w); err != nil {
 		t.Fatal(err)
 	}
-	var args map[string]any
-	_ = json.Unmarshal(w.Args, &args)
-	if args["timeout"] != float64(DefaultTimeoutSec) || args["host"] != nil || w.Security != "full" || w.Ask != "off" {
+	if w.Args.Timeout == nil || *w.Args.Timeout != float64(DefaultTimeoutSec) || w.Args.Host != "" || w.Security != "full" || w.Ask != "off" ||
+		w.Target != protocol.TargetNode || w.SessionID == "" {
 		t.Fatalf("exec request: %s", got[0].Data)
+	}
+	if rec, ok := env.g.index.lookup(t.Context(), w.SessionID); !ok || rec.HostID != f.id.NodeID {
+		t.Fatalf("index entry of the unknown start: %+v %v", rec, ok)
 	}
 }
 
 func TestNodeGhostsExpire(t *testing.T) {
-	env := startNodeGateway(t, nil, "", nil)
-	if err := env.g.SetNodeOptions(NodeOptions{PresenceTTL: 3 * time.Second, GhostTTL: 500 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	env := startNodeGateway(t, nil, "", func(_ *Config, o *Options) {
+		o.Getenv = testNodeEnvWith(map[string]string{"EXECMESH_NODE_PRESENCE_TTL_MS": "1000", "EXECMESH_NODE_GHOST_TTL_MS": "500"})
+	})
 	cfg := testAgentConfig(t, env.srv, "kept")
 	a := env.pairAgent(cfg)
 	ctx := t.Context()
@@ -110,15 +119,16 @@ func TestNodeGhostsExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.waitNode(a.ID(), "unreachable", protocol.NodePairingPaired)
-	// An unpaired node last heard from a minute ago is swept away.
-	r := env.g.router()
-	r.mu.Lock()
-	r.nodes["ghostghostghost1"] = &nodeEntry{id: "ghostghostghost1", pairing: protocol.NodePairingPending, lastSeen: time.Now().Add(-time.Minute), interval: testHeartbeat}
-	r.mu.Unlock()
+	// An unpaired node that went silent is swept away after the ghost TTL.
+	ghost := startAgent(t, testAgentConfig(t, env.srv, "ghost"))
+	env.waitNode(ghost.ID(), "connected", protocol.NodePairingPending)
+	if err := ghost.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	checkFor(t, 30*time.Second, func() error {
 		for _, n := range env.g.Nodes() {
-			if n.ID == "ghostghostghost1" {
-				return fmt.Errorf("ghost still listed")
+			if n.ID == ghost.ID() {
+				return fmt.Errorf("ghost still listed: %+v", n)
 			}
 		}
 		return nil

@@ -182,8 +182,8 @@ func TestNodePairingGate(t *testing.T) {
 		t.Fatalf("unpaired, named: %d %v", st, e)
 	}
 	// The node itself refuses work while pending, whoever sends it.
-	args, _ := json.Marshal(map[string]any{"command": "echo sneaky", "timeout": 10})
-	body, _ := json.Marshal(map[string]any{"sessionKey": "agent:main:main", "args": json.RawMessage(args), "security": "full", "ask": "off"})
+	ten := 10.0
+	body, _ := json.Marshal(protocol.ExecRequest{SessionKey: "agent:main:main", Target: protocol.TargetNode, Args: protocol.ExecArgs{Command: "echo sneaky", Timeout: &ten}, Security: "full", Ask: "off"})
 	m, err := bus.RequestChunked(t.Context(), env.nc, protocol.Subjects("execmesh").Node(a.ID(), "exec"), body, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -201,9 +201,8 @@ func TestNodePairingGate(t *testing.T) {
 	if !strings.Contains(res.Text(), "now-paired") {
 		t.Fatalf("after approve: %s", res.Text())
 	}
-	stored := readNodesFile(t, env.stateDir)
-	if len(stored) != 1 || stored[0].ID != a.ID() || stored[0].Pairing != protocol.NodePairingPaired || stored[0].PublicKey != a.PublicKey() {
-		t.Fatalf("stored: %+v", stored)
+	if n, ok := env.g.NodeRegistry().Get(a.ID()); !ok || n.Pairing != protocol.NodePairingPaired || n.PublicKey != a.PublicKey() {
+		t.Fatalf("registry: %+v", n)
 	}
 	if r := env.do("POST", "/v1/nodes/"+a.ID()+"/reject", nil, nil); r.Status != 200 {
 		t.Fatalf("reject: %d %s", r.Status, r.Raw)
@@ -251,10 +250,12 @@ func TestNodeApproveBeforeSeenAndPersisted(t *testing.T) {
 func TestNodeIdempotentStart(t *testing.T) {
 	env := startNodeGateway(t, nil, "", nil)
 	a := env.pairAgent(testAgentConfig(t, env.srv, "alpha"))
-	args, _ := json.Marshal(map[string]any{"command": "echo once >> runs.txt; sleep 5", "background": true, "timeout": 30})
-	body, _ := json.Marshal(protocol.NodeExecRequest{SessionKey: "agent:main:main", Args: args, Security: "full", Ask: "off"})
+	thirty := 30.0
+	req := protocol.ExecRequest{SessionKey: "agent:main:main", Target: protocol.TargetNode,
+		Args: protocol.ExecArgs{Command: "echo once >> runs.txt; sleep 5", Background: true, Timeout: &thirty}, Security: "full", Ask: "off"}
+	body, _ := json.Marshal(req)
 	hdr := nats.Header{}
-	hdr.Set(protocol.NodeHeaderIdempotencyKey, newUUID())
+	hdr.Set(protocol.NodeHeaderIdempotencyKey, "1d0a3a84-7b0b-4e37-9a5c-5a1ad6bfc6a3")
 	subject := protocol.Subjects("execmesh").Node(a.ID(), "exec")
 	var ids []string
 	for range 3 {
@@ -265,17 +266,18 @@ func TestNodeIdempotentStart(t *testing.T) {
 		if e := bus.ReplyError(m); e != nil {
 			t.Fatal(e)
 		}
-		var res protocol.Result
-		if err := json.Unmarshal(m.Data, &res); err != nil {
+		var reply protocol.ExecReply
+		if err := json.Unmarshal(m.Data, &reply); err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, res.SessionID())
+		ids = append(ids, reply.Result.SessionID())
 	}
 	if ids[0] == "" || ids[0] != ids[1] || ids[1] != ids[2] {
 		t.Fatalf("retries started new sessions: %v", ids)
 	}
 	// A key reused by another sessionKey is refused.
-	body2, _ := json.Marshal(protocol.NodeExecRequest{SessionKey: "agent:main:other", Args: args, Security: "full", Ask: "off"})
+	req.SessionKey = "agent:main:other"
+	body2, _ := json.Marshal(req)
 	m, err := bus.RequestChunked(t.Context(), env.nc, subject, body2, hdr)
 	if err != nil {
 		t.Fatal(err)
@@ -398,8 +400,8 @@ func TestNodeRestartLosesSessions(t *testing.T) {
 	// Same identity (state dir), new run.
 	a2 := startAgent(t, cfg)
 	checkFor(t, 30*time.Second, func() error {
-		n, ok := env.g.router().nodeSnapshot(a2.ID())
-		if !ok || !n.live || n.instance != a2.Instance() {
+		n, ok := env.g.NodeRegistry().Get(a2.ID())
+		if !ok || !n.Live || n.Instance != a2.Instance() {
 			return fmt.Errorf("new run not seen yet")
 		}
 		return nil
@@ -453,24 +455,5 @@ func TestNodeGatewayRestartResync(t *testing.T) {
 	p := env2.invoke("process", map[string]any{"action": "poll", "sessionId": id}, "")
 	if p.Status() != protocol.StatusCompleted {
 		t.Fatalf("poll after restart: %s", p.Text())
-	}
-}
-
-func TestNodeAliasOnCollision(t *testing.T) {
-	env := startNodeGateway(t, nil, "", nil)
-	r := env.g.router()
-	r.mu.Lock()
-	first := r.indexAddLocked("agent:main:main", "aaaaaaaaaaaaaaaa", "i1", "nimble-coral", protocol.Details{})
-	second := r.indexAddLocked("agent:main:main", "bbbbbbbbbbbbbbbb", "i2", "nimble-coral", protocol.Details{})
-	again := r.indexAddLocked("agent:main:main", "aaaaaaaaaaaaaaaa", "i1", "nimble-coral", protocol.Details{})
-	otherScope := r.indexAddLocked("agent:main:x", "bbbbbbbbbbbbbbbb", "i2", "nimble-coral", protocol.Details{})
-	r.mu.Unlock()
-	if first.id != "nimble-coral" || second.id != "nimble-coral-bbbb" || again != first || otherScope.id != "nimble-coral" {
-		t.Fatalf("aliases: %q %q %v %q", first.id, second.id, again == first, otherScope.id)
-	}
-	res := protocol.TextResult("Command still running (session nimble-coral, pid 7).", protocol.Details{SessionID: protocol.Some("nimble-coral")})
-	rewriteSessionID(&res, "nimble-coral", "nimble-coral-bbbb")
-	if res.SessionID() != "nimble-coral-bbbb" || res.Text() != "Command still running (session nimble-coral-bbbb, pid 7)." {
-		t.Fatalf("rewrite: %s %v", res.Text(), res.Details)
 	}
 }

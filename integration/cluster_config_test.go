@@ -132,7 +132,11 @@ func TestClusterShippedConfigs(t *testing.T) {
 		t.Fatalf("EnsureStreams with 3 replicas on the shipped cluster: %v", err)
 	}
 	names := bus.StreamNamesFor(bus.DefaultPrefix)
-	for _, stream := range []string{names.Exit, "KV_" + names.Nodes, "KV_" + names.Presence, "KV_" + names.Idem} {
+	streams := []string{names.Exit, names.Events}
+	for _, b := range names.Buckets() {
+		streams = append(streams, "KV_"+b)
+	}
+	for _, stream := range streams {
 		clCheckFor(t, "stream "+stream+" replicated", 20*time.Second, 100*time.Millisecond, func() error {
 			st, err := js.Stream(ctx, stream)
 			if err != nil {

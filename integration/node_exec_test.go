@@ -268,9 +268,9 @@ func TestNodeBadInput(t *testing.T) {
 	before := list()
 	for _, c := range []struct{ endpoint, body, want string }{
 		{"exec", `this is not json`, "JSON object"},
-		{"exec", `{"sessionKey":"agent:main:main","args":{"command":42}}`, `"command" must be a string`},
+		{"exec", `{"sessionKey":"agent:main:main","args":{"command":42}}`, `"args.command" must be a string`},
 		{"exec", `{"sessionKey":["x"],"args":{"command":"true"}}`, `"sessionKey" must be a string`},
-		{"process", `{"sessionKey":"agent:main:main","args":{"action":"kill","sessionId":7}}`, `"sessionId" must be a string`},
+		{"process", `{"sessionKey":"agent:main:main","args":{"action":"kill","sessionId":7}}`, `"args.sessionId" must be a string`},
 		{"process", `{"sessionKey":"agent:main:main","args":{"action":"poll"},"x":1}`, `unknown field`},
 		{"list", `{"sessionKey":{}}`, `must be a string`},
 		{"which", `nope`, "JSON object"},
@@ -296,8 +296,8 @@ func TestNodeBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r protocol.Result
-	if err := json.Unmarshal(m.Data, &r); err != nil || r.Status() != protocol.StatusFailed || !strings.Contains(r.Text(), "ghost-session") || m.Header.Get("Execmesh-Session") != "gone" {
+	var r protocol.ProcessReply
+	if err := json.Unmarshal(m.Data, &r); err != nil || r.Result.Status() != protocol.StatusFailed || !strings.Contains(r.Result.Text(), "ghost-session") || !r.Gone {
 		t.Fatalf("unknown session: %s %v", m.Data, err)
 	}
 	if r := gw.invoke("process", map[string]any{"action": "kill", "sessionId": "ghost-session"}); r.Status() != protocol.StatusFailed {

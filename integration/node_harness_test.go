@@ -110,7 +110,19 @@ func startItGateway(t *testing.T, ns *nodeServer, stateDir string, cc bus.Client
 		f(&cfg)
 	}
 	cwd := t.TempDir()
+	if len(cc.URLs) == 0 && cc.InProcess == nil {
+		cc.URLs = []string{ns.url()}
+	}
+	cc.Name = "gateway"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := bus.Connect(ctx, cc, nil)
+	if err != nil {
+		t.Fatalf("gateway connect: %v", err)
+	}
 	g, err := gateway.New(t.Context(), cfg, gateway.Options{
+		Conn:    nc,
+		Server:  ns.srv,
 		Cwd:     cwd,
 		Environ: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + cwd, "SHELL=/bin/sh", "LANG=C"},
 		// A presence TTL of 3 s: heartbeats every 0.2 s may be late on a
@@ -124,23 +136,8 @@ func startItGateway(t *testing.T, ns *nodeServer, stateDir string, cc bus.Client
 		LoginShellPath: func() string { return "" },
 	})
 	if err != nil {
+		nc.Close()
 		t.Fatalf("gateway.New: %v", err)
-	}
-	if len(cc.URLs) == 0 && cc.InProcess == nil {
-		cc.URLs = []string{ns.url()}
-	}
-	cc.Name = "gateway"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	nc, err := bus.Connect(ctx, cc, nil)
-	if err != nil {
-		t.Fatalf("gateway connect: %v", err)
-	}
-	if err := g.ServeNATS(nc, "execmesh"); err != nil {
-		t.Fatalf("ServeNATS: %v", err)
-	}
-	if err := g.SetEmbeddedServer(ns.srv); err != nil {
-		t.Fatalf("SetEmbeddedServer: %v", err)
 	}
 	gw := &itGateway{t: t, g: g, nc: nc, http: httptest.NewServer(g.Handler()), stateDir: stateDir}
 	t.Cleanup(gw.close)
@@ -156,9 +153,6 @@ func (gw *itGateway) close() {
 	gw.http.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := gw.g.CloseNodes(ctx); err != nil {
-		gw.t.Errorf("CloseNodes: %v", err)
-	}
 	if err := gw.g.Close(ctx); err != nil {
 		gw.t.Errorf("gateway close: %v", err)
 	}

@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/gateway"
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -70,18 +73,47 @@ func (c *HTTPInvoker) Invoke(ctx context.Context, tool string, args json.RawMess
 	return *ans.Result, nil
 }
 
-// Events implements Invoker with the long poll GET /v1/events.
-func (c *HTTPInvoker) Events(ctx context.Context, wait time.Duration) ([]protocol.SystemEvent, error) {
-	ctx, cancel := context.WithTimeout(ctx, wait+eventMargin)
-	defer cancel()
-	q := url.Values{"sessionKey": {c.sessionKey}, "waitMs": {strconv.FormatInt(wait.Milliseconds(), 10)}}
-	var ans struct {
-		Events []protocol.SystemEvent `json:"events"`
+// Follow implements Invoker with the long poll GET /v1/events, each
+// request confirming exactly the events send accepted (ack): an event the
+// session could not take is read again, by this or another reader. It
+// returns after one long poll that found nothing (the caller loops), or
+// when send fails.
+func (c *HTTPInvoker) Follow(ctx context.Context, wait time.Duration, send func(protocol.SystemEvent) error) error {
+	ack := "0" // confirms nothing another reader left
+	for {
+		rctx, cancel := context.WithTimeout(ctx, wait+eventMargin)
+		q := url.Values{"sessionKey": {c.sessionKey}, "waitMs": {strconv.FormatInt(wait.Milliseconds(), 10)}, "ack": {ack}}
+		var ans struct {
+			Events []protocol.SystemEvent `json:"events"`
+		}
+		err := c.do(rctx, http.MethodGet, "/v1/events", q, nil, &ans)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if len(ans.Events) == 0 {
+			return nil
+		}
+		for _, ev := range ans.Events {
+			if err := send(ev); err != nil {
+				c.confirm(ctx, ack)
+				return err
+			}
+			if !strings.HasSuffix(ev.ID, "-dropped") {
+				ack = ev.ID
+			}
+		}
 	}
-	if err := c.do(ctx, http.MethodGet, "/v1/events", q, nil, &ans); err != nil {
-		return nil, err
+}
+
+// confirm sends the last ack of a Follow that stopped.
+func (c *HTTPInvoker) confirm(ctx context.Context, ack string) {
+	if ack == "0" {
+		return
 	}
-	return ans.Events, nil
+	body, _ := json.Marshal(map[string]string{"sessionKey": c.sessionKey, "upTo": ack})
+	var out map[string]any
+	_ = c.do(ctx, http.MethodPost, "/v1/events/ack", nil, body, &out)
 }
 
 // do sends one request and decodes a 2xx answer into out. Other answers
@@ -161,18 +193,22 @@ func (i *gatewayInvoker) Invoke(ctx context.Context, tool string, args json.RawM
 	return i.g.Invoke(ctx, gateway.InvokeRequest{Tool: tool, Args: args, SessionKey: i.sessionKey})
 }
 
-func (i *gatewayInvoker) Events(ctx context.Context, wait time.Duration) ([]protocol.SystemEvent, error) {
-	return i.g.Events(ctx, i.sessionKey, wait), nil
+func (i *gatewayInvoker) Follow(ctx context.Context, _ time.Duration, send func(protocol.SystemEvent) error) error {
+	return i.g.FollowEvents(ctx, i.sessionKey, send)
 }
 
 // Embedded is a private in-process gateway for `execmesh mcp --embedded`:
-// no HTTP listener and no NATS, so only host=gateway and host=sandbox
-// commands run, and no approval can be answered from outside (a command
-// that needs one waits for askFallback). Configure tools.exec.security and
-// ask, or an allowlist in the state dir's exec-approvals.json, accordingly.
+// no HTTP listener, and a NATS server of its own that listens on no port
+// (its JetStream store in the state dir holds the gateway's state), so
+// only host=gateway and host=sandbox commands run, and no approval can be
+// answered from outside (a command that needs one waits for askFallback).
+// Configure tools.exec.security and ask, or an allowlist in the state
+// dir's exec-approvals.json, accordingly.
 type Embedded struct {
 	// Gateway is the in-process gateway.
 	Gateway *gateway.Gateway
+	srv     *bus.Server
+	nc      *nats.Conn
 	tempDir string // removed by Close; empty when the caller chose the state dir
 }
 
@@ -187,15 +223,42 @@ func NewEmbedded(ctx context.Context, cfg gateway.Config, opts gateway.Options) 
 		}
 		cfg.StateDir, e.tempDir = dir, dir
 	}
-	g, err := gateway.New(ctx, cfg, opts)
-	if err != nil {
+	fail := func(err error) (*Embedded, error) {
+		e.closeBus(context.WithoutCancel(ctx))
 		if e.tempDir != "" {
 			_ = os.RemoveAll(e.tempDir)
 		}
 		return nil, fmt.Errorf("embedded gateway: %w", err)
 	}
+	scfg := bus.DefaultServerConfig(cfg.StateDir)
+	scfg.DontListen = true
+	scfg.Logger = opts.Logger
+	srv, err := bus.StartServer(ctx, scfg)
+	if err != nil {
+		return fail(err)
+	}
+	e.srv = srv
+	nc, err := bus.Connect(ctx, bus.ClientConfig{Name: "execmesh-mcp-embedded", InProcess: srv}, opts.Logger)
+	if err != nil {
+		return fail(err)
+	}
+	e.nc = nc
+	opts.Conn, opts.Server = nc, srv
+	g, err := gateway.New(ctx, cfg, opts)
+	if err != nil {
+		return fail(err)
+	}
 	e.Gateway = g
 	return e, nil
+}
+
+func (e *Embedded) closeBus(ctx context.Context) {
+	if e.nc != nil {
+		e.nc.Close()
+	}
+	if e.srv != nil {
+		_ = e.srv.Shutdown(ctx)
+	}
 }
 
 // Invoker returns an Invoker for sessionKey on the embedded gateway.
@@ -207,6 +270,7 @@ func (e *Embedded) Invoker(sessionKey string) Invoker {
 // included) and removes a temporary state dir.
 func (e *Embedded) Close(ctx context.Context) error {
 	err := e.Gateway.Close(ctx)
+	e.closeBus(ctx)
 	if e.tempDir != "" {
 		if rerr := os.RemoveAll(e.tempDir); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("removing %s: %w", e.tempDir, rerr))

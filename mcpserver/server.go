@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -21,9 +22,11 @@ type Invoker interface {
 	// the tool before anything ran (invalid arguments, a security
 	// violation, …) or means the gateway could not be reached.
 	Invoke(ctx context.Context, tool string, args json.RawMessage) (protocol.Result, error)
-	// Events returns and acknowledges the queued system events, waiting up
-	// to wait for the first one.
-	Events(ctx context.Context, wait time.Duration) ([]protocol.SystemEvent, error)
+	// Follow hands each system event of the sessionKey to send, as it
+	// comes, until ctx ends or send fails; an event is confirmed (removed
+	// from the queue) only once send accepted it. wait bounds one read of
+	// a polling implementation.
+	Follow(ctx context.Context, wait time.Duration, send func(protocol.SystemEvent) error) error
 }
 
 // Options configure the MCP server. The zero value is ready to use.
@@ -188,35 +191,45 @@ func (s *server) forward(ss *mcp.ServerSession) {
 }
 
 // forwardEvents sends every system event of the session key as a logging
-// notification until ctx ends. Events are acknowledged when read, so one
-// that cannot be sent (the session is closing) is logged and lost, like an
-// event read by any other consumer that goes away.
+// notification until ctx ends. An event is confirmed only once the session
+// took it: one that cannot be sent (no stream is connected, the session is
+// closing) stays queued for the next reader, and forwarding pauses with a
+// growing delay before it tries again.
 func (s *server) forwardEvents(ctx context.Context, ss *mcp.ServerSession) {
 	backoff := minEventInterval
 	for ctx.Err() == nil {
 		start := time.Now()
-		evs, err := s.inv.Events(ctx, s.opts.EventWait)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.log.Warn("reading system events", "err", err, "retryIn", backoff)
-			sleep(ctx, backoff)
-			backoff = min(2*backoff, maxEventBackoff)
-			continue
-		}
-		backoff = minEventInterval
-		for _, ev := range evs {
+		sent := false
+		err := s.inv.Follow(ctx, s.opts.EventWait, func(ev protocol.SystemEvent) error {
 			msg := &mcp.LoggingMessageParams{Level: "info", Logger: Logger, Data: ev}
 			if err := ss.Log(ctx, msg); err != nil {
-				s.log.Warn("sending system event", "id", ev.ID, "kind", ev.Kind, "err", err)
+				return &undelivered{err}
 			}
+			sent = true
+			return nil
+		})
+		if ctx.Err() != nil {
+			return
 		}
-		if len(evs) == 0 && time.Since(start) < minEventInterval/4 {
-			sleep(ctx, minEventInterval)
+		var und *undelivered
+		switch {
+		case errors.As(err, &und):
+			s.log.Debug("system event not delivered; it stays queued", "err", und.err, "retryIn", backoff)
+		case err != nil:
+			s.log.Warn("reading system events", "err", err, "retryIn", backoff)
+		case sent || time.Since(start) >= minEventInterval/4:
+			backoff = minEventInterval
+			continue
 		}
+		sleep(ctx, backoff)
+		backoff = min(2*backoff, maxEventBackoff)
 	}
 }
+
+// undelivered is a send that the session's transport refused.
+type undelivered struct{ err error }
+
+func (u *undelivered) Error() string { return "undelivered: " + u.err.Error() }
 
 // sleep waits for d or the end of ctx.
 func sleep(ctx context.Context, d time.Duration) {

@@ -54,14 +54,18 @@ func (f *fakeInvoker) Invoke(ctx context.Context, tool string, args json.RawMess
 	return protocol.TextResult("ok", protocol.Details{Status: protocol.Some("completed")}), nil
 }
 
-func (f *fakeInvoker) Events(ctx context.Context, wait time.Duration) ([]protocol.SystemEvent, error) {
+func (f *fakeInvoker) Follow(ctx context.Context, wait time.Duration, send func(protocol.SystemEvent) error) error {
 	f.active.Add(1)
 	defer f.active.Add(-1)
-	select {
-	case ev := <-f.events:
-		return []protocol.SystemEvent{ev}, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	for {
+		select {
+		case ev := <-f.events:
+			if err := send(ev); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 

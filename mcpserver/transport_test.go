@@ -173,17 +173,35 @@ func TestHTTPInvoker(t *testing.T) {
 	if _, err := NewHTTPInvoker(srv.URL, "wrong", "", nil).Invoke(t.Context(), "exec", []byte(`{"command":"true"}`)); !errors.As(err, &pe) || pe.Type != protocol.ErrUnauthorized {
 		t.Errorf("wrong token: %v", err)
 	}
+	collect := func(wait time.Duration, fail error) ([]protocol.SystemEvent, error) {
+		var evs []protocol.SystemEvent
+		err := inv.Follow(t.Context(), wait, func(ev protocol.SystemEvent) error {
+			evs = append(evs, ev)
+			return fail
+		})
+		return evs, err
+	}
 	start := time.Now()
-	evs, err := inv.Events(t.Context(), 50*time.Millisecond)
+	evs, err := collect(50*time.Millisecond, nil)
 	if err != nil || len(evs) != 0 || time.Since(start) > 5*time.Second {
-		t.Errorf("Events: %v %v", evs, err)
+		t.Errorf("Follow with nothing queued: %v %v", evs, err)
 	}
 	if _, err := inv.Invoke(t.Context(), "exec", []byte(`{"command":"echo bye; exit 1","background":true}`)); err != nil {
 		t.Fatal(err)
 	}
-	evs, err = inv.Events(t.Context(), 10*time.Second)
+	// An event the session could not take stays queued and comes again.
+	refused := errors.New("transport closed")
+	evs, err = collect(10*time.Second, refused)
+	if !errors.Is(err, refused) || len(evs) != 1 || !strings.Contains(evs[0].Text, "bye") {
+		t.Fatalf("refused event: %v %v", evs, err)
+	}
+	evs, err = collect(10*time.Second, nil)
 	if err != nil || len(evs) != 1 || !strings.Contains(evs[0].Text, "bye") || evs[0].SessionKey != gateway.DefaultSessionKey {
-		t.Errorf("exit event: %v %v", evs, err)
+		t.Errorf("exit event after a refused send: %v %v", evs, err)
+	}
+	// Delivered once: confirmed by the next request.
+	if evs, err = collect(200*time.Millisecond, nil); err != nil || len(evs) != 0 {
+		t.Errorf("a delivered event came again: %v %v", evs, err)
 	}
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()

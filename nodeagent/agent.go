@@ -2,8 +2,6 @@ package nodeagent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/host"
+	"github.com/execmesh/execmesh/hostbus"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/session"
 )
@@ -50,31 +50,27 @@ type Agent struct {
 	instance  string
 	startedAt time.Time
 	subj      protocol.SubjectSet
-	baseEnv   map[string]string // own environment, sanitised once
 	ownPath   string
+	host      *host.Local     // the host pipeline and session core
+	srv       *hostbus.Server // serves host's endpoints
 	mgr       *session.Manager
-	idem      *idemCache
-	counters  counters // for $SRV.STATS and metrics (stats.go)
+	keys      *trustedKeys // gateway keys whose signed decisions the host acts on
+	counters  counters     // for $SRV.STATS and metrics (stats.go)
 
-	// handlerCtx bounds handler waits (yield windows, polls); it ends
-	// when Close begins so that they answer promptly. pubCtx bounds the
-	// publication of exit events; it ends when Close's flush time is up.
-	handlerCtx    context.Context
-	cancelHandler context.CancelFunc
-	pubCtx        context.Context
-	cancelPub     context.CancelFunc
-	loopCancel    context.CancelFunc
+	// pubCtx bounds the publication of exit events; it ends when
+	// Close's flush time is up.
+	pubCtx     context.Context
+	cancelPub  context.CancelFunc
+	loopCancel context.CancelFunc
 
-	handlerWG sync.WaitGroup // endpoint handlers
-	pubWG     sync.WaitGroup // exit-event publishers
-	loopWG    sync.WaitGroup // heartbeat loop
+	pubWG  sync.WaitGroup // exit-event publishers
+	loopWG sync.WaitGroup // heartbeat loop
 
 	mu        sync.Mutex // guards the fields below
 	started   bool
 	closing   bool // no new handler goroutines
 	pubClosed bool // no new exit publishers
 	pairing   string
-	scopes    map[string]map[string]struct{} // sessionKey → session ids held
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	svc       micro.Service
@@ -116,23 +112,21 @@ func New(cfg Config) (*Agent, error) {
 		name:      name,
 		hostname:  hostname,
 		platform:  runtime.GOOS + "/" + runtime.GOARCH,
-		instance:  randomHex(8),
 		startedAt: time.Now(),
 		subj:      protocol.Subjects(cfg.Prefix),
-		idem:      newIdemCache(cfg.IdempotencyTTL, cfg.MaxIdempotencyKeys),
-		scopes:    map[string]map[string]struct{}{},
 	}
 	a.log = cfg.Logger.With("nodeId", id.NodeID)
-	own := protocol.EnvMap(cfg.Environ)
-	a.ownPath = own["PATH"]
-	a.baseEnv = own
+	a.ownPath = protocol.EnvMap(cfg.Environ)["PATH"]
+	keys, err := loadTrustedKeys(cfg.StateDir, cfg.GatewayKeys)
+	if err != nil {
+		return nil, err
+	}
+	a.keys = keys
 
 	scfg := cfg.Session
 	if scfg.Logger == nil {
 		scfg.Logger = a.log.With("component", "session")
 	}
-	// Exit events are published by each request's OnExitHook (runExec).
-	scfg.OnExit = nil
 	// A terminal poll through the gateway acknowledges the queued event
 	// there; the node has nothing to drop.
 	scfg.OnAcknowledged = nil
@@ -142,15 +136,43 @@ func New(cfg Config) (*Agent, error) {
 	} else {
 		scfg.OnOutput = a.counters.addOutput
 	}
-	m, err := session.NewManager(scfg)
+	h, err := host.NewLocal(host.Config{
+		Logger:      a.log.With("component", "host"),
+		Kind:        host.KindNode,
+		ID:          id.NodeID,
+		Session:     scfg,
+		StateDir:    cfg.StateDir,
+		Environ:     cfg.Environ,
+		Cwd:         cfg.Cwd,
+		TrustedKeys: a.keys.list,
+		Ready:       a.ready,
+		OnExit:      a.onExit,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("nodeagent: session core: %w", err)
+		return nil, fmt.Errorf("nodeagent: %w", err)
 	}
-	a.mgr = m
-	a.handlerCtx, a.cancelHandler = context.WithCancel(context.Background())
+	h.SetSettings(host.Settings{Security: cfg.Security, Ask: cfg.Ask})
+	a.host, a.mgr = h, h.Manager()
+	a.instance = h.Instance()
+	a.srv = hostbus.NewServer(hostbus.ServerConfig{
+		Logger: a.log, Host: h, Name: "node agent " + id.NodeID, Instance: h.Instance(),
+		IdempotencyTTL: cfg.IdempotencyTTL, MaxIdempotencyKeys: cfg.MaxIdempotencyKeys,
+		Count: a.counters.counted,
+	})
 	a.pubCtx, a.cancelPub = context.WithCancel(context.Background())
 	return a, nil
 }
+
+// ready refuses work until the gateway paired the node.
+func (a *Agent) ready() error {
+	if st := a.Pairing(); st == PairingPending || st == PairingRejected {
+		return protocol.Errorf(protocol.ErrDenied, "node %s is not paired with the gateway (pairing %s); approve it with `execmesh nodes approve %s`", a.id.NodeID, st, a.id.NodeID)
+	}
+	return nil
+}
+
+// Host returns the agent's host pipeline (tests and `execmesh up` use it).
+func (a *Agent) Host() *host.Local { return a.host }
 
 // ID returns the node id, derived from the node's public key.
 func (a *Agent) ID() string { return a.id.NodeID }
@@ -255,6 +277,9 @@ func (a *Agent) Start(ctx context.Context) error {
 			return err
 		}
 		a.log.Info("joined by code: paired with the gateway", "status", res.Status, "urls", code.URLs)
+		if err := a.keys.add(code.GatewayKeys...); err != nil {
+			a.log.Warn("could not save the gateway keys of the join code", "err", err)
+		}
 		a.setPairing(res.Status)
 		if len(cc.URLs) == 0 && cc.InProcess == nil {
 			cc.URLs = code.URLs
@@ -348,21 +373,21 @@ func (a *Agent) addService(nc *nats.Conn) (micro.Service, error) {
 		return nil, fmt.Errorf("nodeagent: micro service: %w", err)
 	}
 	g := svc.AddGroup(a.subj.NodeGroup(a.id.NodeID))
+	if err := a.srv.AddTo(nc, g); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("nodeagent: %w", err)
+	}
 	endpoints := []struct {
 		name, subject string
-		fn            headerFunc
+		fn            hostbus.HandlerFunc
 	}{
-		{"exec", EndpointExec, noHeader(a.handleExec)},
-		{"process", EndpointProcess, a.handleProcess},
-		{"list", EndpointList, noHeader(a.handleList)},
-		{"approvals-get", EndpointApprovalsGet, noHeader(a.handleApprovalsGet)},
-		{"approvals-set", EndpointApprovalsSet, noHeader(a.handleApprovalsSet)},
-		{"which", EndpointWhich, noHeader(a.handleWhich)},
-		{"pairing", EndpointPairing, noHeader(a.handlePairing)},
-		{"applypatch", EndpointApplyPatch, noHeader(a.handleApplyPatch)},
+		{"approvals-get", protocol.NodeEndpointApprovalsGet, a.handleApprovalsGet},
+		{"approvals-set", protocol.NodeEndpointApprovalsSet, a.handleApprovalsSet},
+		{"which", protocol.NodeEndpointWhich, a.handleWhich},
+		{"pairing", protocol.NodeEndpointPairing, a.handlePairing},
 	}
 	for _, e := range endpoints {
-		if err := g.AddEndpoint(e.name, a.endpoint(e.name, a.counters.counted(e.name, e.fn)), micro.WithEndpointSubject(e.subject),
+		if err := g.AddEndpoint(e.name, a.srv.Endpoint(e.name, e.fn), micro.WithEndpointSubject(e.subject),
 			micro.WithEndpointPendingLimits(bus.PendingMsgsLimit, bus.PendingBytesLimit)); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("nodeagent: endpoint %s: %w", e.name, err)
@@ -391,12 +416,11 @@ func (a *Agent) Close(ctx context.Context) error {
 				errs = multierror.Append(errs, fmt.Errorf("stop micro service: %w", err))
 			}
 		}
-		a.cancelHandler()
 		a.loopWG.Wait()
-		if err := waitGroup(ctx, &a.handlerWG); err != nil {
+		if err := a.srv.Close(ctx); err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("handlers: %w", err))
 		}
-		if err := a.mgr.Close(ctx); err != nil {
+		if err := a.host.Close(ctx); err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("session core: %w", err))
 		}
 		// Exit events of sessions that ended during the close are
@@ -586,67 +610,8 @@ func (a *Agent) announce(ctx context.Context, nc *nats.Conn) {
 	a.setPairing(resp.Status)
 }
 
-// track records that sessionKey holds sessionID, or forgets it when the
-// session core no longer has it.
-func (a *Agent) track(sessionKey, sessionID string) {
-	if sessionID == "" {
-		return
-	}
-	has := a.mgr.Has(sessionKey, sessionID)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ids := a.scopes[sessionKey]
-	if has {
-		if ids == nil {
-			ids = map[string]struct{}{}
-			a.scopes[sessionKey] = ids
-		}
-		ids[sessionID] = struct{}{}
-		return
-	}
-	delete(ids, sessionID)
-	if len(ids) == 0 {
-		delete(a.scopes, sessionKey)
-	}
-}
-
-// scopeKeys returns the sessionKeys that hold sessions.
-func (a *Agent) scopeKeys() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	keys := make([]string, 0, len(a.scopes))
-	for k := range a.scopes {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-// sessionCount counts the sessions the session core still holds,
-// forgetting those it swept.
+// sessionCount is the number of sessions the session core holds.
 func (a *Agent) sessionCount() int {
-	type ref struct{ scope, id string }
-	a.mu.Lock()
-	refs := make([]ref, 0, len(a.scopes))
-	for scope, ids := range a.scopes {
-		for id := range ids {
-			refs = append(refs, ref{scope, id})
-		}
-	}
-	a.mu.Unlock()
-	n := 0
-	for _, r := range refs {
-		// track takes the lock itself; Has is called outside it.
-		if a.mgr.Has(r.scope, r.id) {
-			n++
-		} else {
-			a.track(r.scope, r.id)
-		}
-	}
-	return n
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	running, finished := a.mgr.Counts()
+	return running + finished
 }

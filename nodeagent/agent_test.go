@@ -72,7 +72,7 @@ func newHarness(t *testing.T, mutate func(*Config)) *harness {
 	h := &harness{t: t, srv: srv, nc: nc, a: a}
 	// Wait until the endpoints answer.
 	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
-		_, err := h.raw(EndpointWhich, []byte(`{"bins":[]}`), nil)
+		_, err := h.raw(protocol.NodeEndpointWhich, []byte(`{"bins":[]}`), nil)
 		return err
 	})
 	return h
@@ -85,7 +85,7 @@ func (h *harness) raw(endpoint string, body []byte, hdr nats.Header) (*nats.Msg,
 	return bus.RequestChunked(ctx, h.nc, protocol.Subjects("execmesh").Node(h.a.ID(), endpoint), body, hdr)
 }
 
-// call sends a request and returns the result, or the node's error.
+// call sends a request and returns the reply, or the node's error.
 func (h *harness) call(endpoint string, v any, hdr nats.Header) (*nats.Msg, *protocol.Error) {
 	h.t.Helper()
 	body, err := json.Marshal(v)
@@ -106,18 +106,32 @@ func (h *harness) call(endpoint string, v any, hdr nats.Header) (*nats.Msg, *pro
 	return m, nil
 }
 
-func (h *harness) exec(args map[string]any, hdr nats.Header) (protocol.Result, *protocol.Error) {
+// execRequest is the gateway's exec request for args (a tool call's
+// arguments, decoded as the gateway decodes them).
+func (h *harness) execRequest(args map[string]any, security, ask string) protocol.ExecRequest {
 	h.t.Helper()
 	raw, _ := json.Marshal(args)
-	m, e := h.call(EndpointExec, ExecRequest{SessionKey: "agent:main:main", Args: raw, Security: "full", Ask: "off"}, hdr)
+	a, err := protocol.DecodeExecArgs(raw)
+	if err != nil {
+		h.t.Fatalf("args %v: %v", args, err)
+	}
+	return protocol.ExecRequest{SessionKey: "agent:main:main", Target: protocol.TargetNode, Args: a, Security: security, Ask: ask}
+}
+
+func (h *harness) exec(args map[string]any, hdr nats.Header) (protocol.Result, *protocol.Error) {
+	h.t.Helper()
+	m, e := h.call(protocol.NodeEndpointExec, h.execRequest(args, "full", "off"), hdr)
 	if e != nil {
 		return protocol.Result{}, e
 	}
-	var res protocol.Result
-	if err := json.Unmarshal(m.Data, &res); err != nil {
+	var reply protocol.ExecReply
+	if err := json.Unmarshal(m.Data, &reply); err != nil {
 		h.t.Fatal(err)
 	}
-	return res, nil
+	if reply.Instance != h.a.Instance() {
+		h.t.Fatalf("exec reply instance %q, want %q", reply.Instance, h.a.Instance())
+	}
+	return reply.Result, nil
 }
 
 func (h *harness) mustExec(args map[string]any) protocol.Result {
@@ -129,27 +143,31 @@ func (h *harness) mustExec(args map[string]any) protocol.Result {
 	return res
 }
 
-func (h *harness) process(sessionKey string, args map[string]any) (protocol.Result, nats.Header) {
+func (h *harness) process(sessionKey string, args map[string]any) (protocol.Result, protocol.ProcessReply) {
 	h.t.Helper()
 	raw, _ := json.Marshal(args)
-	m, e := h.call(EndpointProcess, ProcessRequest{SessionKey: sessionKey, Args: raw}, nil)
+	pa, err := protocol.DecodeProcessArgs(raw)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m, e := h.call(protocol.NodeEndpointProcess, protocol.ProcessRequest{SessionKey: sessionKey, Args: pa}, nil)
 	if e != nil {
 		h.t.Fatalf("process %v: %v", args, e)
 	}
-	var res protocol.Result
-	if err := json.Unmarshal(m.Data, &res); err != nil {
+	var reply protocol.ProcessReply
+	if err := json.Unmarshal(m.Data, &reply); err != nil {
 		h.t.Fatal(err)
 	}
-	return res, m.Header
+	return reply.Result, reply
 }
 
-func (h *harness) listAll() ListResponse {
+func (h *harness) list(sessionKey string) protocol.ListReply {
 	h.t.Helper()
-	m, e := h.call(EndpointList, ListRequest{All: true}, nil)
+	m, e := h.call(protocol.NodeEndpointList, protocol.ListRequest{SessionKey: sessionKey}, nil)
 	if e != nil {
 		h.t.Fatal(e)
 	}
-	var lr ListResponse
+	var lr protocol.ListReply
 	if err := json.Unmarshal(m.Data, &lr); err != nil {
 		h.t.Fatal(err)
 	}
@@ -167,8 +185,8 @@ func TestNodeExecAndProcess(t *testing.T) {
 	if res.Status() != protocol.StatusRunning || id == "" {
 		t.Fatalf("background: %s", res.Text())
 	}
-	if _, hdr := h.process("agent:main:main", map[string]any{"action": "send-keys", "sessionId": id, "literal": "typed-text", "keys": []string{"Enter"}}); hdr.Get(HeaderInstance) != h.a.Instance() {
-		t.Fatalf("instance header: %v", hdr)
+	if _, reply := h.process("agent:main:main", map[string]any{"action": "send-keys", "sessionId": id, "literal": "typed-text", "keys": []string{"Enter"}}); reply.Instance != h.a.Instance() || reply.Gone {
+		t.Fatalf("send-keys reply: %+v", reply)
 	}
 	bustest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		p, _ := h.process("agent:main:main", map[string]any{"action": "log", "sessionId": id})
@@ -177,22 +195,25 @@ func TestNodeExecAndProcess(t *testing.T) {
 		}
 		return nil
 	})
-	lr := h.listAll()
-	if len(lr.Sessions) != 1 || lr.Sessions[0].SessionKey != "agent:main:main" || lr.Sessions[0].Details.SessionID.Value() != id || lr.Instance != h.a.Instance() {
-		t.Fatalf("list all: %+v", lr)
+	lr := h.list("agent:main:main")
+	if len(lr.Sessions) != 1 || lr.Sessions[0].SessionKey != "agent:main:main" || lr.Sessions[0].Details.SessionID.Value() != id || lr.Instance != h.a.Instance() || lr.Total != 1 {
+		t.Fatalf("list: %+v", lr)
+	}
+	if other := h.list("agent:main:other"); len(other.Sessions) != 0 {
+		t.Fatalf("another scope lists %+v", other)
 	}
 	// Unknown session: a failed result, marked gone.
-	res, hdr := h.process("agent:main:main", map[string]any{"action": "poll", "sessionId": "no-such-session"})
-	if res.Status() != protocol.StatusFailed || hdr.Get(HeaderSession) != SessionGone {
-		t.Fatalf("unknown session: %s %v", res.Text(), hdr)
+	res, reply := h.process("agent:main:main", map[string]any{"action": "poll", "sessionId": "no-such-session"})
+	if res.Status() != protocol.StatusFailed || !reply.Gone {
+		t.Fatalf("unknown session: %s %+v", res.Text(), reply)
 	}
 	// Another scope cannot see it.
-	res, hdr = h.process("agent:main:other", map[string]any{"action": "poll", "sessionId": id})
-	if res.Status() != protocol.StatusFailed || hdr.Get(HeaderSession) != SessionGone {
+	res, reply = h.process("agent:main:other", map[string]any{"action": "poll", "sessionId": id})
+	if res.Status() != protocol.StatusFailed || !reply.Gone {
 		t.Fatalf("other scope: %s", res.Text())
 	}
 	h.process("agent:main:main", map[string]any{"action": "remove", "sessionId": id})
-	if lr := h.listAll(); len(lr.Sessions) != 0 {
+	if lr := h.list("agent:main:main"); len(lr.Sessions) != 0 {
 		t.Fatalf("list after remove: %+v", lr)
 	}
 }
@@ -202,23 +223,27 @@ func TestNodeMalformedRequests(t *testing.T) {
 	cases := []struct {
 		endpoint, body, want string
 	}{
-		{EndpointExec, `garbage`, "request must be a JSON object"},
-		{EndpointExec, `{"sessionKey":`, "malformed request"},
-		{EndpointExec, `{"sessionKey":5,"args":{}}`, `field "sessionKey" must be a string`},
-		{EndpointExec, `{"sessionKey":"k","args":{"command":"true"},"extra":1}`, `unknown field "extra"`},
-		{EndpointExec, `{"sessionKey":"","args":{"command":"true"}}`, "sessionKey is required"},
-		{EndpointExec, `{"sessionKey":"k","args":{"command":"true","cwd":"/"}}`, `use "workdir" instead`},
-		{EndpointExec, `{"sessionKey":"k","args":{"command":""}}`, "Provide a command to start."},
-		{EndpointExec, `{"sessionKey":"k","args":{"command":"true","pty":"yes"}}`, `"pty" must be a boolean`},
-		{EndpointExec, `{"sessionKey":"k","args":"echo"}`, "must be a JSON object"},
-		{EndpointExec, `{"sessionKey":"k"} {"x":1}`, "trailing data"},
-		{EndpointProcess, `[]`, "request must be a JSON object"},
-		{EndpointProcess, `{"sessionKey":"k","args":{"action":"poll","timeout":"soon"}}`, `"timeout" must be`},
-		{EndpointProcess, `{"sessionKey":"k","args":{}}`, `"action" is required`},
-		{EndpointList, `{}`, "sessionKey or all is required"},
-		{EndpointList, `{"all":"yes"}`, `field "all" must be a boolean`},
-		{EndpointWhich, `{"bins":"sh"}`, `field "bins" must be an array`},
-		{EndpointPairing, `{"status":"best-friends"}`, "unknown status"},
+		{protocol.NodeEndpointExec, `garbage`, "request must be a JSON object"},
+		{protocol.NodeEndpointExec, `{"sessionKey":`, "malformed request"},
+		{protocol.NodeEndpointExec, `{"sessionKey":5,"args":{}}`, `field "sessionKey" must be a string`},
+		{protocol.NodeEndpointExec, `{"sessionKey":"k","target":"node","args":{"command":"true"},"extra":1}`, `unknown field "extra"`},
+		{protocol.NodeEndpointExec, `{"sessionKey":"","target":"node","args":{"command":"true"}}`, "sessionKey is required"},
+		{protocol.NodeEndpointExec, `{"sessionKey":"k","target":"gateway","args":{"command":"true"}}`, `exec target "gateway" is not served by this node host`},
+		{protocol.NodeEndpointExec, `{"sessionKey":"k","target":"node","args":{"command":"true","cwd":"/"}}`, `unknown field "cwd"`},
+		{protocol.NodeEndpointExec, `{"sessionKey":"k","target":"node","args":{"command":""}}`, "Provide a command to start."},
+		{protocol.NodeEndpointExec, `{"sessionKey":"k","target":"node","args":{"command":"true","pty":"yes"}}`, `field "args.pty" must be a boolean`},
+		{protocol.NodeEndpointExec, `{"sessionKey":"k","target":"node","args":"echo"}`, `field "args" must be an object`},
+		{protocol.NodeEndpointExec, `{"sessionKey":"k","target":"node","sessionId":"NOT/VALID","args":{"command":"true"}}`, "invalid session id"},
+		{protocol.NodeEndpointExec, `{"sessionKey":"k"} {"x":1}`, "trailing data"},
+		{protocol.NodeEndpointProcess, `[]`, "request must be a JSON object"},
+		{protocol.NodeEndpointProcess, `{"sessionKey":"k","args":{"action":"poll","timeout":"soon"}}`, `field "args.timeout" must be a number`},
+		{protocol.NodeEndpointProcess, `{"sessionKey":"","args":{"action":"poll"}}`, `sessionKey is required`},
+		{protocol.NodeEndpointProcess, `{"sessionKey":"k","args":{"action":"list"}}`, `list is answered by List`},
+		{protocol.NodeEndpointList, `{}`, "sessionKey is required"},
+		{protocol.NodeEndpointList, `{"sessionKey":"k","limit":-1}`, "limit must not be negative"},
+		{protocol.NodeEndpointList, `{"all":true}`, `unknown field "all"`},
+		{protocol.NodeEndpointWhich, `{"bins":"sh"}`, `field "bins" must be an array`},
+		{protocol.NodeEndpointPairing, `{"status":"best-friends"}`, "unknown status"},
 	}
 	for _, c := range cases {
 		t.Run(c.endpoint+" "+c.body, func(t *testing.T) {
@@ -238,19 +263,18 @@ func TestNodeMalformedRequests(t *testing.T) {
 		})
 	}
 	bad := nats.Header{}
-	bad.Set(HeaderIdempotencyKey, "has space")
-	if _, e := h.exec(map[string]any{"command": "true"}, bad); e == nil || !strings.Contains(e.Message, "invalid "+HeaderIdempotencyKey) {
+	bad.Set(protocol.NodeHeaderIdempotencyKey, "has space")
+	if _, e := h.exec(map[string]any{"command": "true"}, bad); e == nil || !strings.Contains(e.Message, "invalid "+protocol.NodeHeaderIdempotencyKey) {
 		t.Fatalf("bad key: %v", e)
 	}
 	// Nothing ran, nothing changed.
-	if lr := h.listAll(); len(lr.Sessions) != 0 {
-		t.Fatalf("sessions after malformed requests: %+v", lr)
-	}
-	if h.a.idem.len() != 0 {
-		t.Fatalf("idempotency keys kept: %d", h.a.idem.len())
+	for _, key := range []string{"k", "agent:main:main"} {
+		if lr := h.list(key); len(lr.Sessions) != 0 {
+			t.Fatalf("sessions after malformed requests: %+v", lr)
+		}
 	}
 	// A request without a reply subject is ignored, not run.
-	if err := h.nc.Publish(protocol.Subjects("execmesh").Node(h.a.ID(), EndpointExec), []byte(`{"sessionKey":"k","args":{"command":"touch fire-and-forget","background":true}}`)); err != nil {
+	if err := h.nc.Publish(protocol.Subjects("execmesh").Node(h.a.ID(), protocol.NodeEndpointExec), []byte(`{"sessionKey":"k","target":"node","args":{"command":"touch fire-and-forget","background":true}}`)); err != nil {
 		t.Fatal(err)
 	}
 	_ = h.nc.Flush()
@@ -315,14 +339,13 @@ func TestNodeWorkdir(t *testing.T) {
 
 func TestNodePolicy(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Ask = "always" })
-	raw, _ := json.Marshal(map[string]any{"command": "true"})
 	for _, c := range []struct{ security, ask, want string }{
 		{"deny", "off", "exec denied: host=node security=deny"},
 		{"full", "off", "needs approval"}, // the node's own ask=always tightens; the gateway must ask
 		{"", "", "needs approval"},        // unset: allowlist/on-miss, and true is no safe bin
 	} {
-		_, e := h.call(EndpointExec, ExecRequest{SessionKey: "k", Args: raw, Security: c.security, Ask: c.ask}, nil)
-		want := ErrApprovalRequired
+		_, e := h.call(protocol.NodeEndpointExec, h.execRequest(map[string]any{"command": "true"}, c.security, c.ask), nil)
+		want := protocol.ErrApprovalRequired
 		if c.security == "deny" {
 			want = protocol.ErrDenied
 		}
@@ -331,7 +354,7 @@ func TestNodePolicy(t *testing.T) {
 		}
 	}
 	h2 := newHarness(t, nil)
-	_, e := h2.call(EndpointExec, ExecRequest{SessionKey: "k", Args: raw, Security: "allowlist", Ask: "off"}, nil)
+	_, e := h2.call(protocol.NodeEndpointExec, h2.execRequest(map[string]any{"command": "true"}, "allowlist", "off"), nil)
 	if e == nil || e.Message != "exec denied: allowlist miss" {
 		t.Fatalf("allowlist miss: %v", e)
 	}
@@ -343,7 +366,7 @@ func TestNodeApprovalsFile(t *testing.T) {
 	h := newHarness(t, nil)
 	get := func() approvalsView {
 		t.Helper()
-		m, e := h.call(EndpointApprovalsGet, struct{}{}, nil)
+		m, e := h.call(protocol.NodeEndpointApprovalsGet, struct{}{}, nil)
 		if e != nil {
 			t.Fatal(e)
 		}
@@ -362,7 +385,7 @@ func TestNodeApprovalsFile(t *testing.T) {
 		t.Skip("no /bin/echo")
 	}
 	file := json.RawMessage(`{"version":1,"agents":{"*":{"allowlist":[{"pattern":"` + echo + `"}]}}}`)
-	m, e := h.call(EndpointApprovalsSet, map[string]any{"file": file, "baseHash": ""}, nil)
+	m, e := h.call(protocol.NodeEndpointApprovalsSet, map[string]any{"file": file, "baseHash": ""}, nil)
 	if e != nil {
 		t.Fatal(e)
 	}
@@ -371,13 +394,13 @@ func TestNodeApprovalsFile(t *testing.T) {
 	if !set.Exists || set.Hash == "" {
 		t.Fatalf("after set: %s", m.Data)
 	}
-	if _, e := h.call(EndpointApprovalsSet, map[string]any{"file": file, "baseHash": ""}, nil); e == nil || !strings.Contains(e.Message, "base hash required") {
+	if _, e := h.call(protocol.NodeEndpointApprovalsSet, map[string]any{"file": file, "baseHash": ""}, nil); e == nil || !strings.Contains(e.Message, "base hash required") {
 		t.Fatalf("set without the base hash: %v", e)
 	}
-	if _, e := h.call(EndpointApprovalsSet, map[string]any{"file": file, "baseHash": "stale"}, nil); e == nil || !strings.Contains(e.Message, "changed; reload and retry") {
+	if _, e := h.call(protocol.NodeEndpointApprovalsSet, map[string]any{"file": file, "baseHash": "stale"}, nil); e == nil || !strings.Contains(e.Message, "changed; reload and retry") {
 		t.Fatalf("set with a stale hash: %v", e)
 	}
-	if _, e := h.call(EndpointApprovalsSet, map[string]any{"file": "nope", "baseHash": set.Hash}, nil); e == nil || e.Type != protocol.ErrInvalidRequest {
+	if _, e := h.call(protocol.NodeEndpointApprovalsSet, map[string]any{"file": "nope", "baseHash": set.Hash}, nil); e == nil || e.Type != protocol.ErrInvalidRequest {
 		t.Fatalf("set with a bad file: %v", e)
 	}
 	if v := get(); v.Hash != set.Hash {
@@ -386,25 +409,23 @@ func TestNodeApprovalsFile(t *testing.T) {
 
 	// allowlist with ask off: the allowlisted echo runs (as its plan), a
 	// miss is denied.
-	raw, _ := json.Marshal(map[string]any{"command": "echo allowed-by-file"})
-	m, e = h.call(EndpointExec, ExecRequest{SessionKey: "k", Args: raw, Security: "allowlist", Ask: "off"}, nil)
+	m, e = h.call(protocol.NodeEndpointExec, h.execRequest(map[string]any{"command": "echo allowed-by-file"}, "allowlist", "off"), nil)
 	if e != nil {
 		t.Fatal(e)
 	}
-	var res protocol.Result
-	_ = json.Unmarshal(m.Data, &res)
-	if !strings.Contains(res.Text(), "allowed-by-file") {
-		t.Fatalf("allowlisted: %s", res.Text())
+	var reply protocol.ExecReply
+	_ = json.Unmarshal(m.Data, &reply)
+	if !strings.Contains(reply.Result.Text(), "allowed-by-file") {
+		t.Fatalf("allowlisted: %s", reply.Result.Text())
 	}
-	raw, _ = json.Marshal(map[string]any{"command": "echo a; touch nope"})
-	if _, e := h.call(EndpointExec, ExecRequest{SessionKey: "k", Args: raw, Security: "allowlist", Ask: "off"}, nil); e == nil || e.Message != "exec denied: allowlist miss" {
+	if _, e := h.call(protocol.NodeEndpointExec, h.execRequest(map[string]any{"command": "echo a; touch nope"}, "allowlist", "off"), nil); e == nil || e.Message != "exec denied: allowlist miss" {
 		t.Fatalf("chained: %v", e)
 	}
 
 	// The file can tighten what the gateway sent: security deny for all.
 	cur := get()
 	deny := json.RawMessage(`{"version":1,"defaults":{"security":"deny"},"agents":{}}`)
-	if _, e := h.call(EndpointApprovalsSet, map[string]any{"file": deny, "baseHash": cur.Hash}, nil); e != nil {
+	if _, e := h.call(protocol.NodeEndpointApprovalsSet, map[string]any{"file": deny, "baseHash": cur.Hash}, nil); e != nil {
 		t.Fatal(e)
 	}
 	if _, e := h.exec(map[string]any{"command": "true"}, nil); e == nil || e.Message != "exec denied: host=node security=deny" {
@@ -415,7 +436,7 @@ func TestNodeApprovalsFile(t *testing.T) {
 func TestNodeIdempotency(t *testing.T) {
 	h := newHarness(t, nil)
 	hdr := nats.Header{}
-	hdr.Set(HeaderIdempotencyKey, "3b241101-e2bb-4255-8caf-4136c566a962")
+	hdr.Set(protocol.NodeHeaderIdempotencyKey, "3b241101-e2bb-4255-8caf-4136c566a962")
 	var wg sync.WaitGroup
 	ids := make([]string, 4)
 	for i := range ids {
@@ -447,40 +468,9 @@ func TestNodeIdempotency(t *testing.T) {
 	}
 }
 
-func TestNodeIdemCacheBounds(t *testing.T) {
-	c := newIdemCache(time.Minute, 2)
-	now := time.Unix(1000, 0)
-	c.now = func() time.Time { return now }
-	for i := range 5 {
-		if _, err, replayed := c.do(t.Context(), fmt.Sprint("k", i), "s", func() ([]byte, error) { return []byte("x"), nil }); err != nil || replayed {
-			t.Fatal(err, replayed)
-		}
-	}
-	if c.len() != 2 {
-		t.Fatalf("kept %d, want 2", c.len())
-	}
-	now = now.Add(2 * time.Minute)
-	c.do(t.Context(), "fresh", "s", func() ([]byte, error) { return nil, nil })
-	if c.len() != 1 {
-		t.Fatalf("kept %d after expiry, want 1", c.len())
-	}
-	if _, _, replayed := c.do(t.Context(), "fresh", "s", func() ([]byte, error) { t.Fatal("ran twice"); return nil, nil }); !replayed {
-		t.Fatal("not replayed")
-	}
-	// The byte budget drops the oldest replies.
-	c = newIdemCache(time.Hour, 100)
-	c.maxBytes = 10
-	for i := range 4 {
-		c.do(t.Context(), fmt.Sprint("b", i), "s", func() ([]byte, error) { return []byte("12345"), nil })
-	}
-	if c.len() != 2 || c.bytes != 10 {
-		t.Fatalf("kept %d entries, %d bytes; want 2, 10", c.len(), c.bytes)
-	}
-}
-
 func TestNodeWhichAndPairing(t *testing.T) {
 	h := newHarness(t, nil)
-	m, e := h.call(EndpointWhich, WhichRequest{Bins: []string{"sh", "definitely-not-a-binary", "/bin/sh", ""}}, nil)
+	m, e := h.call(protocol.NodeEndpointWhich, WhichRequest{Bins: []string{"sh", "definitely-not-a-binary", "/bin/sh", ""}}, nil)
 	if e != nil {
 		t.Fatal(e)
 	}
@@ -489,7 +479,7 @@ func TestNodeWhichAndPairing(t *testing.T) {
 	if len(w.Bins) != 1 || !strings.HasSuffix(w.Bins["sh"], "/sh") {
 		t.Fatalf("which: %+v", w)
 	}
-	if _, e := h.call(EndpointPairing, PairingNotice{Status: PairingRejected}, nil); e != nil {
+	if _, e := h.call(protocol.NodeEndpointPairing, PairingNotice{Status: PairingRejected}, nil); e != nil {
 		t.Fatal(e)
 	}
 	if h.a.Pairing() != PairingRejected {
@@ -498,7 +488,7 @@ func TestNodeWhichAndPairing(t *testing.T) {
 	if _, e := h.exec(map[string]any{"command": "true"}, nil); e == nil || !strings.Contains(e.Message, "not paired") {
 		t.Fatalf("exec while rejected: %v", e)
 	}
-	h.call(EndpointPairing, PairingNotice{Status: PairingPaired}, nil)
+	h.call(protocol.NodeEndpointPairing, PairingNotice{Status: PairingPaired}, nil)
 	h.mustExec(map[string]any{"command": "true"})
 }
 
@@ -528,14 +518,14 @@ func TestNodePresenceAndDiscovery(t *testing.T) {
 	if err := json.Unmarshal(reply.Data, &info); err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "execmesh-node" || info.Metadata["nodeId"] != h.a.ID() || len(info.Endpoints) != 8 {
+	if info.Name != "execmesh-node" || info.Metadata["nodeId"] != h.a.ID() || len(info.Endpoints) != 9 {
 		t.Fatalf("info: %+v", info)
 	}
 	subjects := map[string]bool{}
 	for _, ep := range info.Endpoints {
 		subjects[ep.Subject] = true
 	}
-	for _, s := range []string{"exec", "process", "list", "approvals.get", "approvals.set", "which", "pairing", "applypatch"} {
+	for _, s := range []string{"exec", "process", "list", "ping", "approvals.get", "approvals.set", "which", "pairing", "applypatch"} {
 		if !subjects["execmesh.node."+h.a.ID()+"."+s] {
 			t.Fatalf("endpoint %s missing: %v", s, subjects)
 		}
@@ -584,7 +574,7 @@ func TestNodeCloseRefusesRequests(t *testing.T) {
 		t.Fatalf("close took %s", d)
 	}
 	// The endpoints are gone: requests find no responder.
-	_, err := h.raw(EndpointProcess, []byte(`{"sessionKey":"agent:main:main","args":{"action":"poll","sessionId":"`+res.SessionID()+`"}}`), nil)
+	_, err := h.raw(protocol.NodeEndpointProcess, []byte(`{"sessionKey":"agent:main:main","args":{"action":"poll","sessionId":"`+res.SessionID()+`"}}`), nil)
 	if err == nil || !strings.Contains(err.Error(), "no responders") {
 		t.Fatalf("after close: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/session"
@@ -81,6 +82,11 @@ type Config struct {
 	Security string
 	Ask      string
 
+	// GatewayKeys are gateway public keys the node trusts to sign approval
+	// decisions, beside those it learns (GatewayKeysFile). `execmesh up`
+	// passes its gateway's key to its local node.
+	GatewayKeys []string
+
 	// HeartbeatInterval is how often the node publishes its presence
 	// (default 5 s, clamped 50 ms..1 min).
 	HeartbeatInterval time.Duration
@@ -126,11 +132,6 @@ func defaultStateDir() string {
 	return filepath.Join(home, DefaultStateDirName)
 }
 
-var (
-	securityRank = map[string]int{"deny": 0, "allowlist": 1, "full": 2}
-	askRank      = map[string]int{"off": 0, "on-miss": 1, "always": 2}
-)
-
 // normalize fills in defaults and clamps, and checks what can be checked
 // without touching the disk. Errors name the field.
 func (c *Config) normalize() error {
@@ -150,12 +151,12 @@ func (c *Config) normalize() error {
 		c.Version = "0.0.0-dev"
 	}
 	if c.Security != "" {
-		if _, ok := securityRank[c.Security]; !ok {
+		if _, ok := approvals.NormalizeSecurity(c.Security); !ok {
 			return fmt.Errorf("nodeagent: Security: %q is not one of deny, allowlist, full", c.Security)
 		}
 	}
 	if c.Ask != "" {
-		if _, ok := askRank[c.Ask]; !ok {
+		if _, ok := approvals.NormalizeAsk(c.Ask); !ok {
 			return fmt.Errorf("nodeagent: Ask: %q is not one of off, on-miss, always", c.Ask)
 		}
 	}
@@ -189,23 +190,4 @@ func (c *Config) normalize() error {
 		return fmt.Errorf("nodeagent: Cwd: %q is not a directory", c.Cwd)
 	}
 	return nil
-}
-
-// stricter returns the stricter security and ask of the gateway's policy
-// and the node's limits; an empty or unknown gateway value means the
-// OpenClaw node defaults (allowlist, on-miss).
-func (c *Config) stricter(security, ask string) (string, string) {
-	if _, ok := securityRank[security]; !ok {
-		security = "allowlist"
-	}
-	if _, ok := askRank[ask]; !ok {
-		ask = "on-miss"
-	}
-	if c.Security != "" && securityRank[c.Security] < securityRank[security] {
-		security = c.Security
-	}
-	if c.Ask != "" && askRank[c.Ask] > askRank[ask] {
-		ask = c.Ask
-	}
-	return security, ask
 }

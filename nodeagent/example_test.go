@@ -2,7 +2,6 @@ package nodeagent_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/hostbus"
 	"github.com/execmesh/execmesh/nodeagent"
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -60,18 +60,13 @@ func Example() {
 		return
 	}
 	defer nc.Close()
-	args, _ := json.Marshal(map[string]any{"command": "echo hello from $0"})
-	req, _ := json.Marshal(nodeagent.ExecRequest{SessionKey: "agent:main:main", Args: args, Security: "full", Ask: "off"})
-	m, err := bus.RequestChunked(ctx, nc, protocol.Subjects("").Node(agent.ID(), nodeagent.EndpointExec), req, nil)
+	node := &hostbus.Remote{Conn: nc, Group: protocol.Subjects("").NodeGroup(agent.ID()), Label: "node build-1"}
+	reply, err := node.Exec(ctx, protocol.ExecRequest{SessionKey: "agent:main:main", Target: protocol.TargetNode,
+		Args: protocol.ExecArgs{Command: "echo hello from $0"}, Security: "full", Ask: "off"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	var res protocol.Result
-	if err := json.Unmarshal(m.Data, &res); err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println(res.Status(), strings.Contains(res.Text(), "hello from"))
+	fmt.Println(reply.Result.Status(), strings.Contains(reply.Result.Text(), "hello from"))
 	// Output: completed true
 }

@@ -18,18 +18,19 @@ func TestNodeListLimit(t *testing.T) {
 	for range 5 {
 		h.mustExec(map[string]any{"command": "sleep 60", "background": true})
 	}
-	raw, _ := json.Marshal(map[string]any{"command": "sleep 60", "background": true})
-	if _, e := h.call(EndpointExec, ExecRequest{SessionKey: other, Args: raw, Security: "full", Ask: "off"}, nil); e != nil {
+	req := h.execRequest(map[string]any{"command": "sleep 60", "background": true}, "full", "off")
+	req.SessionKey = other
+	if _, e := h.call(protocol.NodeEndpointExec, req, nil); e != nil {
 		t.Fatal(e)
 	}
 
-	list := func(r ListRequest) (ListResponse, map[string]json.RawMessage) {
+	list := func(r protocol.ListRequest) (protocol.ListReply, map[string]json.RawMessage) {
 		t.Helper()
-		m, e := h.call(EndpointList, r, nil)
+		m, e := h.call(protocol.NodeEndpointList, r, nil)
 		if e != nil {
 			t.Fatalf("list %+v: %v", r, e)
 		}
-		var lr ListResponse
+		var lr protocol.ListReply
 		var fields map[string]json.RawMessage
 		if err := json.Unmarshal(m.Data, &lr); err != nil {
 			t.Fatal(err)
@@ -39,7 +40,7 @@ func TestNodeListLimit(t *testing.T) {
 		}
 		return lr, fields
 	}
-	ids := func(lr ListResponse, scope string) []string {
+	ids := func(lr protocol.ListReply, scope string) []string {
 		var out []string
 		for _, s := range lr.Sessions {
 			if s.SessionKey == scope {
@@ -49,30 +50,29 @@ func TestNodeListLimit(t *testing.T) {
 		}
 		return out
 	}
-	full, fields := list(ListRequest{SessionKey: main})
+	full, fields := list(protocol.ListRequest{SessionKey: main})
 	newest := ids(full, main)
 	if len(newest) != 5 || len(full.Sessions) != 5 {
 		t.Fatalf("full list: %v", newest)
 	}
-	// Without a limit the reply is what it always was.
-	if _, ok := fields["total"]; ok || full.Partial {
-		t.Fatalf("unlimited list carries paging fields: %v", fields)
+	// Without a limit the reply has everything: total is the count.
+	if _, ok := fields["partial"]; ok || full.Partial || full.Total != 5 {
+		t.Fatalf("unlimited list: %v", fields)
 	}
 
 	tests := []struct {
 		name    string
-		req     ListRequest
+		req     protocol.ListRequest
 		want    map[string][]string
 		total   int
 		partial bool
 	}{
-		{"newest two", ListRequest{SessionKey: main, Limit: 2}, map[string][]string{main: newest[:2]}, 5, true},
-		{"limit one", ListRequest{SessionKey: main, Limit: 1}, map[string][]string{main: newest[:1]}, 5, true},
-		{"limit is the count", ListRequest{SessionKey: main, Limit: 5}, map[string][]string{main: newest}, 5, false},
-		{"limit above the count", ListRequest{SessionKey: main, Limit: 50}, map[string][]string{main: newest}, 5, false},
-		{"other scope", ListRequest{SessionKey: other, Limit: 3}, map[string][]string{other: nil}, 1, false},
-		{"unknown scope", ListRequest{SessionKey: "agent:main:nobody", Limit: 3}, map[string][]string{}, 0, false},
-		{"all, per sessionKey", ListRequest{All: true, Limit: 2}, map[string][]string{main: newest[:2], other: nil}, 6, true},
+		{"newest two", protocol.ListRequest{SessionKey: main, Limit: 2}, map[string][]string{main: newest[:2]}, 5, true},
+		{"limit one", protocol.ListRequest{SessionKey: main, Limit: 1}, map[string][]string{main: newest[:1]}, 5, true},
+		{"limit is the count", protocol.ListRequest{SessionKey: main, Limit: 5}, map[string][]string{main: newest}, 5, false},
+		{"limit above the count", protocol.ListRequest{SessionKey: main, Limit: 50}, map[string][]string{main: newest}, 5, false},
+		{"other scope", protocol.ListRequest{SessionKey: other, Limit: 3}, map[string][]string{other: nil}, 1, false},
+		{"unknown scope", protocol.ListRequest{SessionKey: "agent:main:nobody", Limit: 3}, map[string][]string{}, 0, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,11 +101,8 @@ func TestNodeListLimit(t *testing.T) {
 	}
 
 	// The partial lists above forgot nothing.
-	h.a.mu.Lock()
-	tracked := len(h.a.scopes[main])
-	h.a.mu.Unlock()
-	if tracked != 5 || len(ids(h.listAll(), main)) != 5 {
-		t.Fatalf("after partial lists: %d sessions tracked in %s, want 5", tracked, main)
+	if got := ids(h.list(main), main); len(got) != 5 {
+		t.Fatalf("after partial lists: %v", got)
 	}
 
 	bad := []struct{ body, want string }{
@@ -114,7 +111,7 @@ func TestNodeListLimit(t *testing.T) {
 		{`{"sessionKey":"k","limit":1.5}`, `field "limit" must be`},
 	}
 	for _, b := range bad {
-		m, err := h.raw(EndpointList, []byte(b.body), nil)
+		m, err := h.raw(protocol.NodeEndpointList, []byte(b.body), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

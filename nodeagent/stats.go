@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/execmesh/execmesh/hostbus"
 	"github.com/execmesh/execmesh/metrics"
 )
 
@@ -49,8 +50,8 @@ func (c *counters) exitEventPublished(ack *jetstream.PubAck) {
 }
 
 // counted wraps an endpoint's handler to count its calls.
-func (c *counters) counted(endpoint string, fn headerFunc) headerFunc {
-	return func(ctx context.Context, req micro.Request) ([]byte, nats.Header, error) {
+func (c *counters) counted(endpoint string, fn hostbus.HandlerFunc) hostbus.HandlerFunc {
+	return func(ctx context.Context, req micro.Request) ([]byte, error) {
 		c.mu.Lock()
 		if c.calls == nil {
 			c.calls = map[string]uint64{}

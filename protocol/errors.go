@@ -39,7 +39,7 @@ func (t ErrorType) HTTPStatus() int {
 		return http.StatusNotFound
 	case ErrMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case ErrConflict:
+	case ErrConflict, ErrApprovalRequired:
 		return http.StatusConflict
 	case ErrTooLarge:
 		return http.StatusRequestEntityTooLarge

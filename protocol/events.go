@@ -6,6 +6,7 @@ const (
 	EventExecDenied   = "exec.denied"   // approval-gated run denied
 	EventExecRunning  = "exec.running"  // approval-gated run still running after the notice delay
 	EventExecFinished = "exec.finished" // approval-gated run finished
+	EventExecLost     = "exec.lost"     // a session went with its host (restart, crash, rejection)
 )
 
 // SystemEvent is one queued system event for a sessionKey, as served by
@@ -43,4 +44,6 @@ type ExitEvent struct {
 	// approval id the gateway sent with the approved start, so the
 	// gateway can send that run's Exec finished event.
 	RunID string `json:"runId,omitempty"`
+	// Instance is the run of the host that held the session.
+	Instance string `json:"instance,omitempty"`
 }

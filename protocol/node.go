@@ -1,7 +1,5 @@
 package protocol
 
-import "encoding/json"
-
 // The messages a node agent and a gateway exchange over NATS. Both sides use
 // these types, so there is one definition of each message; the JSON names
 // are the wire format that running nodes and gateways speak, and
@@ -20,20 +18,6 @@ import "encoding/json"
 // keys: use this exact spelling.
 const NodeHeaderIdempotencyKey = "Execmesh-Idempotency-Key"
 
-// NodeHeaderSession is set on a process reply to NodeSessionGone when, after
-// the action, the node does not hold the session (it was removed, swept
-// after its retention, or never existed in that sessionKey).
-const (
-	NodeHeaderSession = "Execmesh-Session"
-	NodeSessionGone   = "gone"
-)
-
-// NodeHeaderInstance is set on every successful reply of a node to the
-// agent's instance id, so a gateway can tell a reply of a restarted node
-// from one of the run that started a session, even before the new run's
-// first heartbeat.
-const NodeHeaderInstance = "Execmesh-Instance"
-
 // Pairing states of a node, as the gateway reports them (NodePairResponse,
 // NodePairingNotice).
 const (
@@ -47,126 +31,6 @@ const (
 	NodePairAnnounce = "announce" // a node presents itself; the gateway answers its pairing status
 	NodePairJoin     = "join"     // a node redeems a join code
 )
-
-// Decisions a NodeExecApproval carries: the operator's, or
-// NodeDecisionTimeout when nobody answered in time (the node then applies
-// its askFallback).
-const (
-	NodeDecisionAllowOnce   = "allow-once"
-	NodeDecisionAllowAlways = "allow-always"
-	NodeDecisionTimeout     = "timeout"
-)
-
-// ErrApprovalRequired is the error type of a node's exec start that needs
-// an approval the request does not carry. The error data holds, besides
-// type and message, "approval": a NodeApprovalRequired.
-const ErrApprovalRequired ErrorType = "approval_required"
-
-// NodeExecRequest starts a command on a node (endpoint NodeEndpointExec).
-type NodeExecRequest struct {
-	// SessionKey is the caller's scope; the node's process actions for
-	// the session answer only under the same key. Required.
-	SessionKey string `json:"sessionKey"`
-	AgentID    string `json:"agentId,omitempty"`
-	// Args are the exec tool arguments, decoded on the node with
-	// DecodeExecArgs (strict). The gateway sends yieldMs and timeout
-	// resolved, so that its request deadline and the node's behaviour
-	// come from the same values.
-	Args json.RawMessage `json:"args"`
-	// Security and Ask are the gateway's resolved policy; the node only
-	// tightens them.
-	Security string   `json:"security,omitempty"`
-	Ask      string   `json:"ask,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
-	// Sync runs the command to completion (the caller may not use the
-	// process tool).
-	Sync bool `json:"sync,omitempty"`
-	// Approval is set only by the gateway, on the start of a run it
-	// asked an approval for (after ErrApprovalRequired): never from the
-	// exec arguments, which are decoded strictly and have no such field.
-	Approval *NodeExecApproval `json:"approval,omitempty"`
-}
-
-// NodeExecApproval is the gateway's approval of one run.
-type NodeExecApproval struct {
-	// ID is the gateway's approval id; the run's exit event carries it
-	// as RunID.
-	ID string `json:"id"`
-	// Decision is one of the NodeDecision constants.
-	Decision string `json:"decision"`
-}
-
-// NodeApprovalRequired is a node's evaluation of a run that needs
-// approval, sent in the data of an ErrApprovalRequired error.
-type NodeApprovalRequired struct {
-	Command string `json:"command"`
-	Cwd     string `json:"cwd"`
-	// AllowAlways is whether allow-always may be offered (ask is not
-	// always and the command resolves to binaries that can be
-	// allowlisted).
-	AllowAlways bool   `json:"allowAlways"`
-	AskFallback string `json:"askFallback"`
-	// FallbackAllows is whether the askFallback would run the command
-	// when the approval times out.
-	FallbackAllows bool   `json:"fallbackAllows"`
-	Reason         string `json:"reason,omitempty"`
-}
-
-// NodeApplyPatchRequest applies an apply_patch patch on a node (endpoint
-// NodeEndpointApplyPatch), under the requested workdir with the node's
-// workdir rules.
-type NodeApplyPatchRequest struct {
-	SessionKey string `json:"sessionKey"`
-	AgentID    string `json:"agentId,omitempty"`
-	// Args are the apply_patch tool arguments (DecodeApplyPatchArgs,
-	// strict).
-	Args json.RawMessage `json:"args"`
-	// Security is the gateway's resolved security; the node only
-	// tightens it.
-	Security string `json:"security,omitempty"`
-}
-
-// NodeProcessRequest is a process action on a node session (endpoint
-// NodeEndpointProcess).
-type NodeProcessRequest struct {
-	SessionKey string `json:"sessionKey"`
-	// Args are the process tool arguments (DecodeProcessArgs).
-	Args json.RawMessage `json:"args"`
-}
-
-// NodeListRequest asks for a node's sessions (endpoint NodeEndpointList):
-// those of one sessionKey, or with All every session the node holds (the
-// gateway's resynchronisation after a restart or a reconnect).
-type NodeListRequest struct {
-	SessionKey string `json:"sessionKey,omitempty"`
-	All        bool   `json:"all,omitempty"`
-	// Limit, when above 0, asks for only the Limit newest entries of each
-	// sessionKey (process list order), for a gateway answering a paged
-	// list: the offset+limit of its caller. 0 lists everything.
-	Limit int `json:"limit,omitempty"`
-}
-
-// NodeListResponse answers a NodeListRequest.
-type NodeListResponse struct {
-	NodeID string `json:"nodeId"`
-	// Instance identifies this run of the node agent; it changes when the
-	// agent restarts, and with it every session the node held is gone.
-	Instance string              `json:"instance"`
-	Sessions []NodeListedSession `json:"sessions"`
-	// Total is, with a Limit, how many entries the sessionKeys listed
-	// have in all, Limit aside.
-	Total int `json:"total,omitempty"`
-	// Partial is set when Limit left entries out: a session not in
-	// Sessions may still exist on the node.
-	Partial bool `json:"partial,omitempty"`
-}
-
-// NodeListedSession is one session of a NodeListResponse: its scope and
-// its process-list entry.
-type NodeListedSession struct {
-	SessionKey string  `json:"sessionKey"`
-	Details    Details `json:"details"`
-}
 
 // NodeWhichRequest asks where binaries are on a node's PATH (endpoint
 // NodeEndpointWhich).
@@ -185,6 +49,11 @@ type NodeWhichResponse struct {
 // node. Status is one of the NodePairing constants.
 type NodePairingNotice struct {
 	Status string `json:"status"`
+	// GatewayKeys are the public keys the gateways sign approval
+	// decisions with. A node that trusts none yet takes them from the
+	// first notice of its pairing (its subject accepts only gateway
+	// identities); later it keeps the keys it has.
+	GatewayKeys []string `json:"gatewayKeys,omitempty"`
 }
 
 // NodeHeartbeat is what a node publishes on <prefix>.presence.<id>
@@ -196,8 +65,8 @@ type NodeHeartbeat struct {
 	Platform  string `json:"platform"`
 	Hostname  string `json:"hostname,omitempty"`
 	Version   string `json:"version,omitempty"`
-	// Instance changes on every start of the agent (see
-	// NodeListResponse).
+	// Instance changes on every start of the agent: a new one means the
+	// sessions of the old run are gone.
 	Instance  string `json:"instance"`
 	StartedAt int64  `json:"startedAt"` // unix ms
 	// Sessions is the number of sessions the node holds.
@@ -207,7 +76,10 @@ type NodeHeartbeat struct {
 	// IntervalMs is the node's heartbeat interval, so the gateway can
 	// tell a late heartbeat from a lost node.
 	IntervalMs int64 `json:"intervalMs"`
-	TS         int64 `json:"ts"` // unix ms
+	// Containment is how the node's session core contains process
+	// trees ("cgroup" or "process-group").
+	Containment string `json:"containment,omitempty"`
+	TS          int64  `json:"ts"` // unix ms
 }
 
 // NodePairRequest is sent on <prefix>.pair.request (SubjectSet.PairRequest):
@@ -244,6 +116,9 @@ type NodePairResponse struct {
 	// Error is set when the request was refused (a join code that is
 	// unknown, expired or already used, a bad signature, …).
 	Error *Error `json:"error,omitempty"`
+	// GatewayKeys, on the answer to a paired node, are the keys the
+	// gateways sign approval decisions with.
+	GatewayKeys []string `json:"gatewayKeys,omitempty"`
 }
 
 // JoinCode is the content of a join code: base64url (unpadded) of this
@@ -261,4 +136,7 @@ type JoinCode struct {
 	Secret    string `json:"secret"`
 	Name      string `json:"name,omitempty"`      // suggested display name
 	ExpiresAt int64  `json:"expiresAt,omitempty"` // unix ms
+	// GatewayKeys are the keys the gateways sign approval decisions with;
+	// the joined node trusts them.
+	GatewayKeys []string `json:"gatewayKeys,omitempty"`
 }

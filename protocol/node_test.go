@@ -13,42 +13,50 @@ import (
 // speak this format, so renaming a tag (or adding a field without adding it
 // here) fails this test.
 func TestNodeWireNames(t *testing.T) {
-	args := json.RawMessage(`{"command":"true"}`)
+	yield := 100.0
+	plan := Plan{Host: "node", NodeID: "n", AgentID: "a", SessionKey: "k", Command: "c", Argv: []string{"/bin/c"}, Cwd: "/", CwdID: "1:2", EnvDigest: "e", Files: []PlanFile{{Path: "/bin/c", SHA256: "h"}}}
+	decision := Decision{ApprovalID: "i", Decision: DecisionAllowOnce, Plan: plan, ExpiresAtMs: 9}
+	details := Details{SessionID: Some("s")}
 	tests := []struct {
 		name   string
 		value  any // a pointer to a value with every field set
 		golden string
 	}{
-		{"exec request", &NodeExecRequest{SessionKey: "k", AgentID: "a", Args: args, Security: "full", Ask: "off", Warnings: []string{"w"}, Sync: true, Approval: &NodeExecApproval{ID: "i", Decision: NodeDecisionAllowOnce}},
-			`{"sessionKey":"k","agentId":"a","args":{"command":"true"},"security":"full","ask":"off","warnings":["w"],"sync":true,"approval":{"id":"i","decision":"allow-once"}}`},
-		{"exec approval", &NodeExecApproval{ID: "i", Decision: NodeDecisionTimeout},
-			`{"id":"i","decision":"timeout"}`},
-		{"approval required", &NodeApprovalRequired{Command: "c", Cwd: "/", AllowAlways: true, AskFallback: "deny", FallbackAllows: true, Reason: "r"},
-			`{"command":"c","cwd":"/","allowAlways":true,"askFallback":"deny","fallbackAllows":true,"reason":"r"}`},
-		{"applypatch request", &NodeApplyPatchRequest{SessionKey: "k", AgentID: "a", Args: args, Security: "full"},
-			`{"sessionKey":"k","agentId":"a","args":{"command":"true"},"security":"full"}`},
-		{"process request", &NodeProcessRequest{SessionKey: "k", Args: args},
-			`{"sessionKey":"k","args":{"command":"true"}}`},
-		{"list request", &NodeListRequest{SessionKey: "k", All: true, Limit: 3},
-			`{"sessionKey":"k","all":true,"limit":3}`},
-		{"list response", &NodeListResponse{NodeID: "n", Instance: "i", Sessions: []NodeListedSession{{SessionKey: "k", Details: Details{SessionID: Some("s")}}}, Total: 7, Partial: true},
-			`{"nodeId":"n","instance":"i","sessions":[{"sessionKey":"k","details":{"sessionId":"s"}}],"total":7,"partial":true}`},
-		{"listed session", &NodeListedSession{SessionKey: "k", Details: Details{SessionID: Some("s")}},
+		{"exec request", &ExecRequest{SessionKey: "k", AgentID: "a", SessionID: "s", Target: TargetNode, Args: ExecArgs{Command: "true", YieldMs: &yield}, Security: "full", Ask: "off", Warnings: []string{"w"}, Sync: true,
+			Approval: &SignedDecision{Decision: decision, GatewayKey: "g", Signature: "x"}},
+			`{"sessionKey":"k","agentId":"a","sessionId":"s","target":"node","args":{"command":"true","yieldMs":100},"security":"full","ask":"off","warnings":["w"],"sync":true,"approval":{"decision":{"approvalId":"i","decision":"allow-once","plan":{"host":"node","nodeId":"n","agentId":"a","sessionKey":"k","command":"c","argv":["/bin/c"],"cwd":"/","cwdId":"1:2","envDigest":"e","files":[{"path":"/bin/c","sha256":"h"}]},"expiresAtMs":9},"gatewayKey":"g","signature":"x"}}`},
+		{"exec reply", &ExecReply{Result: TextResult("t", details), Instance: "i"},
+			`{"result":{"content":[{"type":"text","text":"t"}],"details":{"sessionId":"s"}},"instance":"i"}`},
+		{"approval request", &ApprovalRequest{AllowAlways: true, AskFallback: "deny", FallbackAllows: true, Reason: "r", Plan: plan},
+			`{"allowAlways":true,"askFallback":"deny","fallbackAllows":true,"reason":"r","plan":{"host":"node","nodeId":"n","agentId":"a","sessionKey":"k","command":"c","argv":["/bin/c"],"cwd":"/","cwdId":"1:2","envDigest":"e","files":[{"path":"/bin/c","sha256":"h"}]}}`},
+		{"applypatch request", &ApplyPatchRequest{SessionKey: "k", AgentID: "a", Target: TargetNode, Args: ApplyPatchArgs{Input: "p"}, Security: "full"},
+			`{"sessionKey":"k","agentId":"a","target":"node","args":{"input":"p"},"security":"full"}`},
+		{"process request", &ProcessRequest{SessionKey: "k", Args: ProcessArgs{Action: "poll", SessionID: "s"}},
+			`{"sessionKey":"k","args":{"action":"poll","sessionId":"s"}}`},
+		{"process reply", &ProcessReply{Result: TextResult("t", details), Gone: true, Instance: "i"},
+			`{"result":{"content":[{"type":"text","text":"t"}],"details":{"sessionId":"s"}},"gone":true,"instance":"i"}`},
+		{"list request", &ListRequest{SessionKey: "k", Limit: 3},
+			`{"sessionKey":"k","limit":3}`},
+		{"list reply", &ListReply{Instance: "i", Sessions: []ListedSession{{SessionKey: "k", Details: details}}, Total: 7, Partial: true},
+			`{"instance":"i","sessions":[{"sessionKey":"k","details":{"sessionId":"s"}}],"total":7,"partial":true}`},
+		{"listed session", &ListedSession{SessionKey: "k", Details: details},
 			`{"sessionKey":"k","details":{"sessionId":"s"}}`},
+		{"ping reply", &PingReply{Instance: "i"},
+			`{"instance":"i"}`},
 		{"which request", &NodeWhichRequest{Bins: []string{"git"}},
 			`{"bins":["git"]}`},
 		{"which response", &NodeWhichResponse{Bins: map[string]string{"git": "/usr/bin/git"}},
 			`{"bins":{"git":"/usr/bin/git"}}`},
-		{"pairing notice", &NodePairingNotice{Status: NodePairingPaired},
-			`{"status":"paired"}`},
-		{"heartbeat", &NodeHeartbeat{NodeID: "n", PublicKey: "p", Name: "x", Platform: "linux", Hostname: "h", Version: "v", Instance: "i", StartedAt: 1, Sessions: 2, Server: "s", IntervalMs: 3, TS: 4},
-			`{"nodeId":"n","publicKey":"p","name":"x","platform":"linux","hostname":"h","version":"v","instance":"i","startedAt":1,"sessions":2,"server":"s","intervalMs":3,"ts":4}`},
+		{"pairing notice", &NodePairingNotice{Status: NodePairingPaired, GatewayKeys: []string{"g"}},
+			`{"status":"paired","gatewayKeys":["g"]}`},
+		{"heartbeat", &NodeHeartbeat{NodeID: "n", PublicKey: "p", Name: "x", Platform: "linux", Hostname: "h", Version: "v", Instance: "i", StartedAt: 1, Sessions: 2, Server: "s", IntervalMs: 3, Containment: "cgroup", TS: 4},
+			`{"nodeId":"n","publicKey":"p","name":"x","platform":"linux","hostname":"h","version":"v","instance":"i","startedAt":1,"sessions":2,"server":"s","intervalMs":3,"containment":"cgroup","ts":4}`},
 		{"pair request", &NodePairRequest{Type: NodePairJoin, NodeID: "n", PublicKey: "p", Name: "x", Platform: "l", Version: "v", Instance: "i", JoinUser: "u", JoinSecret: "s", Signature: "g"},
 			`{"type":"join","nodeId":"n","publicKey":"p","name":"x","platform":"l","version":"v","instance":"i","joinUser":"u","joinSecret":"s","signature":"g"}`},
-		{"pair response", &NodePairResponse{Status: NodePairingRejected, NodeID: "n", Message: "m", Error: &Error{Type: ErrConflict, Message: "e", Retryable: true}},
-			`{"status":"rejected","nodeId":"n","message":"m","error":{"type":"conflict","message":"e","retryable":true}}`},
-		{"join code", &JoinCode{V: 1, URLs: []string{"nats://x:1"}, Prefix: "p", User: "u", Secret: "s", Name: "n", ExpiresAt: 5},
-			`{"v":1,"urls":["nats://x:1"],"prefix":"p","user":"u","secret":"s","name":"n","expiresAt":5}`},
+		{"pair response", &NodePairResponse{Status: NodePairingRejected, NodeID: "n", Message: "m", Error: &Error{Type: ErrConflict, Message: "e", Retryable: true}, GatewayKeys: []string{"g"}},
+			`{"status":"rejected","nodeId":"n","message":"m","error":{"type":"conflict","message":"e","retryable":true},"gatewayKeys":["g"]}`},
+		{"join code", &JoinCode{V: 1, URLs: []string{"nats://x:1"}, Prefix: "p", User: "u", Secret: "s", Name: "n", ExpiresAt: 5, GatewayKeys: []string{"g"}},
+			`{"v":1,"urls":["nats://x:1"],"prefix":"p","user":"u","secret":"s","name":"n","expiresAt":5,"gatewayKeys":["g"]}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,9 +92,9 @@ func TestNodeWireNames(t *testing.T) {
 func TestNodeWireConstants(t *testing.T) {
 	checks := []struct{ got, want string }{
 		{NodeHeaderIdempotencyKey, "Execmesh-Idempotency-Key"},
-		{NodeHeaderSession, "Execmesh-Session"},
-		{NodeSessionGone, "gone"},
-		{NodeHeaderInstance, "Execmesh-Instance"},
+		{NodeEndpointExec, "exec"},
+		{NodeEndpointProcess, "process"},
+		{NodeEndpointPing, "ping"},
 		{NodeEndpointList, "list"},
 		{NodeEndpointPairing, "pairing"},
 		{NodeEndpointApplyPatch, "applypatch"},
@@ -95,9 +103,13 @@ func TestNodeWireConstants(t *testing.T) {
 		{NodePairingRejected, "rejected"},
 		{NodePairAnnounce, "announce"},
 		{NodePairJoin, "join"},
-		{NodeDecisionAllowOnce, "allow-once"},
-		{NodeDecisionAllowAlways, "allow-always"},
-		{NodeDecisionTimeout, "timeout"},
+		{DecisionAllowOnce, "allow-once"},
+		{DecisionAllowAlways, "allow-always"},
+		{DecisionDeny, "deny"},
+		{DecisionTimeout, "timeout"},
+		{TargetGateway, "gateway"},
+		{TargetSandbox, "sandbox"},
+		{TargetNode, "node"},
 		{string(ErrApprovalRequired), "approval_required"},
 		{string(JoinSignedText("s", "p")), "execmesh-join:s:p"},
 	}

@@ -29,14 +29,15 @@ const DefaultSubjectPrefix = "execmesh"
 // Endpoints of a node's service group, appended to SubjectSet.NodeGroup.
 // Some contain a dot: they are subject suffixes, not micro endpoint names.
 const (
-	NodeEndpointExec         = "exec"          // start a command; NodeExecRequest → Result
-	NodeEndpointProcess      = "process"       // a process action on a node session; NodeProcessRequest → Result
+	NodeEndpointExec         = "exec"          // start a command; ExecRequest → ExecReply
+	NodeEndpointProcess      = "process"       // a process action on a node session; ProcessRequest → ProcessReply
 	NodeEndpointApprovalsGet = "approvals.get" // read the node's exec-approvals.json
 	NodeEndpointApprovalsSet = "approvals.set" // replace it, given the current hash
 	NodeEndpointWhich        = "which"         // resolve binaries on the node's PATH; NodeWhichRequest → NodeWhichResponse
-	NodeEndpointList         = "list"          // list the node's sessions; NodeListRequest → NodeListResponse
+	NodeEndpointList         = "list"          // list the node's sessions; ListRequest → ListReply
 	NodeEndpointPairing      = "pairing"       // the gateway tells the node its pairing status; NodePairingNotice → {}
-	NodeEndpointApplyPatch   = "applypatch"    // apply a patch on the node; NodeApplyPatchRequest → Result
+	NodeEndpointApplyPatch   = "applypatch"    // apply a patch on the node; ApplyPatchRequest → Result
+	NodeEndpointPing         = "ping"          // the gateway's liveness probe; {} → PingReply
 )
 
 // Limits on the tokens this package validates. NATS has no such small limit;
@@ -55,6 +56,7 @@ type SubjectSet struct {
 	PairRequest   string // <prefix>.pair.request
 	Presence      string // <prefix>.presence.* : every node's heartbeats
 	ExitEvents    string // <prefix>.events.exit.* : subjects of the exit-event stream
+	SystemEvents  string // <prefix>.sysev.* : the system-event queues, one subject per sessionKey token
 	Nodes         string // <prefix>.node.> : every node endpoint
 }
 
@@ -73,8 +75,15 @@ func Subjects(prefix string) SubjectSet {
 		PairRequest:   prefix + ".pair.request",
 		Presence:      prefix + ".presence.*",
 		ExitEvents:    prefix + ".events.exit.*",
+		SystemEvents:  prefix + ".sysev.*",
 		Nodes:         prefix + ".node.>",
 	}
+}
+
+// SystemEventsFor returns the subject of sessionKey's event queue:
+// <prefix>.sysev.<EncodeSessionKeyToken(sessionKey)>.
+func (s SubjectSet) SystemEventsFor(sessionKey string) string {
+	return s.Prefix + ".sysev." + EncodeSessionKeyToken(sessionKey)
 }
 
 // GatewayEventsFor returns the subject of the system events for

@@ -73,6 +73,11 @@ type ExecRequest struct {
 	// Background (process tool denied); Warnings should say so.
 	Synchronous bool
 
+	// SessionID, when set, is the session's id (the gateway allocates ids
+	// unique across the fleet); an id in use is refused. Empty picks a
+	// readable slug.
+	SessionID string
+
 	ScopeKey   string   // sessionKey that may see the session via process
 	Warnings   []string // prefixed to the result text
 	NotifyOff  bool     // no exec.exit notification for this session

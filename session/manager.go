@@ -208,10 +208,19 @@ func (m *Manager) register(req ExecRequest, cwd string, startedAt time.Time) (*s
 	if m.closed {
 		return nil, ErrClosed
 	}
+	id := req.SessionID
+	switch {
+	case id == "":
+		id = NewSessionID(m.takenLocked)
+	case !ValidSessionID(id):
+		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "invalid session id %q: want 1 to 128 lower-case letters, digits or '-'", id)
+	case m.takenLocked(id):
+		return nil, protocol.Errorf(protocol.ErrConflict, "session id %s is in use on this host", id)
+	}
 	m.seq++
 	s := &session{
 		m:             m,
-		id:            newSessionID(m.takenLocked),
+		id:            id,
 		command:       req.Command,
 		scopeKey:      req.ScopeKey,
 		cwd:           cwd,

@@ -192,7 +192,7 @@ func TestYieldAndTimeout(t *testing.T) {
 func TestSessionIDs(t *testing.T) {
 	slug := regexp.MustCompile(`^[a-z]+-[a-z]+$`)
 	for i := 0; i < 100; i++ {
-		if id := newSessionID(func(string) bool { return false }); !slug.MatchString(id) {
+		if id := NewSessionID(func(string) bool { return false }); !slug.MatchString(id) {
 			t.Fatalf("id %q", id)
 		}
 	}
@@ -200,19 +200,19 @@ func TestSessionIDs(t *testing.T) {
 		t.Errorf("word lists: %d adjectives, %d nouns", len(slugAdjectives), len(slugNouns))
 	}
 	// Every bare two-word id taken: numbered suffixes.
-	if id := newSessionID(func(id string) bool { return strings.Count(id, "-") == 1 }); !regexp.MustCompile(`^[a-z]+-[a-z]+-([2-9]|1[0-2])$`).MatchString(id) {
+	if id := NewSessionID(func(id string) bool { return strings.Count(id, "-") == 1 }); !regexp.MustCompile(`^[a-z]+-[a-z]+-([2-9]|1[0-2])$`).MatchString(id) {
 		t.Errorf("suffixed id %q", id)
 	}
 	// Every two-word form taken: three words.
-	if id := newSessionID(func(id string) bool { return !regexp.MustCompile(`^[a-z]+-[a-z]+-[a-z]+$`).MatchString(id) }); strings.Count(id, "-") != 2 {
+	if id := NewSessionID(func(id string) bool { return !regexp.MustCompile(`^[a-z]+-[a-z]+-[a-z]+$`).MatchString(id) }); strings.Count(id, "-") != 2 {
 		t.Errorf("three-word id %q", id)
 	}
 	// Everything but the random fallback taken.
 	fallback := regexp.MustCompile(`^[a-z]+-[a-z]+-[a-z]+-[a-z0-9]{3}$`)
-	if id := newSessionID(func(id string) bool { return !fallback.MatchString(id) }); !fallback.MatchString(id) {
+	if id := NewSessionID(func(id string) bool { return !fallback.MatchString(id) }); !fallback.MatchString(id) {
 		t.Errorf("fallback id %q", id)
 	}
-	if id := newSessionID(func(id string) bool {
+	if id := NewSessionID(func(id string) bool {
 		return !strings.Contains(id, "-") || fallback.MatchString(id) || strings.Count(id, "-") < 4
 	}); strings.Count(id, "-") != 4 {
 		t.Errorf("time-suffixed id %q", id)

@@ -51,11 +51,15 @@ func slugBase(words int) string {
 	return s
 }
 
-// newSessionID returns an id for which taken is false: up to 12 random
+// NewSessionID returns an id for which taken is false: up to 12 random
 // bases, each tried bare and with the suffixes -2 … -12; then the same with
 // three-word bases; finally a three-word base with a random suffix (and
-// the time in base 36 if even that is taken).
-func newSessionID(taken func(string) bool) string {
+// the time in base 36 if even that is taken). taken may reserve the id
+// it is asked about: the gateway's index creates each candidate in a KV
+// bucket and reports taken when the key exists, so the first id it reports
+// free is already its own. The last fallback (a random suffix, then the
+// time) is returned without a second question when taken refused it.
+func NewSessionID(taken func(string) bool) string {
 	for _, words := range []int{2, 3} {
 		for attempt := 0; attempt < 12; attempt++ {
 			base := slugBase(words)
@@ -78,4 +82,19 @@ func newSessionID(taken func(string) bool) string {
 		id += "-" + strconv.FormatInt(time.Now().UnixMilli(), 36)
 	}
 	return id
+}
+
+// ValidSessionID reports whether id can be a session id: 1 to 128
+// lower-case letters, digits and '-', as slugs are (and subject-safe).
+func ValidSessionID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -41,7 +41,10 @@ func startNodeGateway(t *testing.T, token string) (*gateway.Gateway, *bus.Server
 	cfg.Tools.Exec.Security = "full"
 	cfg.Tools.Exec.Ask = "off"
 	cfg.Tools.Exec.KillGraceMs = 1000
+	nc := bustest.Connect(t, srv, bus.ClientConfig{Name: "gateway"})
 	g, err := gateway.New(t.Context(), cfg, gateway.Options{
+		Conn:           nc,
+		Server:         srv,
 		Cwd:            dir,
 		Environ:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "SHELL=/bin/sh", "LANG=C"},
 		Getenv:         testGatewayEnv,
@@ -50,23 +53,13 @@ func startNodeGateway(t *testing.T, token string) (*gateway.Gateway, *bus.Server
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}
-	nc := bustest.Connect(t, srv, bus.ClientConfig{Name: "gateway"})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		if err := g.CloseNodes(ctx); err != nil {
-			t.Errorf("gateway.CloseNodes: %v", err)
-		}
 		if err := g.Close(ctx); err != nil {
 			t.Errorf("gateway.Close: %v", err)
 		}
 	})
-	if err := g.ServeNATS(nc, cfg.NATS.Prefix); err != nil {
-		t.Fatalf("ServeNATS: %v", err)
-	}
-	if err := g.SetEmbeddedServer(srv); err != nil {
-		t.Fatalf("SetEmbeddedServer: %v", err)
-	}
 	return g, srv
 }
 

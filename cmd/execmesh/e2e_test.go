@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/bus/bustest"
 	"net/http/httptest"
 	"regexp"
 	"strings"
@@ -25,7 +27,10 @@ func startGateway(t *testing.T, mutate func(*gateway.Config)) map[string]string 
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	ns := bustest.StartServer(t)
 	gw, err := gateway.New(t.Context(), cfg, gateway.Options{
+		Conn:           bustest.Connect(t, ns, bus.ClientConfig{Name: "gateway"}),
+		Server:         ns,
 		Cwd:            t.TempDir(),
 		LoginShellPath: func() string { return "" }, // no login-shell probe in tests
 	})

@@ -235,21 +235,10 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 		ln.Close()
 		return fmt.Errorf("nats.url: %w", err)
 	}
-	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Logger: d.log, ConfigPath: d.cfgPth, Metrics: d.metrics})
+	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Conn: d.nc, Server: d.srv, Logger: d.log, ConfigPath: d.cfgPth, Metrics: d.metrics})
 	if err != nil {
 		ln.Close()
 		return err
-	}
-	if err := d.gw.ServeNATS(d.nc, cfg.NATS.Prefix); err != nil {
-		ln.Close()
-		return err
-	}
-	if d.srv != nil {
-		// Join by code adds nodes to the embedded server's users.
-		if err := d.gw.SetEmbeddedServer(d.srv); err != nil {
-			ln.Close()
-			return err
-		}
 	}
 	if mode == "up" {
 		if d.node, err = startLocalNode(ctx, d); err != nil {
@@ -303,11 +292,6 @@ func (d *daemon) stop(ctx context.Context) error {
 	}
 	if d.gw != nil && d.drain > 0 {
 		d.waitBlockers(ctx)
-	}
-	if d.gw != nil {
-		if err := d.gw.CloseNodes(ctx); err != nil {
-			errs = multierror.Append(errs, fmt.Errorf("node backend: %w", err))
-		}
 	}
 	if d.node != nil {
 		if err := d.node.Close(ctx); err != nil {
@@ -386,30 +370,34 @@ func startLocalNode(ctx context.Context, d *daemon) (*nodeagent.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.gw.ApproveNode(id.NodeID); err != nil {
+	name := "local"
+	if host, err := os.Hostname(); err == nil && host != "" {
+		name = host
+	}
+	if d.authOn {
+		// The embedded server checks identities: admit the local node's
+		// key, confined to its own subjects, as a join would.
+		if err := d.gw.AdmitNode(id.PublicKey, name); err != nil {
+			return nil, err
+		}
+	} else if err := d.gw.ApproveNode(id.NodeID); err != nil {
 		return nil, err
 	}
+	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	key, err := d.gw.SigningKey(kctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("the gateway's approval signing key: %w", err)
+	}
 	cfg := nodeagent.DefaultConfig()
+	cfg.GatewayKeys = []string{key}
 	cfg.Logger = d.log.With("component", "node")
 	cfg.Prefix = d.cfg.NATS.Prefix
 	cfg.StateDir = d.cfg.StateDir
 	cfg.Identity = &id
-	if host, err := os.Hostname(); err == nil && host != "" {
-		cfg.Name = host
-	} else {
-		cfg.Name = "local"
-	}
+	cfg.Name = name
 	if d.srv != nil {
 		cfg.Client = bus.ClientConfig{Name: "execmesh-node-local", InProcess: d.srv}
-		if d.authOn {
-			u, err := bus.NodeUser(d.cfg.NATS.Prefix, id.PublicKey)
-			if err != nil {
-				return nil, err
-			}
-			if err := d.srv.AddNKeyUser(u); err != nil {
-				return nil, err
-			}
-		}
 	} else {
 		cfg.Client = bus.ClientConfig{Name: "execmesh-node-local", URLs: strings.Split(d.cfg.NATS.URL, ","),
 			CredsFile: d.cfg.NATS.CredsFile, NKeySeedFile: d.cfg.NATS.NKeySeedFile, TLSCAFile: d.cfg.NATS.TLSCAFile}

@@ -98,7 +98,7 @@ func makeGateway(prefix, dir string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	entry := renderUser(fmt.Sprintf("execmesh gateway (prefix %s)", prefix), id.PublicKey, gatewayPermissions(prefix))
+	entry := renderUser(fmt.Sprintf("execmesh gateway (prefix %s)", prefix), id.PublicKey, bus.GatewayPermissions(prefix))
 	conf := filepath.Join(dir, "gateway-user.conf")
 	if err := os.WriteFile(conf, []byte(entry), 0o644); err != nil {
 		return err
@@ -107,32 +107,6 @@ func makeGateway(prefix, dir string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "mknode: gateway %s: seed in %s (secret: nats.nkeySeedFile), users entry in %s\n",
 		id.PublicKey, filepath.Join(dir, GatewayKeyFile), conf)
 	return nil
-}
-
-// gatewayPermissions is what the gateway needs on a shared NATS system:
-// everything under its prefix (tool API, node endpoints, presence,
-// pairing, events), the JetStream API (it creates the exit stream and
-// the buckets and consumes the stream), acknowledgements of its exit
-// stream, its KV buckets, micro discovery of the nodes, and inboxes
-// (its own replies and its answers to nodes' requests).
-func gatewayPermissions(prefix string) *server.Permissions {
-	n := bus.StreamNamesFor(prefix)
-	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{
-			prefix + ".>",
-			"$JS.API.>",
-			"$JS.ACK." + n.Exit + ".>",
-			"$KV." + n.Nodes + ".>",
-			"$KV." + n.Presence + ".>",
-			"$KV." + n.Idem + ".>",
-			"$SRV.>",
-			"_INBOX.>",
-		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{
-			prefix + ".>",
-			"_INBOX.>",
-		}},
-	}
 }
 
 // loadOrCreateSeed returns the identity in dir/name, creating it (0600,

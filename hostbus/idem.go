@@ -1,4 +1,4 @@
-package nodeagent
+package hostbus
 
 import (
 	"container/list"

@@ -1,0 +1,198 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/execmesh/execmesh/nodes"
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// Exit events become system events here, whichever host they come from:
+// the local host calls onLocalExit, the node registry's exit feed calls
+// onNodeExit. Nothing is acknowledged upstream before it is stored: a
+// node's event is acknowledged to JetStream only once its system event is
+// in the event store, and a local one is retried until it is (the gateway
+// reports unhealthy meanwhile).
+
+// deliverRetry bounds the retry delay of events not stored yet.
+const deliverRetry = 5 * time.Second
+
+// onLocalExit handles the exit of a local session, in the session core's
+// goroutine: the first attempt runs there, so that a poll the session core
+// holds until its exit event is out finds the event stored (and drops it);
+// when the store fails, a tracked goroutine retries.
+func (g *Gateway) onLocalExit(ev protocol.ExitEvent) {
+	ctx, cancel := context.WithTimeout(g.bg, deliverRetry)
+	err := g.handleExit(ctx, ev, "")
+	cancel()
+	if err == nil {
+		return
+	}
+	g.backlog.Add(1)
+	g.spawn(func(ctx context.Context) {
+		defer g.backlog.Add(-1)
+		for attempt := 1; ; attempt++ {
+			err := g.handleExit(ctx, ev, "")
+			if err == nil {
+				return
+			}
+			if ctx.Err() != nil {
+				g.log.Error("exit event not stored before shutdown", "sessionId", ev.SessionID, "err", err)
+				return
+			}
+			g.log.Warn("exit event not stored yet; retrying", "sessionId", ev.SessionID, "attempt", attempt, "err", err)
+			t := time.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, deliverRetry))
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	})
+}
+
+// onNodeExit handles a node's exit event from the exit feed; an error has
+// it redelivered.
+func (g *Gateway) onNodeExit(ctx context.Context, n nodes.Node, ev protocol.ExitEvent) error {
+	return g.handleExit(ctx, ev, n.ID)
+}
+
+// handleExit turns one exit event into what it must be: the Exec finished
+// event of an approved run, or the exit notice of a background session
+// (unless a poll already delivered the end), and marks the session
+// finished in the index. nodeID is the node that sent it ("" for the
+// local host); an event counts only for a session the index says that
+// host holds for that sessionKey, so no host can notify any agent about
+// any session.
+func (g *Gateway) handleExit(ctx context.Context, ev protocol.ExitEvent, nodeID string) error {
+	rec, ok := g.index.lookup(ctx, ev.SessionID)
+	wantHost, wantID := indexHostGateway, g.id
+	if nodeID != "" {
+		wantHost, wantID = indexHostNode, nodeID
+	}
+	if !ok || rec.SessionKey != ev.SessionKey || rec.Host != wantHost || rec.HostID != wantID {
+		if err := g.index.healthy(); err != nil {
+			return err // cannot tell: try again later
+		}
+		g.log.Warn("exit event for a session the host does not run dropped", "host", wantID, "sessionId", ev.SessionID, "sessionKey", ev.SessionKey)
+		return nil
+	}
+	if ev.RunID != "" {
+		if g.appr.finished(ctx, ev) {
+			return g.finish(ctx, ev)
+		}
+	}
+	if ev.Notify && ev.Text != "" && ev.SessionKey != "" && !rec.Polled {
+		se := protocol.SystemEvent{SessionKey: ev.SessionKey, ContextKey: "exec:" + ev.SessionID, Kind: protocol.EventExecExit, Text: ev.Text}
+		if err := g.events.Push(ctx, se, exitDedupe(ev)); err != nil {
+			return err
+		}
+		// A poll that delivered the end while the event was stored: it is
+		// redundant after all.
+		if again, ok := g.index.lookup(ctx, ev.SessionID); ok && again.Polled {
+			_ = g.events.Drop(ctx, ev.SessionKey, se.ContextKey)
+		}
+	}
+	return g.finish(ctx, ev)
+}
+
+// finish marks a session finished in the index.
+func (g *Gateway) finish(ctx context.Context, ev protocol.ExitEvent) error {
+	err := g.index.update(ctx, ev.SessionID, func(r *sessionRecord) bool {
+		if r.State == stateFinished {
+			return false
+		}
+		r.State = stateFinished
+		return true
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		g.log.Debug("marking a session finished", "sessionId", ev.SessionID, "err", err)
+	}
+	return nil
+}
+
+// exitDedupe is the identity of one exit: its sessionKey, its session and
+// the run of the host it happened on (never the session id alone).
+func exitDedupe(ev protocol.ExitEvent) string {
+	return "exit:" + protocol.EncodeSessionKeyToken(ev.SessionKey) + ":" + ev.SessionID + ":" + ev.Instance + ":" + strconv.FormatInt(ev.StartedAt, 10)
+}
+
+// emit stores a system event, retrying in the background until it is
+// stored (dedupe makes retries harmless).
+func (g *Gateway) emit(ctx context.Context, ev protocol.SystemEvent, dedupe string) {
+	if err := g.events.Push(ctx, ev, dedupe); err == nil {
+		return
+	}
+	g.backlog.Add(1)
+	g.spawn(func(ctx context.Context) {
+		defer g.backlog.Add(-1)
+		for attempt := 1; ; attempt++ {
+			t := time.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, deliverRetry))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				g.log.Error("system event not stored before shutdown", "kind", ev.Kind, "sessionKey", ev.SessionKey)
+				return
+			case <-t.C:
+			}
+			err := g.events.Push(ctx, ev, dedupe)
+			if err == nil {
+				return
+			}
+			g.log.Warn("system event not stored yet; retrying", "kind", ev.Kind, "attempt", attempt, "err", err)
+		}
+	})
+}
+
+// flushBacklog waits (bounded by ctx) for the events still being stored.
+func (g *Gateway) flushBacklog(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for g.backlog.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// onNodeRestart marks the sessions of a node's earlier run lost, and tells
+// their agents (a node that restarts reports what it recorded of them
+// too; the same identity keeps the notice single).
+func (g *Gateway) onNodeRestart(n nodes.Node, oldInstance string) {
+	g.loseSessions(n, func(r sessionRecord) bool { return r.Instance == "" || r.Instance == oldInstance },
+		fmt.Sprintf("node %s restarted", n.Label()))
+}
+
+// onNodeRejected marks the sessions of a rejected node lost.
+func (g *Gateway) onNodeRejected(n nodes.Node) {
+	g.loseSessions(n, func(sessionRecord) bool { return true }, fmt.Sprintf("node %s was rejected", n.Label()))
+}
+
+func (g *Gateway) loseSessions(n nodes.Node, match func(sessionRecord) bool, reason string) {
+	ctx, cancel := context.WithTimeout(g.bg, 30*time.Second)
+	defer cancel()
+	for _, id := range g.index.ofHost(indexHostNode, n.ID) {
+		rec, ok := g.index.lookup(ctx, id)
+		if !ok || !match(rec) || rec.State != stateRunning {
+			continue
+		}
+		g.markLost(ctx, id, reason)
+		g.emit(ctx, protocol.SystemEvent{SessionKey: rec.SessionKey, ContextKey: "exec:" + id, Kind: protocol.EventExecLost,
+			Text: lostText(id, reason)}, "lost:"+protocol.EncodeSessionKeyToken(rec.SessionKey)+":"+id)
+	}
+}
+
+// lostText is the text of an exec.lost event.
+func lostText(id, reason string) string {
+	short := id
+	if len(short) > 8 {
+		short = short[:8]
+	}
+	return fmt.Sprintf("Exec lost (%s): %s; the session's processes were ended and its output is gone.", short, reason)
+}

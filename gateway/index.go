@@ -1,0 +1,400 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/session"
+)
+
+// The session index: every session id the gateways handed out, and the
+// host that holds it, in a JetStream KV bucket shared by the gateways of a
+// deployment. A session id is allocated by creating its key, which fails
+// when the id is taken, so ids are unique across the fleet and the id an
+// agent sees is the one the host runs the command under (EXECMESH_SESSION)
+// — nothing is renamed or rewritten. Every gateway follows the bucket into
+// a cache, so routing a call reads memory; a miss (an entry written an
+// instant ago by another gateway) reads the bucket.
+
+// Host kinds in the index.
+const (
+	indexHostGateway = "gateway" // a gateway's local host (gateway and sandbox targets)
+	indexHostNode    = "node"
+)
+
+// Session states in the index.
+const (
+	stateRunning  = "running"
+	stateFinished = "finished"
+	stateLost     = "lost"
+)
+
+// indexTimeout bounds one index operation.
+const indexTimeout = 5 * time.Second
+
+// sessionRecord is one session of the index.
+type sessionRecord struct {
+	SessionKey string `json:"sessionKey"`
+	Host       string `json:"host"`   // indexHostGateway or indexHostNode
+	HostID     string `json:"hostId"` // the gateway id or the node id
+	// Instance is the run of the host that holds the session (a node
+	// agent that restarts has a new one, and lost the session).
+	Instance  string `json:"instance,omitempty"`
+	Command   string `json:"command,omitempty"`
+	Cwd       string `json:"cwd,omitempty"`
+	StartedAt int64  `json:"startedAt,omitempty"`
+	State     string `json:"state"`
+	// Polled: a poll delivered the session's end, so its exit notice is
+	// redundant.
+	Polled bool `json:"polled,omitempty"`
+	// LostReason says why a lost session is lost.
+	LostReason string `json:"lostReason,omitempty"`
+	// RunID is the approval of an approval-gated run.
+	RunID string `json:"runId,omitempty"`
+}
+
+type indexEntry struct {
+	rec      sessionRecord
+	revision uint64
+}
+
+// sessionIndex is the index and its cache.
+type sessionIndex struct {
+	js       jetstream.JetStream
+	prefix   string
+	replicas int
+	log      *slog.Logger
+
+	kv      atomic.Pointer[jetstream.KeyValue]
+	failure atomic.Pointer[error]
+
+	loaded     chan struct{} // closed once the cache holds the bucket
+	loadedOnce sync.Once
+
+	mu    sync.RWMutex
+	cache map[string]indexEntry // session id → record
+}
+
+func newSessionIndex(js jetstream.JetStream, prefix string, replicas int, log *slog.Logger) *sessionIndex {
+	return &sessionIndex{js: js, prefix: prefix, replicas: replicas, log: log.With("component", "index"), cache: map[string]indexEntry{}, loaded: make(chan struct{})}
+}
+
+// errIndexUnavailable: the bucket could not be reached.
+func errIndexUnavailable(err error) error {
+	return &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
+		Message: fmt.Sprintf("the session index is not available (JetStream: %v); nothing was started. Retry.", err)}
+}
+
+// bucket returns the index bucket, opening (or creating) it when needed.
+func (ix *sessionIndex) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	if p := ix.kv.Load(); p != nil {
+		return *p, nil
+	}
+	name := bus.StreamNamesFor(ix.prefix).Sessions
+	actx, cancel := context.WithTimeout(ctx, indexTimeout)
+	defer cancel()
+	kv, err := ix.js.KeyValue(actx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		for _, c := range bus.KeyValueConfigs(ix.prefix, ix.replicas) {
+			if c.Bucket == name {
+				kv, err = ix.js.CreateOrUpdateKeyValue(actx, c)
+			}
+		}
+	}
+	if err != nil {
+		ix.fail(err)
+		return nil, err
+	}
+	ix.kv.Store(&kv)
+	return kv, nil
+}
+
+func (ix *sessionIndex) fail(err error) {
+	if err == nil {
+		ix.failure.Store(nil)
+		return
+	}
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		ix.kv.Store(nil) // re-created on next use
+	}
+	e := fmt.Errorf("session index: %w", err)
+	ix.failure.Store(&e)
+}
+
+func (ix *sessionIndex) healthy() error {
+	if p := ix.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// run follows the bucket into the cache until ctx ends, again after a
+// failure (the store lost and back).
+func (ix *sessionIndex) run(ctx context.Context) {
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		kv, err := ix.bucket(ctx)
+		if err == nil {
+			err = ix.follow(ctx, kv)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		ix.log.Warn("session index watch stopped; retrying", "attempt", attempt, "err", err)
+		ix.kv.Store(nil)
+		t := time.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, 10*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (ix *sessionIndex) follow(ctx context.Context, kv jetstream.KeyValue) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Stop() //nolint:errcheck
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("watch ended")
+			}
+			if e == nil {
+				ix.fail(nil)
+				ix.loadedOnce.Do(func() { close(ix.loaded) })
+				continue
+			}
+			ix.apply(e)
+		}
+	}
+}
+
+// apply takes one bucket change into the cache (newer revisions only).
+func (ix *sessionIndex) apply(e jetstream.KeyValueEntry) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	cur, ok := ix.cache[e.Key()]
+	if ok && cur.revision >= e.Revision() {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(ix.cache, e.Key())
+		return
+	}
+	var rec sessionRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		ix.log.Warn("malformed index entry ignored", "sessionId", e.Key(), "err", err)
+		return
+	}
+	ix.cache[e.Key()] = indexEntry{rec: rec, revision: e.Revision()}
+}
+
+// allocate picks a fresh session id for rec, unique across the fleet: the
+// first readable slug whose key can be created.
+func (ix *sessionIndex) allocate(ctx context.Context, rec sessionRecord) (string, error) {
+	kv, err := ix.bucket(ctx)
+	if err != nil {
+		return "", errIndexUnavailable(err)
+	}
+	b, _ := json.Marshal(rec)
+	var lastErr error
+	var rev uint64
+	id := session.NewSessionID(func(candidate string) bool {
+		if lastErr != nil {
+			return false // stop trying; the error is reported below
+		}
+		if ix.cached(candidate) {
+			return true
+		}
+		actx, cancel := context.WithTimeout(ctx, indexTimeout)
+		defer cancel()
+		r, err := kv.Create(actx, candidate, b)
+		switch {
+		case err == nil:
+			rev = r
+			return false
+		case errors.Is(err, jetstream.ErrKeyExists):
+			return true
+		default:
+			lastErr = err
+			return false
+		}
+	})
+	if lastErr != nil {
+		ix.fail(lastErr)
+		return "", errIndexUnavailable(lastErr)
+	}
+	if rev == 0 {
+		// The fallback id of NewSessionID was never tried against the
+		// bucket (every candidate was taken): create it now.
+		actx, cancel := context.WithTimeout(ctx, indexTimeout)
+		r, err := kv.Create(actx, id, b)
+		cancel()
+		if err != nil {
+			ix.fail(err)
+			return "", errIndexUnavailable(err)
+		}
+		rev = r
+	}
+	ix.fail(nil)
+	ix.mu.Lock()
+	if cur, ok := ix.cache[id]; !ok || cur.revision < rev {
+		ix.cache[id] = indexEntry{rec: rec, revision: rev}
+	}
+	ix.mu.Unlock()
+	return id, nil
+}
+
+// await waits until the cache was loaded from the bucket once (bounded
+// by indexTimeout), so that a gateway that just started lists the
+// sessions it has not seen being started.
+func (ix *sessionIndex) await(ctx context.Context) {
+	t := time.NewTimer(indexTimeout)
+	defer t.Stop()
+	select {
+	case <-ix.loaded:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (ix *sessionIndex) cached(id string) bool {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	_, ok := ix.cache[id]
+	return ok
+}
+
+// lookup returns the record of id: from the cache, else (an entry another
+// gateway wrote an instant ago) from the bucket.
+func (ix *sessionIndex) lookup(ctx context.Context, id string) (sessionRecord, bool) {
+	ix.mu.RLock()
+	e, ok := ix.cache[id]
+	ix.mu.RUnlock()
+	if ok {
+		return e.rec, true
+	}
+	kv, err := ix.bucket(ctx)
+	if err != nil {
+		return sessionRecord{}, false
+	}
+	actx, cancel := context.WithTimeout(ctx, indexTimeout)
+	defer cancel()
+	kve, err := kv.Get(actx, id)
+	if err != nil {
+		return sessionRecord{}, false
+	}
+	ix.apply(kve)
+	ix.mu.RLock()
+	e, ok = ix.cache[id]
+	ix.mu.RUnlock()
+	return e.rec, ok
+}
+
+// update changes the record of id by compare-and-set; fn returns false
+// for no change. A missing record is left missing.
+func (ix *sessionIndex) update(ctx context.Context, id string, fn func(*sessionRecord) bool) error {
+	kv, err := ix.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; attempt < 10; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, indexTimeout)
+		e, err := kv.Get(actx, id)
+		cancel()
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			ix.fail(err)
+			return err
+		}
+		var rec sessionRecord
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			return err
+		}
+		if !fn(&rec) {
+			return nil
+		}
+		b, _ := json.Marshal(rec)
+		actx, cancel = context.WithTimeout(ctx, indexTimeout)
+		rev, err := kv.Update(actx, id, b, e.Revision())
+		cancel()
+		if err == nil {
+			ix.mu.Lock()
+			if cur, ok := ix.cache[id]; !ok || cur.revision < rev {
+				ix.cache[id] = indexEntry{rec: rec, revision: rev}
+			}
+			ix.mu.Unlock()
+			return nil
+		}
+		if !isWrongSequence(err) {
+			ix.fail(err)
+			return err
+		}
+	}
+	return errors.New("session index: record contended")
+}
+
+// remove forgets id.
+func (ix *sessionIndex) remove(ctx context.Context, id string) {
+	kv, err := ix.bucket(ctx)
+	if err != nil {
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, indexTimeout)
+	defer cancel()
+	if err := kv.Delete(actx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		ix.log.Debug("index delete", "sessionId", id, "err", err)
+	}
+	ix.mu.Lock()
+	delete(ix.cache, id)
+	ix.mu.Unlock()
+}
+
+// scope returns the records of sessionKey whose host is matched by want.
+func (ix *sessionIndex) scope(sessionKey string, want func(sessionRecord) bool) map[string]sessionRecord {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := map[string]sessionRecord{}
+	for id, e := range ix.cache {
+		if e.rec.SessionKey == sessionKey && want(e.rec) {
+			out[id] = e.rec
+		}
+	}
+	return out
+}
+
+// ofHost returns the ids of the records held by host hostID.
+func (ix *sessionIndex) ofHost(kind, hostID string) []string {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	var out []string
+	for id, e := range ix.cache {
+		if e.rec.Host == kind && e.rec.HostID == hostID {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}

@@ -1,0 +1,346 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/execmesh/execmesh/host"
+	"github.com/execmesh/execmesh/nodes"
+	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/session"
+)
+
+// listConcurrency bounds parallel list requests to hosts.
+const listConcurrency = 8
+
+// process answers a process action: list merges every host's sessions;
+// any other action goes to the host the session index names.
+func (c *call) process(ctx context.Context, args protocol.ProcessArgs) (protocol.Result, error) {
+	if args.Action == "list" {
+		return c.list(ctx, args)
+	}
+	g := c.g
+	id := args.SessionID
+	if id == "" || g.local.Has(c.sessionKey, id) {
+		return c.onHost(ctx, g.local, id, args, nil, id != "")
+	}
+	rec, ok := g.index.lookup(ctx, id)
+	if !ok || rec.SessionKey != c.sessionKey {
+		// Unknown in this scope: the local session core gives the tool's
+		// text, and the index keeps the record (another sessionKey's).
+		return c.onHost(ctx, g.local, id, args, nil, false)
+	}
+	if rec.State == stateLost {
+		return c.lost(ctx, id, rec, args)
+	}
+	h, n, err := g.hostOf(ctx, rec)
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	if n != nil && rec.Instance != "" && n.Instance != "" && n.Instance != rec.Instance {
+		// The node restarted since it started the session: it is gone.
+		reason := fmt.Sprintf("node %s restarted", n.Label())
+		g.markLost(ctx, id, reason)
+		rec.State, rec.LostReason = stateLost, reason
+		return c.lost(ctx, id, rec, args)
+	}
+	return c.onHost(ctx, h, id, args, &rec, true)
+}
+
+// hostOf returns the host a record names, with the node when it is one.
+func (g *Gateway) hostOf(ctx context.Context, rec sessionRecord) (host.Host, *nodes.Node, error) {
+	switch rec.Host {
+	case indexHostNode:
+		n, ok := g.nodes.AwaitLive(ctx, rec.HostID)
+		switch {
+		case !ok:
+			return nil, nil, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: fmt.Sprintf("node %s of this session is not known to this gateway yet; retry", rec.HostID)}
+		case n.Pairing == protocol.NodePairingRejected:
+			return nil, nil, protocol.Errorf(protocol.ErrHostNotAllowed, "the session is on node %s, which was rejected; approve it again to reach its sessions", n.Label())
+		case !n.Live:
+			return nil, nil, nodes.UnreachableError(n, g.nodes.Now(), "the session keeps running there and can be reached again once it reconnects")
+		}
+		return g.nodes.Host(n), &n, nil
+	case indexHostGateway:
+		if rec.HostID == g.id {
+			return g.local, nil, nil
+		}
+		return g.gatewayHost(rec.HostID)
+	}
+	return nil, nil, protocol.Errorf(protocol.ErrInternal, "session index: unknown host kind %q", rec.Host)
+}
+
+// onHost runs a process action on h and settles what it says about the
+// session: gone from the host that holds it (owned: forget its record),
+// ended and delivered by a poll (its exit notice is redundant).
+func (c *call) onHost(ctx context.Context, h host.Host, id string, args protocol.ProcessArgs, rec *sessionRecord, owned bool) (protocol.Result, error) {
+	reply, err := h.Process(ctx, protocol.ProcessRequest{SessionKey: c.sessionKey, Args: args})
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	g := c.g
+	if rec != nil && reply.Instance != "" && rec.Instance != "" && reply.Instance != rec.Instance {
+		// Another run of the host answered: it restarted before the
+		// gateway heard of it, and the session went with the old run.
+		reason := "its host restarted"
+		g.markLost(ctx, id, reason)
+		r := *rec
+		r.State, r.LostReason = stateLost, reason
+		return c.lost(ctx, id, r, args)
+	}
+	res := reply.Result
+	if args.Action == "poll" && owned && !reply.Gone {
+		if st := res.Status(); st == protocol.StatusCompleted || st == protocol.StatusFailed {
+			g.polled(ctx, c.sessionKey, id)
+		}
+	}
+	if reply.Gone && owned {
+		g.forget(id)
+	}
+	return res, nil
+}
+
+// polled records that a poll delivered a session's end: a still-queued
+// exit notice is dropped, and one that arrives later is not queued (the
+// exit feed reads the mark; see onNodeExit).
+func (g *Gateway) polled(ctx context.Context, sessionKey, id string) {
+	_ = g.index.update(ctx, id, func(r *sessionRecord) bool {
+		if r.Polled {
+			return false
+		}
+		r.Polled = true
+		return true
+	})
+	if err := g.events.Drop(ctx, sessionKey, "exec:"+id); err != nil {
+		g.log.Warn("dropping the exit notice of a polled session", "sessionId", id, "err", err)
+	}
+}
+
+// markLost records that a session is gone with its host.
+func (g *Gateway) markLost(ctx context.Context, id, reason string) {
+	_ = g.index.update(ctx, id, func(r *sessionRecord) bool {
+		if r.State == stateLost {
+			return false
+		}
+		r.State, r.LostReason = stateLost, reason
+		return true
+	})
+}
+
+// lost answers an action on a session its host no longer has.
+func (c *call) lost(ctx context.Context, id string, rec sessionRecord, args protocol.ProcessArgs) (protocol.Result, error) {
+	reason := rec.LostReason
+	if reason == "" {
+		reason = "its host restarted"
+	}
+	if args.Action == "remove" || args.Action == "clear" {
+		c.g.index.remove(ctx, id)
+		return protocol.TextResult(fmt.Sprintf("Removed session %s (lost: %s).", id, reason),
+			protocol.Details{Status: protocol.Some(protocol.StatusCompleted), SessionID: protocol.Some(id)}), nil
+	}
+	text := fmt.Sprintf("Session %s was lost: %s, and its output and exit status are gone. Use process remove to forget it.", id, reason)
+	res := protocol.FailedResult(text)
+	res.Details.SessionID = protocol.Some(id)
+	res.Details.Lost = protocol.Some(true)
+	return res, nil
+}
+
+// list answers process list: the gateway's sessions and every host's,
+// newest first. With offset or limit (session.ListPage) every host lists
+// only its End newest entries, and the page is cut from their merge.
+func (c *call) list(ctx context.Context, args protocol.ProcessArgs) (protocol.Result, error) {
+	page, err := session.ListPageOf(args)
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	end := 0
+	if page.Paged {
+		end = page.End()
+	}
+	g := c.g
+	local, err := g.local.List(ctx, protocol.ListRequest{SessionKey: c.sessionKey, Limit: end})
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	all := make([]protocol.Details, 0, len(local.Sessions))
+	for _, s := range local.Sessions {
+		all = append(all, s.Details)
+	}
+	total := local.Total
+	remote, remoteTotal := c.remoteEntries(ctx, end)
+	if len(remote) == 0 && !page.Paged {
+		return session.ListResult(all), nil
+	}
+	all = append(all, remote...)
+	total += remoteTotal
+	// Newest first; within a millisecond each host's own order, hosts in
+	// a fixed order, so that every host's first entries are its newest
+	// and pages of any size fit together.
+	slices.SortStableFunc(all, func(a, b protocol.Details) int {
+		return cmp.Compare(b.StartedAt.Value(), a.StartedAt.Value())
+	})
+	if !page.Paged {
+		return session.ListResult(all), nil
+	}
+	lo, hi := page.Bounds(total)
+	lo, hi = min(lo, len(all)), min(hi, len(all))
+	return session.PagedListResult(page, all[lo:hi], total), nil
+}
+
+// remoteEntries lists the sessions of sessionKey on other hosts: each
+// live paired node that holds some (per the index) answers for its own,
+// naming itself in each entry; the sessions of nodes that cannot answer
+// (unreachable, restarted) are shown from the index. With limit > 0 each
+// source gives at most limit entries.
+func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details, int) {
+	g := c.g
+	g.index.await(ctx)
+	recs := g.index.scope(c.sessionKey, func(r sessionRecord) bool { return !(r.Host == indexHostGateway && r.HostID == g.id) })
+	if len(recs) == 0 {
+		return nil, 0
+	}
+	byHost := map[string]map[string]sessionRecord{}
+	for id, r := range recs {
+		k := r.Host + "/" + r.HostID
+		if byHost[k] == nil {
+			byHost[k] = map[string]sessionRecord{}
+		}
+		byHost[k][id] = r
+	}
+	type answer struct {
+		host    string
+		entries []protocol.Details
+		total   int
+	}
+	var (
+		mu      sync.Mutex
+		answers []answer
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, listConcurrency)
+	)
+	for k, hostRecs := range byHost {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			a := c.hostEntries(ctx, hostRecs, limit)
+			mu.Lock()
+			answers = append(answers, answer{host: k, entries: a.entries, total: a.total})
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(answers, func(x, y answer) int { return strings.Compare(x.host, y.host) })
+	var out []protocol.Details
+	total := 0
+	for _, a := range answers {
+		out = append(out, a.entries...)
+		total += a.total
+	}
+	return out, total
+}
+
+// hostEntries lists one host's sessions of the call's sessionKey; recs
+// are the index entries of that host.
+func (c *call) hostEntries(ctx context.Context, recs map[string]sessionRecord, limit int) (a struct {
+	entries []protocol.Details
+	total   int
+}) {
+	g := c.g
+	var any sessionRecord
+	for _, r := range recs {
+		any = r
+		break
+	}
+	h, n, err := g.hostOf(ctx, any)
+	restarted := n != nil && any.Instance != "" && n.Instance != "" && n.Instance != any.Instance
+	if err == nil {
+		reply, lerr := h.List(ctx, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
+		if lerr == nil {
+			listed := map[string]bool{}
+			for _, s := range reply.Sessions {
+				d := s.Details
+				listed[d.SessionID.Value()] = true
+				if n != nil {
+					d.NodeID = protocol.Some(n.ID)
+					if n.Name != "" {
+						d.NodeName = protocol.Some(n.Name)
+					}
+				}
+				a.entries = append(a.entries, d)
+			}
+			a.total = reply.Total
+			// Sessions of an earlier run of the node are lost, and the
+			// ones the host no longer has (swept) are forgotten.
+			for id, r := range recs {
+				if listed[id] {
+					continue
+				}
+				switch {
+				case r.State == stateLost || (r.Instance != "" && r.Instance != reply.Instance):
+					if r.State != stateLost {
+						g.markLost(ctx, id, "its host restarted")
+						r.State, r.LostReason = stateLost, "its host restarted"
+					}
+					a.entries = append(a.entries, c.indexEntry(id, r, n))
+					a.total++
+				case !reply.Partial:
+					g.forget(id)
+				}
+			}
+			return a
+		}
+		err = lerr
+	}
+	if !errors.Is(err, context.Canceled) {
+		g.log.Debug("listing a host's sessions from the index", "host", any.HostID, "err", err)
+	}
+	// The host cannot answer: show what the index knows.
+	for id, r := range recs {
+		if restarted && r.State != stateLost {
+			g.markLost(ctx, id, "its host restarted")
+			r.State = stateLost
+		}
+		a.entries = append(a.entries, c.indexEntry(id, r, n))
+	}
+	a.total = len(a.entries)
+	slices.SortFunc(a.entries, func(x, y protocol.Details) int {
+		if c := cmp.Compare(y.StartedAt.Value(), x.StartedAt.Value()); c != 0 {
+			return c
+		}
+		return strings.Compare(x.SessionID.Value(), y.SessionID.Value())
+	})
+	if limit > 0 && len(a.entries) > limit {
+		a.entries = a.entries[:limit]
+	}
+	return a
+}
+
+// indexEntry is the list entry of a session shown from the index: its
+// host cannot be asked, or no longer has it.
+func (c *call) indexEntry(id string, r sessionRecord, n *nodes.Node) protocol.Details {
+	status := "unreachable"
+	if r.State == stateLost {
+		status = stateLost
+	}
+	d := protocol.Details{
+		SessionID: protocol.Some(id),
+		Status:    protocol.Some(status),
+		Command:   protocol.Some(r.Command),
+		StartedAt: protocol.Some(r.StartedAt),
+	}
+	if r.Cwd != "" {
+		d.Cwd = protocol.Some(r.Cwd)
+	}
+	if r.Host == indexHostNode {
+		d.NodeID = protocol.Some(r.HostID)
+		if n != nil && n.Name != "" {
+			d.NodeName = protocol.Some(n.Name)
+		}
+	}
+	return d
+}

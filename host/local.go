@@ -1,0 +1,399 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/execmesh/execmesh/applypatch"
+	"github.com/execmesh/execmesh/approvals"
+	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/sandbox"
+	"github.com/execmesh/execmesh/session"
+)
+
+// Kinds of a Local host.
+const (
+	// KindGateway is the gateway's own machine: it runs TargetGateway
+	// (through approvals) and TargetSandbox requests.
+	KindGateway = "gateway"
+	// KindNode is a node agent's machine: it runs TargetNode requests.
+	KindNode = "node"
+)
+
+// Config configures a Local host. Logger, Kind and Session are required;
+// the zero values of the others are documented per field.
+type Config struct {
+	Logger *slog.Logger
+	// Kind is KindGateway or KindNode.
+	Kind string
+	// ID names the host in plans and exit events: the node id for a node,
+	// the gateway id for a gateway.
+	ID string
+	// Session configures the session core; its OnExit is replaced (exit
+	// events go to OnExit below).
+	Session session.Config
+	// StateDir holds the host's exec-approvals.json; empty means no
+	// approvals file (nothing loosened or tightened by it, nothing
+	// persisted by allow-always).
+	StateDir string
+	// Environ is the environment commands inherit before filtering; nil
+	// means os.Environ().
+	Environ []string
+	// Cwd is the default working directory; empty means the process's.
+	Cwd string
+	// LoginPath returns the login shell's PATH merged into host=gateway
+	// commands (spec §7.4); nil merges nothing.
+	LoginPath func() string
+	// Sandbox runs TargetSandbox requests; nil or mode off refuses them.
+	Sandbox sandbox.Runtime
+	// TrustedKeys returns the gateway public keys whose signed decisions
+	// this host acts on; nil trusts none (no approved run can start).
+	TrustedKeys func() []string
+	// Ready, when set, is asked before every exec and patch: a non-nil
+	// error refuses the request (a node that is not paired).
+	Ready func() error
+	// OnExit receives the exit event of every background session, in its
+	// own goroutine; RunID is set for approval-gated runs.
+	OnExit func(protocol.ExitEvent)
+}
+
+// Settings are the parts of a host's configuration that a reload may
+// change.
+type Settings struct {
+	// PathPrepend goes first on PATH of host=gateway and host=sandbox
+	// commands (tools.exec.pathPrepend).
+	PathPrepend []string
+	// SafeBins and SafeBinTrustedDirs are tools.exec.safeBins and
+	// tools.exec.safeBinTrustedDirs.
+	SafeBins           []string
+	SafeBinTrustedDirs []string
+	// Security and Ask, when set, cap what requests may use: the node
+	// agent's own --security and --ask.
+	Security string
+	Ask      string
+}
+
+// Local is a Host backed by a session core in this process. Build it with
+// NewLocal and release it with Close.
+type Local struct {
+	cfg       Config
+	log       *slog.Logger
+	mgr       *session.Manager
+	instance  string
+	baseEnv   map[string]string
+	loginPath func() string
+	settings  atomic.Pointer[Settings]
+
+	mu   sync.Mutex
+	used map[string]time.Time // approval ids already acted on, until their decision expires
+}
+
+// NewLocal builds a Local host and its session core.
+func NewLocal(cfg Config) (*Local, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch cfg.Kind {
+	case KindGateway, KindNode:
+	default:
+		return nil, fmt.Errorf("host: Kind: %q is not %q or %q", cfg.Kind, KindGateway, KindNode)
+	}
+	if cfg.Environ == nil {
+		cfg.Environ = os.Environ()
+	}
+	if cfg.Cwd == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("host: working directory: %w", err)
+		}
+		cfg.Cwd = wd
+	}
+	if cfg.Sandbox == nil {
+		rt, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeOff})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Sandbox = rt
+	}
+	l := &Local{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		instance:  randomHex(8),
+		baseEnv:   protocol.EnvMap(cfg.Environ),
+		loginPath: cfg.LoginPath,
+		used:      map[string]time.Time{},
+	}
+	if l.loginPath == nil {
+		l.loginPath = func() string { return "" }
+	}
+	l.settings.Store(&Settings{})
+	scfg := cfg.Session
+	scfg.OnExit = nil // every request's hook reports the exit (Exec)
+	m, err := session.NewManager(scfg)
+	if err != nil {
+		return nil, fmt.Errorf("host: session core: %w", err)
+	}
+	l.mgr = m
+	return l, nil
+}
+
+// SetSettings replaces the reloadable settings.
+func (l *Local) SetSettings(s Settings) { l.settings.Store(&s) }
+
+// Instance identifies this run of the host; a node that restarts gets a
+// new one, and with it every session of the old run is gone.
+func (l *Local) Instance() string { return l.instance }
+
+// Manager returns the session core.
+func (l *Local) Manager() *session.Manager { return l.mgr }
+
+// Close ends every session's process tree (see session.Manager.Close).
+func (l *Local) Close(ctx context.Context) error { return l.mgr.Close(ctx) }
+
+// Exec runs one resolved exec call through the host's pipeline.
+func (l *Local) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.ExecReply, error) {
+	if err := l.check(req.SessionKey, req.Target); err != nil {
+		return protocol.ExecReply{}, err
+	}
+	if strings.TrimSpace(req.Args.Command) == "" {
+		return protocol.ExecReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "Provide a command to start.")
+	}
+	if req.SessionID != "" && !session.ValidSessionID(req.SessionID) {
+		return protocol.ExecReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "invalid session id %q: want 1 to 128 lower-case letters, digits or '-'", req.SessionID)
+	}
+	s := l.settings.Load()
+	sreq := session.ExecRequest{
+		Command:     req.Args.Command,
+		YieldMs:     req.Args.YieldMs,
+		Background:  req.Args.Background,
+		TimeoutSec:  req.Args.Timeout,
+		PTY:         req.Args.PTY,
+		Synchronous: req.Sync,
+		ScopeKey:    req.SessionKey,
+		Warnings:    req.Warnings,
+		SessionID:   req.SessionID,
+	}
+	var res protocol.Result
+	var err error
+	if req.Target == protocol.TargetSandbox {
+		res, err = l.execSandbox(ctx, req, sreq, s)
+	} else {
+		res, err = l.execHost(ctx, req, sreq, s)
+	}
+	if err != nil {
+		return protocol.ExecReply{}, err
+	}
+	return protocol.ExecReply{Result: res, Instance: l.instance}, nil
+}
+
+// check refuses requests this host cannot take.
+func (l *Local) check(sessionKey, target string) error {
+	if strings.TrimSpace(sessionKey) == "" {
+		return protocol.Errorf(protocol.ErrInvalidRequest, "sessionKey is required")
+	}
+	switch {
+	case l.cfg.Kind == KindNode && target == protocol.TargetNode,
+		l.cfg.Kind == KindGateway && (target == protocol.TargetGateway || target == protocol.TargetSandbox):
+	default:
+		return protocol.Errorf(protocol.ErrInvalidRequest, "exec target %q is not served by this %s host", target, l.cfg.Kind)
+	}
+	if l.cfg.Ready != nil {
+		return l.cfg.Ready()
+	}
+	return nil
+}
+
+// execHost runs a host=gateway or host=node request: environment,
+// workdir, approvals, then the session core.
+func (l *Local) execHost(ctx context.Context, req protocol.ExecRequest, sreq session.ExecRequest, s *Settings) (protocol.Result, error) {
+	var env []string
+	var err error
+	if l.cfg.Kind == KindNode {
+		env, err = l.nodeEnv(req.Args.Env)
+	} else {
+		env, err = l.gatewayEnv(req.Args.Env, s)
+	}
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	workdir, ok := l.resolveWorkdir(req.Args.Workdir)
+	if !ok {
+		return protocol.WorkdirUnavailableResult(req.Args.Workdir), nil
+	}
+	sreq.Env, sreq.Workdir = env, workdir
+	run, err := l.authorize(req, workdir, env, s)
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	sreq.Argv = run.argv
+	if run.runID != "" {
+		// An approved run goes to the background; its exit becomes the
+		// approval's Exec finished event instead of the usual notice.
+		sreq.Background, sreq.Synchronous, sreq.NotifyOff = true, false, true
+	}
+	return l.start(ctx, sreq, run.runID)
+}
+
+// execSandbox runs a host=sandbox request inside the sandbox runtime: the
+// agent's workspace read-write, the rest read-only, no network unless
+// configured (DESIGN.md §3.3). Without a runtime nothing runs.
+func (l *Local) execSandbox(ctx context.Context, req protocol.ExecRequest, sreq session.ExecRequest, s *Settings) (protocol.Result, error) {
+	rt := l.cfg.Sandbox
+	if rt.Mode() == sandbox.ModeOff {
+		return protocol.Result{}, SandboxOffError()
+	}
+	if err := rt.Available(); err != nil {
+		return protocol.Result{}, protocol.Errorf(protocol.ErrHostNotAllowed, "exec host=sandbox: %v", err)
+	}
+	if err := sandboxOverrides(req.Args.Env); err != nil {
+		return protocol.Result{}, err
+	}
+	prep, err := rt.Prepare(sandbox.Request{
+		AgentID:     req.AgentID,
+		Command:     req.Args.Command,
+		Workdir:     req.Args.Workdir,
+		Env:         req.Args.Env,
+		PathPrepend: s.PathPrepend,
+		PTY:         req.Args.PTY,
+	})
+	var wdErr *sandbox.WorkdirError
+	if errors.As(err, &wdErr) {
+		return protocol.WorkdirUnavailableResult(req.Args.Workdir), nil
+	}
+	if err != nil {
+		return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "exec host=sandbox: %v", err)
+	}
+	sreq.Argv, sreq.Workdir, sreq.Env = prep.Argv, prep.Workdir, prep.Env
+	return l.start(ctx, sreq, "")
+}
+
+// SandboxOffError is the refusal of a host=sandbox run without a sandbox
+// runtime (DESIGN.md §3.3): no request runs with less policy than
+// host=gateway applies unless a real sandbox contains it.
+func SandboxOffError() error {
+	return protocol.Errorf(protocol.ErrHostNotAllowed,
+		"exec host not allowed (sandbox runtime is off; set sandbox.mode=bwrap to run host=sandbox commands in a bubblewrap sandbox, or use host=gateway, which goes through exec approvals).")
+}
+
+// start hands the request to the session core, with the hook that reports
+// its exit.
+func (l *Local) start(ctx context.Context, sreq session.ExecRequest, runID string) (protocol.Result, error) {
+	onExit := l.cfg.OnExit
+	sreq.OnExitHook = func(ev protocol.ExitEvent) {
+		if onExit == nil {
+			return
+		}
+		ev.NodeID, ev.RunID = l.cfg.ID, runID
+		ev.Instance = l.instance
+		onExit(ev)
+	}
+	return l.mgr.Exec(ctx, sreq)
+}
+
+// Process runs a process action on one of the host's sessions.
+func (l *Local) Process(ctx context.Context, req protocol.ProcessRequest) (protocol.ProcessReply, error) {
+	if strings.TrimSpace(req.SessionKey) == "" {
+		return protocol.ProcessReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "process: sessionKey is required")
+	}
+	if req.Args.Action == "list" {
+		return protocol.ProcessReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "process: list is answered by List")
+	}
+	res := l.mgr.Process(ctx, req.SessionKey, req.Args)
+	gone := req.Args.SessionID != "" && !l.mgr.Has(req.SessionKey, req.Args.SessionID)
+	return protocol.ProcessReply{Result: res, Gone: gone, Instance: l.instance}, nil
+}
+
+// Has reports whether the host holds sessionID for sessionKey (running or
+// retained), without a round trip.
+func (l *Local) Has(sessionKey, sessionID string) bool { return l.mgr.Has(sessionKey, sessionID) }
+
+// List returns the list entries of a sessionKey's sessions, newest first.
+func (l *Local) List(ctx context.Context, req protocol.ListRequest) (protocol.ListReply, error) {
+	if strings.TrimSpace(req.SessionKey) == "" {
+		return protocol.ListReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "list: sessionKey is required")
+	}
+	if req.Limit < 0 {
+		return protocol.ListReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "list: limit must not be negative")
+	}
+	args := protocol.ProcessArgs{Action: "list"}
+	if req.Limit > 0 {
+		args.Limit = &req.Limit
+	}
+	res := l.mgr.Process(ctx, req.SessionKey, args)
+	entries := res.Details.Sessions.Value()
+	total := len(entries)
+	if req.Limit > 0 {
+		total = res.Details.Total.Value()
+	}
+	out := protocol.ListReply{Instance: l.instance, Sessions: make([]protocol.ListedSession, 0, len(entries)), Total: total, Partial: total > len(entries)}
+	for _, d := range entries {
+		out.Sessions = append(out.Sessions, protocol.ListedSession{SessionKey: req.SessionKey, Details: d})
+	}
+	return out, nil
+}
+
+// ApplyPatch applies a patch under the requested workdir (the agent's
+// workspace for a sandbox target). The host's security applies (deny
+// refuses); a patch that would leave its root is a security violation and
+// changes nothing.
+func (l *Local) ApplyPatch(ctx context.Context, req protocol.ApplyPatchRequest) (protocol.Result, error) {
+	if err := l.check(req.SessionKey, req.Target); err != nil {
+		return protocol.Result{}, err
+	}
+	var root string
+	if req.Target == protocol.TargetSandbox {
+		rt := l.cfg.Sandbox
+		if rt.Mode() == sandbox.ModeOff {
+			return protocol.Result{}, SandboxOffError()
+		}
+		ws, err := rt.Workspace(req.AgentID)
+		if err != nil {
+			return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "apply_patch host=sandbox: %v", err)
+		}
+		dir, ok := workspaceDir(ws, req.Args.Workdir)
+		if !ok {
+			return protocol.WorkdirUnavailableResult(req.Args.Workdir), nil
+		}
+		root = dir
+	} else {
+		s := l.settings.Load()
+		if l.policy(req.Security, "", req.AgentID, s).Security == approvals.SecurityDeny {
+			return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "apply_patch denied: host=%s security=deny", req.Target)
+		}
+		dir, ok := l.resolveWorkdir(req.Args.Workdir)
+		if !ok {
+			return protocol.WorkdirUnavailableResult(req.Args.Workdir), nil
+		}
+		root = dir
+	}
+	return PatchResult(applypatch.Apply(ctx, root, req.Args.Input, applypatch.Options{}))
+}
+
+// PatchResult turns applypatch's outcome into the tool's answer: escapes
+// from the root are refused as security violations, other failures are
+// failed results the model can read.
+func PatchResult(sum applypatch.Summary, err error) (protocol.Result, error) {
+	switch {
+	case err == nil:
+		return sum.Result(), nil
+	case errors.Is(err, applypatch.ErrOutsideRoot):
+		return protocol.Result{}, protocol.Errorf(protocol.ErrSecurityViolation, "%v", err)
+	default:
+		return protocol.FailedResult(err.Error()), nil
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,342 @@
+// Package hostbus carries a host.Host over NATS: Server serves a host's
+// endpoints in a nats micro service group (a node agent's
+// <prefix>.node.<id>), and Remote is the Host a gateway calls, which sends
+// each call to those endpoints and turns what can go wrong on the way
+// (nobody listening, no answer in time, the host going silent, a dropped
+// connection) into clear, retryable errors.
+//
+// Requests are JSON and decoded strictly; errors are micro error replies
+// whose code is the HTTP status of the error type and whose data is the
+// JSON of a *protocol.Error (with "approval" for ErrApprovalRequired), so a
+// gateway hands the very same error to its caller. Replies and requests
+// larger than the server's max_payload travel in chunks (bus.RespondChunked,
+// bus.RequestChunked).
+package hostbus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/host"
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// Server defaults.
+const (
+	DefaultIdempotencyTTL = 15 * time.Minute
+	DefaultMaxIdempotency = 4096
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	Logger *slog.Logger
+	// Host answers the calls.
+	Host host.Host
+	// Name says whose host it is, in errors ("node alpha").
+	Name string
+	// Instance is the host's run, answered to pings.
+	Instance string
+	// IdempotencyTTL and MaxIdempotencyKeys bound the exec-start replay
+	// cache; zero values take the defaults.
+	IdempotencyTTL     time.Duration
+	MaxIdempotencyKeys int
+	// Count, when set, wraps every handler (the node agent's counters).
+	Count func(endpoint string, fn HandlerFunc) HandlerFunc
+}
+
+// HandlerFunc serves one endpoint: it returns the JSON reply, or an error
+// that is answered as a micro error (a *protocol.Error keeps its type and
+// text; an *host.ApprovalNeededError carries its request).
+type HandlerFunc func(ctx context.Context, req micro.Request) ([]byte, error)
+
+// Server serves a host's endpoints. Build it with NewServer, register it
+// with AddTo, and stop it with Close.
+type Server struct {
+	cfg  ServerConfig
+	log  *slog.Logger
+	idem *idemCache
+
+	// ctx ends when Close begins, so that waits (yield windows, polls)
+	// answer promptly.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	closing bool
+	nc      *nats.Conn
+}
+
+// NewServer returns a Server for cfg.Host.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.IdempotencyTTL <= 0 {
+		cfg.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	if cfg.MaxIdempotencyKeys <= 0 {
+		cfg.MaxIdempotencyKeys = DefaultMaxIdempotency
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, idem: newIdemCache(cfg.IdempotencyTTL, cfg.MaxIdempotencyKeys)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// Endpoint names and subjects of a host's group.
+var hostEndpoints = []struct{ name, subject string }{
+	{"exec", protocol.NodeEndpointExec},
+	{"process", protocol.NodeEndpointProcess},
+	{"list", protocol.NodeEndpointList},
+	{"applypatch", protocol.NodeEndpointApplyPatch},
+	{"ping", protocol.NodeEndpointPing},
+}
+
+// AddTo registers the host endpoints (exec, process, list, applypatch,
+// ping) in
+// g, answering on nc.
+func (s *Server) AddTo(nc *nats.Conn, g micro.Group) error {
+	s.mu.Lock()
+	s.nc = nc
+	s.mu.Unlock()
+	handlers := map[string]HandlerFunc{
+		"exec": s.handleExec, "process": s.handleProcess, "list": s.handleList, "applypatch": s.handleApplyPatch,
+		"ping": s.handlePing,
+	}
+	for _, e := range hostEndpoints {
+		if err := g.AddEndpoint(e.name, s.Endpoint(e.name, handlers[e.name]), micro.WithEndpointSubject(e.subject),
+			micro.WithEndpointPendingLimits(bus.PendingMsgsLimit, bus.PendingBytesLimit)); err != nil {
+			return fmt.Errorf("hostbus: endpoint %s: %w", e.name, err)
+		}
+	}
+	return nil
+}
+
+// Endpoint adapts fn to micro. Every endpoint is a single subscription
+// whose messages are handled one at a time, so the handler only hands the
+// request to a tracked goroutine: a poll waiting 30 s must not hold up the
+// next exec. Once Close has begun requests are refused as retryable.
+func (s *Server) Endpoint(name string, fn HandlerFunc) micro.HandlerFunc {
+	if s.cfg.Count != nil {
+		fn = s.cfg.Count(name, fn)
+	}
+	return func(req micro.Request) {
+		if req.Reply() == "" {
+			s.log.Debug("request without reply subject ignored", "endpoint", name)
+			return
+		}
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			replyError(req, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: s.cfg.Name + " is shutting down"}, nil, s.log)
+			return
+		}
+		s.wg.Add(1)
+		nc := s.nc
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			defer func() {
+				if r := recover(); r != nil {
+					s.log.Error("handler panic", "endpoint", name, "panic", r)
+					publishError(nc, req.Reply(), protocol.Errorf(protocol.ErrInternal, "%s: internal error in %s", s.cfg.Name, name), nil, s.log)
+				}
+			}()
+			reply, err := fn(s.ctx, req)
+			if err != nil {
+				pe := protocol.AsError(err)
+				if s.ctx.Err() != nil && pe.Type == protocol.ErrInternal {
+					// Close cut the wait short: say so, retryably.
+					pe = &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: s.cfg.Name + " is shutting down: " + pe.Message}
+				}
+				publishError(nc, req.Reply(), pe, err, s.log)
+				return
+			}
+			if err := bus.RespondChunked(nc, req.Reply(), reply, nil); err != nil {
+				s.log.Warn("reply not sent", "endpoint", name, "err", err)
+			}
+		}()
+	}
+}
+
+// Close refuses new requests, ends the waits of those in flight and waits
+// for them, bounded by ctx. It is idempotent.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.cancel()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("hostbus: handlers still running: %w", ctx.Err())
+	}
+}
+
+// handleExec starts a command. With an idempotency key, a repeated start
+// answers what the first one answered.
+func (s *Server) handleExec(ctx context.Context, req micro.Request) ([]byte, error) {
+	var r protocol.ExecRequest
+	if err := DecodeStrict("exec", req.Data(), &r); err != nil {
+		return nil, err
+	}
+	run := func() ([]byte, error) {
+		reply, err := s.cfg.Host.Exec(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(reply)
+	}
+	key := req.Headers().Get(protocol.NodeHeaderIdempotencyKey)
+	if key == "" {
+		return run()
+	}
+	if !validIdempotencyKey(key) {
+		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "exec: invalid %s header (1 to %d printable characters)", protocol.NodeHeaderIdempotencyKey, maxIdempotencyKeyLen)
+	}
+	reply, err, replayed := s.idem.do(ctx, key, r.SessionKey, run)
+	if replayed {
+		s.log.Info("exec start repeated; answering the first start", "idempotencyKey", key)
+	}
+	return reply, err
+}
+
+func (s *Server) handleProcess(ctx context.Context, req micro.Request) ([]byte, error) {
+	var r protocol.ProcessRequest
+	if err := DecodeStrict("process", req.Data(), &r); err != nil {
+		return nil, err
+	}
+	reply, err := s.cfg.Host.Process(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(reply)
+}
+
+func (s *Server) handleList(ctx context.Context, req micro.Request) ([]byte, error) {
+	var r protocol.ListRequest
+	if err := DecodeStrict("list", req.Data(), &r); err != nil {
+		return nil, err
+	}
+	reply, err := s.cfg.Host.List(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(reply)
+}
+
+func (s *Server) handleApplyPatch(ctx context.Context, req micro.Request) ([]byte, error) {
+	var r protocol.ApplyPatchRequest
+	if err := DecodeStrict("applypatch", req.Data(), &r); err != nil {
+		return nil, err
+	}
+	res, err := s.cfg.Host.ApplyPatch(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(res)
+}
+
+// handlePing answers the gateway's liveness probe with the host's run.
+func (s *Server) handlePing(_ context.Context, _ micro.Request) ([]byte, error) {
+	return json.Marshal(protocol.PingReply{Instance: s.cfg.Instance})
+}
+
+// errorReply is the data of an error reply: the *protocol.Error, and the
+// approval request of an ErrApprovalRequired.
+type errorReply struct {
+	*protocol.Error
+	Approval *protocol.ApprovalRequest `json:"approval,omitempty"`
+}
+
+// errorData encodes the data of an error reply for pe (err, when it asks
+// for an approval, adds its request).
+func errorData(pe *protocol.Error, err error) []byte {
+	r := errorReply{Error: pe}
+	if a, ok := host.AsApprovalNeeded(err); ok {
+		r.Approval = &a.Request
+	}
+	b, merr := json.Marshal(r)
+	if merr != nil {
+		return nil
+	}
+	return b
+}
+
+// replyError answers req with a micro error from the handler's own
+// goroutine (req.Error records the error for STATS in a field the
+// handler's caller reads unsynchronised).
+func replyError(req micro.Request, pe *protocol.Error, err error, log *slog.Logger) {
+	if rerr := req.Error(strconv.Itoa(pe.Type.HTTPStatus()), pe.Message, errorData(pe, err)); rerr != nil {
+		log.Debug("error reply not sent", "err", rerr)
+	}
+}
+
+// publishError sends the same error reply as replyError from any
+// goroutine (such errors are not counted in the service's STATS).
+func publishError(nc *nats.Conn, reply string, pe *protocol.Error, err error, log *slog.Logger) {
+	m := nats.NewMsg(reply)
+	m.Header.Set(micro.ErrorHeader, pe.Message)
+	m.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(pe.Type.HTTPStatus()))
+	m.Data = errorData(pe, err)
+	if perr := nc.PublishMsg(m); perr != nil {
+		log.Debug("error reply not sent", "err", perr)
+	}
+}
+
+// DecodeStrict decodes one JSON object into v, refusing unknown fields,
+// wrong types and trailing data, with an *protocol.Error that says what
+// was wrong.
+func DecodeStrict(what string, data []byte, v any) error {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		return protocol.Errorf(protocol.ErrInvalidRequest, "%s: request must be a JSON object", what)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return protocol.Errorf(protocol.ErrInvalidRequest, "%s: field %q must be %s", what, te.Field, jsonKind(te.Type.Kind().String()))
+		}
+		return protocol.Errorf(protocol.ErrInvalidRequest, "%s: malformed request: %v", what, err)
+	}
+	if dec.More() {
+		return protocol.Errorf(protocol.ErrInvalidRequest, "%s: trailing data after the JSON object", what)
+	}
+	return nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "int", "int64", "float64", "uint64":
+		return "a number"
+	case "slice", "array":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	default:
+		return "a " + goKind
+	}
+}
