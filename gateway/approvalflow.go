@@ -212,6 +212,7 @@ func (g *Gateway) awaitDecision(e *approvalEntry) string {
 func (g *Gateway) runApproval(c *call, e *approvalEntry, req session.ExecRequest, policy approvals.Policy, ev approvals.Evaluation, b approvalBinding) {
 	decision := g.awaitDecision(e)
 	denied := func(reason string) {
+		g.approvals.denied(e, reason)
 		g.emit(protocol.SystemEvent{SessionKey: c.sessionKey, ContextKey: "exec:" + e.ID, Kind: protocol.EventExecDenied,
 			Text: fmt.Sprintf("Exec denied (gateway id=%s, %s): %s", e.ID, reason, b.command)})
 	}
@@ -296,11 +297,13 @@ func (g *Gateway) runApproved(c *call, e *approvalEntry, req session.ExecRequest
 		if err != nil {
 			g.log.Warn("approved exec failed to start", "approval", e.ID, "err", err)
 		}
+		g.approvals.denied(e, reason)
 		g.emit(protocol.SystemEvent{SessionKey: c.sessionKey, ContextKey: "exec:" + e.ID, Kind: protocol.EventExecDenied,
 			Text: fmt.Sprintf("Exec denied (gateway id=%s, %s): %s", e.ID, reason, command)})
 		return
 	}
 	sid := res.SessionID()
+	g.approvals.started(e, sid)
 	var notice <-chan time.Time
 	if ms := c.cfg.Tools.Exec.ApprovalRunningNoticeMs; ms > 0 {
 		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
@@ -357,6 +360,15 @@ func finishedText(id, sid string, ev protocol.ExitEvent) string {
 
 func (g *Gateway) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"approvals": g.approvals.list()})
+}
+
+func (g *Gateway) handleGetApproval(w http.ResponseWriter, r *http.Request) {
+	st, err := g.approvals.state(r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 func (g *Gateway) handleDecideApproval(w http.ResponseWriter, r *http.Request) {

@@ -62,7 +62,7 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 	}
 
 	// Security and ask only tighten from the configured values (spec §5).
-	p.security, p.ask = c.policy(configured, sandboxOn, defaults, args)
+	p.security, p.ask = c.policy(defaults, args)
 	if p.host != hostSandbox && p.security == "deny" {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "exec denied: host=%s security=deny", p.host)
 	}
@@ -78,29 +78,8 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 }
 
 // policy resolves the effective security and ask modes.
-func (c *call) policy(configured string, sandboxOn bool, d SessionExecDefaults, args protocol.ExecArgs) (security, ask string) {
-	security = c.cfg.Tools.Exec.Security
-	ask = c.cfg.Tools.Exec.Ask
-	if a, ok := c.cfg.Agent(c.agentID); ok {
-		if a.Tools.Exec.Security != "" {
-			security = a.Tools.Exec.Security
-		}
-		if a.Tools.Exec.Ask != "" {
-			ask = a.Tools.Exec.Ask
-		}
-	}
-	if security == "" {
-		// DESIGN.md §3.4: deny when the configured host is the sandbox,
-		// allowlist for gateway and node hosts.
-		if configured == hostSandbox || (configured == "auto" && sandboxOn) {
-			security = "deny"
-		} else {
-			security = "allowlist"
-		}
-	}
-	if ask == "" {
-		ask = "on-miss"
-	}
+func (c *call) policy(d SessionExecDefaults, args protocol.ExecArgs) (security, ask string) {
+	security, ask = c.cfg.ExecPolicy(c.agentID)
 	for _, v := range []string{d.Security, strings.ToLower(strings.TrimSpace(args.Security))} {
 		if v != "" {
 			security = minSecurity(security, v)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/execmesh/execmesh/internal/hostid"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/sandbox"
@@ -35,8 +36,14 @@ type Options struct {
 	// Cwd is the default working directory of gateway-host commands; empty
 	// means the process working directory.
 	Cwd string
-	// ConfigPath is re-read by Reload (SIGHUP); empty disables reloading.
+	// ConfigPath is the configuration file: PUT /v1/config/exec-node
+	// writes the node binding there (creating the file when missing), and
+	// without Load, Reload (SIGHUP) re-reads it. Empty: neither.
 	ConfigPath string
+	// Load, when set, builds the configuration Reload applies, with the
+	// host process's layering (the file, which may have been created since
+	// the start, the environment, the flags).
+	Load func() (Config, error)
 	// Getenv reads OPENCLAW_BASH_* overrides for the session core; nil
 	// means os.Getenv.
 	Getenv func(string) string
@@ -72,6 +79,9 @@ type Gateway struct {
 	execDefaults map[string]SessionExecDefaults // per sessionKey (/exec)
 
 	loginPath func() string // login-shell PATH, probed once
+	// hostID names the gateway's view of the file system (GET /healthz),
+	// so that a client on the same machine can send its working directory.
+	hostID string
 
 	closing   atomic.Bool
 	closeOnce sync.Once
@@ -130,6 +140,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		execDefaults: map[string]SessionExecDefaults{},
 		approvals:    newApprovalStore(),
 	}
+	// No host id (no /proc) only means clients never take the gateway
+	// for local.
+	g.hostID, _ = hostid.ID()
 	g.bg, g.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	g.loginPath = opts.LoginShellPath
 	if g.loginPath == nil {
@@ -196,19 +209,28 @@ func (g *Gateway) Config() Config {
 // Reload re-reads the configuration file (SIGHUP). Sessions are kept; the
 // listen addresses and state dir cannot change without a restart.
 func (g *Gateway) Reload() error {
-	if g.opts.ConfigPath == "" {
+	var cfg Config
+	var err error
+	switch {
+	case g.opts.Load != nil:
+		cfg, err = g.opts.Load()
+	case g.opts.ConfigPath != "":
+		cfg, err = LoadConfig(g.opts.ConfigPath, nil)
+	default:
 		return errors.New("no configuration file to reload")
 	}
-	cfg, err := LoadConfig(g.opts.ConfigPath, nil)
 	if err != nil {
 		return err
 	}
 	g.cfgMu.Lock()
+	defer g.cfgMu.Unlock()
 	old := g.cfg
 	cfg.Gateway.Listen, cfg.StateDir, cfg.NATS = old.Gateway.Listen, old.StateDir, old.NATS
+	if cfg.Gateway.Auth.Token == "" && !isLoopbackListen(cfg.Gateway.Listen) {
+		return fmt.Errorf("gateway.auth.token: the gateway listens on %s, beyond loopback, and the new configuration has no token", cfg.Gateway.Listen)
+	}
 	g.cfg = cfg
-	g.cfgMu.Unlock()
-	g.log.Info("configuration reloaded", "path", g.opts.ConfigPath)
+	g.log.Info("configuration reloaded")
 	return nil
 }
 
@@ -245,7 +267,13 @@ func (g *Gateway) Events(ctx context.Context, sessionKey string, wait time.Durat
 }
 
 // Blockers lists the gateway-host sessions that block a safe restart.
-func (g *Gateway) Blockers() []session.Blocker { return g.local.Blockers() }
+func (g *Gateway) Blockers() []session.Blocker {
+	b := g.local.Blockers()
+	if b == nil {
+		return []session.Blocker{} // {"blockers":[]}, not null
+	}
+	return b
+}
 
 // Authed wraps h with the gateway's bearer-token check and failure rate
 // limit, for handlers mounted beside the API (such as /mcp and /metrics).

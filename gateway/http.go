@@ -33,6 +33,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/nodes/{id}/approvals", g.authed(g.handleNodeApprovals(protocol.NodeEndpointApprovalsGet)))
 	mux.HandleFunc("PUT /v1/nodes/{id}/approvals", g.authed(g.handleNodeApprovals(protocol.NodeEndpointApprovalsSet)))
 	mux.HandleFunc("GET /v1/approvals", g.authed(g.handleListApprovals))
+	mux.HandleFunc("GET /v1/approvals/{id}", g.authed(g.handleGetApproval))
 	mux.HandleFunc("POST /v1/approvals/{id}", g.authed(g.handleDecideApproval))
 	for _, extra := range g.extraRoutes() {
 		mux.HandleFunc(extra.pattern, g.authed(extra.handler))
@@ -65,7 +66,11 @@ func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "status": "shutting down"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	h := map[string]any{"ok": true}
+	if g.hostID != "" {
+		h["hostId"] = g.hostID
+	}
+	writeJSON(w, http.StatusOK, h)
 }
 
 // authed checks the bearer token and the failure rate limit.

@@ -83,6 +83,7 @@ func (r *nodeRouter) runApproval(nodeID string, e *approvalEntry, req NodeExecRe
 		g.emit(protocol.SystemEvent{SessionKey: req.SessionKey, ContextKey: "exec:" + e.ID, Kind: kind, Text: text})
 	}
 	denied := func(reason string) {
+		g.approvals.denied(e, reason)
 		emit(protocol.EventExecDenied, fmt.Sprintf("Exec denied (node=%s id=%s, %s): %s", nodeID, e.ID, reason, command))
 	}
 	decision := g.awaitDecision(e)
@@ -130,6 +131,7 @@ func (r *nodeRouter) runApproval(nodeID string, e *approvalEntry, req NodeExecRe
 		return
 	}
 	sid := res.SessionID()
+	g.approvals.started(e, sid)
 	cfg := g.Config()
 	var notice <-chan time.Time
 	if ms := cfg.Tools.Exec.ApprovalRunningNoticeMs; ms > 0 {
@@ -146,6 +148,7 @@ func (r *nodeRouter) runApproval(nodeID string, e *approvalEntry, req NodeExecRe
 		case x := <-w.done:
 			if sid == "" {
 				sid = x.visible
+				g.approvals.started(e, sid)
 			}
 			// finishedText is the host=gateway text; only the host part
 			// differs.

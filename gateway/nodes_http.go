@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,8 +94,18 @@ func (r *nodeRouter) handleDecide(pairing string) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		id := req.PathValue("id")
 		if _, ok := r.nodeSnapshot(id); !ok {
-			writeError(w, protocol.Errorf(protocol.ErrNotFound, "unknown node %q", id))
-			return
+			// A node name, as exec's node parameter takes.
+			nodes := r.allNodes()
+			if !slices.ContainsFunc(nodes, func(n nodeInfo) bool { return strings.EqualFold(n.name, id) }) {
+				writeError(w, protocol.Errorf(protocol.ErrNotFound, "unknown node %q: no node with that id or name", id))
+				return
+			}
+			n, err := resolveNodeName(nodes, id)
+			if err != nil {
+				writeError(w, err) // an ambiguous name
+				return
+			}
+			id = n.id
 		}
 		n, err := r.decide(req.Context(), id, pairing, false)
 		if err != nil {

@@ -189,6 +189,11 @@ func (r *nodeRouter) createInvite(name string, ttl time.Duration) (inviteReply, 
 		return inviteReply{}, protocol.Errorf(protocol.ErrConflict,
 			"join codes need the gateway's embedded NATS server; with an external NATS cluster give nodes credentials with NATS's account tooling (deploy/) and pair them with `execmesh nodes approve`")
 	}
+	if len(opts.JoinURLs) == 0 && srv != nil && srv.ListensOnLoopback() {
+		// A code whose URLs are nats://127.0.0.1:… works on no other machine.
+		return inviteReply{}, protocol.Errorf(protocol.ErrConflict,
+			"the embedded NATS server listens on loopback only (%s), so a join code would work on no other machine: restart the gateway with --nats-listen 0.0.0.0:4222 (or an address the new machine can reach) and a --token, or set EXECMESH_NODE_JOIN_URLS to an address that reaches this server", srv.ListenAddr())
+	}
 	if ttl <= 0 {
 		ttl = opts.InviteTTL
 	}

@@ -38,25 +38,61 @@ type PendingApproval struct {
 	Decisions []string `json:"decisions"`
 }
 
+// Approval states of GET /v1/approvals/<id>.
+const (
+	ApprovalPending = "pending"
+	ApprovalDecided = "decided"
+	ApprovalExpired = "expired"
+)
+
+// ApprovalState is GET /v1/approvals/<id>: what became of an approval, for
+// a caller that waits for it without reading the sessionKey's system
+// events (`execmesh exec`).
+type ApprovalState struct {
+	PendingApproval
+	// State is pending, decided or expired (nobody decided in time).
+	State string `json:"state"`
+	// Decision is the operator's: allow-once, allow-always or deny.
+	Decision string `json:"decision,omitempty"`
+	// SessionID is the session of the approved run (or of the run the
+	// askFallback allowed) once it started: follow it with process poll.
+	SessionID string `json:"sessionId,omitempty"`
+	// DeniedReason says why nothing runs (the reason of its Exec denied
+	// event: user-denied, approval-timeout, approval-binding-changed: …,
+	// spawn-failed, gateway-shutdown).
+	DeniedReason string `json:"deniedReason,omitempty"`
+}
+
 // approvalEntry is a pending approval and the channel its decision goes to.
+// The fields after decided are guarded by the store's mu.
 type approvalEntry struct {
 	PendingApproval
 	decided chan string // buffered 1; receives the first decision
 	done    bool
+	// What became of it, for GET /v1/approvals/<id>.
+	decision     string
+	expired      bool
+	sessionID    string
+	deniedReason string
+	finishedAt   time.Time
 }
 
 // approvalStore holds pending approvals; the first decision wins.
 type approvalStore struct {
 	mu      sync.Mutex
 	pending map[string]*approvalEntry
-	// recent remembers decided or expired ids for a while so a late
-	// second answer gets 409 rather than 404.
-	recent map[string]time.Time
+	// recent remembers decided or expired approvals for a while, so that a
+	// late second answer gets 409 rather than 404 and their outcome can
+	// still be read.
+	recent map[string]*approvalEntry
 	now    func() time.Time
 }
 
+// approvalKeep is how long a decided or expired approval is remembered.
+const approvalKeep = time.Hour
+
 func newApprovalStore() *approvalStore {
-	return &approvalStore{pending: map[string]*approvalEntry{}, recent: map[string]time.Time{}, now: time.Now}
+	return &approvalStore{pending: map[string]*approvalEntry{}, recent: map[string]*approvalEntry{}, now: time.Now}
 }
 
 // add registers a new pending approval and returns it.
@@ -114,6 +150,7 @@ func (s *approvalStore) decide(idOrSlug, decision string) (*approvalEntry, error
 		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "decision %s is not available for approval %s (allowed: %s)", decision, e.Slug, strings.Join(e.Decisions, ", "))
 	}
 	s.finishLocked(e)
+	e.decision = decision
 	e.decided <- decision
 	return e, nil
 }
@@ -126,6 +163,7 @@ func (s *approvalStore) expire(e *approvalEntry) bool {
 		return false
 	}
 	s.finishLocked(e)
+	e.expired = true
 	return true
 }
 
@@ -133,12 +171,60 @@ func (s *approvalStore) finishLocked(e *approvalEntry) {
 	e.done = true
 	delete(s.pending, e.ID)
 	now := s.now()
-	s.recent[e.ID] = now
-	for id, at := range s.recent {
-		if now.Sub(at) > time.Hour {
+	e.finishedAt = now
+	s.recent[e.ID] = e
+	for id, old := range s.recent {
+		if now.Sub(old.finishedAt) > approvalKeep {
 			delete(s.recent, id)
 		}
 	}
+}
+
+// started records the session of e's run.
+func (s *approvalStore) started(e *approvalEntry, sessionID string) {
+	s.mu.Lock()
+	e.sessionID = sessionID
+	s.mu.Unlock()
+}
+
+// denied records why e's command does not run.
+func (s *approvalStore) denied(e *approvalEntry, reason string) {
+	s.mu.Lock()
+	e.deniedReason = reason
+	s.mu.Unlock()
+}
+
+// state returns what became of the approval idOrSlug (pending ones, and
+// decided or expired ones for an hour).
+func (s *approvalStore) state(idOrSlug string) (ApprovalState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.lookupLocked(idOrSlug)
+	if !ok {
+		var found []*approvalEntry
+		for id, r := range s.recent {
+			if id == idOrSlug || r.Slug == idOrSlug {
+				found = append(found, r)
+			}
+		}
+		switch len(found) {
+		case 0:
+			return ApprovalState{}, protocol.Errorf(protocol.ErrNotFound, "no approval %s (unknown, or decided more than an hour ago)", idOrSlug)
+		case 1:
+			e = found[0]
+		default:
+			return ApprovalState{}, protocol.Errorf(protocol.ErrInvalidRequest, "approval slug %s is ambiguous: use the full id", idOrSlug)
+		}
+	}
+	st := ApprovalState{PendingApproval: e.PendingApproval, State: ApprovalPending,
+		Decision: e.decision, SessionID: e.sessionID, DeniedReason: e.deniedReason}
+	switch {
+	case e.decision != "":
+		st.State = ApprovalDecided
+	case e.expired:
+		st.State = ApprovalExpired
+	}
+	return st, nil
 }
 
 // list returns the pending approvals, oldest first.
