@@ -31,7 +31,9 @@ var execmeshBinary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "execmesh")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/execmesh")
+	// -buildvcs=auto: the binary reports its commit (`execmesh version`)
+	// where the tree is a git checkout, whatever GOFLAGS says.
+	cmd := exec.Command("go", "build", "-buildvcs=auto", "-o", bin, "./cmd/execmesh")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
