@@ -17,10 +17,7 @@ type Summary struct {
 }
 
 // Move is a file an Update moved.
-type Move struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-}
+type Move = protocol.Move
 
 // summaryHeader is the first line of Codex's apply_patch output, which
 // models know.
@@ -59,11 +56,11 @@ func (s Summary) Text() string {
 // Empty lists are empty, never null.
 func (s Summary) Details() protocol.Details {
 	return protocol.Details{
-		"status":   protocol.StatusCompleted,
-		"added":    nonNil(s.Added),
-		"modified": nonNil(s.Modified),
-		"deleted":  nonNil(s.Deleted),
-		"moved":    nonNil(s.Moved),
+		Status:   protocol.Some(protocol.StatusCompleted),
+		Added:    protocol.Some(nonNil(s.Added)),
+		Modified: protocol.Some(nonNil(s.Modified)),
+		Deleted:  protocol.Some(nonNil(s.Deleted)),
+		Moved:    protocol.Some(nonNil(s.Moved)),
 	}
 }
 

@@ -185,13 +185,13 @@ func (g *Gateway) requestApproval(c *call, p *plan, req session.ExecRequest, pol
 		g.runApproval(c, e, req, policy, ev, b)
 	}()
 	return protocol.TextResult(approvalText(e.PendingApproval, p.warnings), protocol.Details{
-		"status":       protocol.StatusApprovalPending,
-		"approvalId":   e.ID,
-		"approvalSlug": e.Slug,
-		"expiresAtMs":  e.ExpiresAtMs,
-		"host":         hostGateway,
-		"command":      p.args.Command,
-		"cwd":          req.Workdir,
+		Status:       protocol.Some(protocol.StatusApprovalPending),
+		ApprovalID:   protocol.Some(e.ID),
+		ApprovalSlug: protocol.Some(e.Slug),
+		ExpiresAtMs:  protocol.Some(e.ExpiresAtMs),
+		Host:         protocol.Some(hostGateway),
+		Command:      protocol.Some(p.args.Command),
+		Cwd:          protocol.Some(req.Workdir),
 	})
 }
 

@@ -59,10 +59,10 @@ func TestApprovalAllowOnceRunsAndFinishes(t *testing.T) {
 	if res.Status() != protocol.StatusApprovalPending {
 		t.Fatalf("want approval-pending, got %s %q", res.Status(), res.Text())
 	}
-	id := res.Details["approvalId"].(string)
-	slug := res.Details["approvalSlug"].(string)
+	id := res.Details.ApprovalID.Value()
+	slug := res.Details.ApprovalSlug.Value()
 	if slug != id[:8] || !strings.Contains(res.Text(), "Approval required (id "+slug+", full "+id+").") ||
-		!strings.Contains(res.Text(), "```sh\necho approved-output\n```") || res.Details["host"] != "gateway" {
+		!strings.Contains(res.Text(), "```sh\necho approved-output\n```") || res.Details.Host.Value() != "gateway" {
 		t.Fatalf("pending result: %q %v", res.Text(), res.Details)
 	}
 	r := tg.do("GET", "/v1/approvals", nil, nil)
@@ -88,7 +88,7 @@ func TestApprovalDenyAndErrors(t *testing.T) {
 	tg := startApprovalGateway(t, "", nil)
 	marker := filepath.Join(tg.cwd, "must-not-exist")
 	res := tg.invoke("exec", map[string]any{"command": "touch " + marker}, "")
-	id := res.Details["approvalId"].(string)
+	id := res.Details.ApprovalID.Value()
 	if r := tg.decide(id, "maybe"); r.Status != 400 {
 		t.Fatalf("bad decision: %d", r.Status)
 	}
@@ -117,7 +117,7 @@ func TestApprovalTimeoutAppliesAskFallback(t *testing.T) {
 	t.Run("deny", func(t *testing.T) {
 		tg := startApprovalGateway(t, "", func(c *Config) { c.Tools.Exec.ApprovalTimeoutMs = 300 })
 		res := tg.invoke("exec", map[string]any{"command": "echo never"}, "")
-		id := res.Details["approvalId"].(string)
+		id := res.Details.ApprovalID.Value()
 		ev := tg.waitEvent(protocol.EventExecDenied)
 		if ev.Text != fmt.Sprintf("Exec denied (gateway id=%s, approval-timeout): echo never", id) {
 			t.Fatalf("%q", ev.Text)
@@ -144,7 +144,7 @@ func TestApprovalTimeoutAppliesAskFallback(t *testing.T) {
 func TestAllowlistAndAllowAlways(t *testing.T) {
 	tg := startApprovalGateway(t, "", nil)
 	res := tg.invoke("exec", map[string]any{"command": "echo always"}, "")
-	id := res.Details["approvalId"].(string)
+	id := res.Details.ApprovalID.Value()
 	if r := tg.decide(id, DecisionAllowAlways); r.Status != 200 {
 		t.Fatalf("%d %s", r.Status, r.Raw)
 	}
@@ -197,7 +197,7 @@ func TestApprovalBindingChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := tg.invoke("exec", map[string]any{"command": "pwd", "workdir": dir}, "")
-	id := res.Details["approvalId"].(string)
+	id := res.Details.ApprovalID.Value()
 	// Replace the directory between approval request and spawn.
 	if err := os.Rename(dir, dir+".old"); err != nil {
 		t.Fatal(err)
@@ -229,7 +229,7 @@ func TestApprovalSlugAndNotice(t *testing.T) {
 func TestApprovalRunningNotice(t *testing.T) {
 	tg := startApprovalGateway(t, "", func(c *Config) { c.Tools.Exec.ApprovalRunningNoticeMs = 200 })
 	res := tg.invoke("exec", map[string]any{"command": "sleep 1; echo slow"}, "")
-	id := res.Details["approvalId"].(string)
+	id := res.Details.ApprovalID.Value()
 	tg.decide(id, DecisionAllowOnce)
 	ev := tg.waitEvent(protocol.EventExecRunning)
 	if !strings.HasPrefix(ev.Text, "Exec running (gateway id="+id+", session=") || !strings.HasSuffix(ev.Text, ", >1s): sleep 1; echo slow") {
@@ -247,7 +247,7 @@ func TestApprovalDecisionNeedsToken(t *testing.T) {
 	if res.Status() != protocol.StatusApprovalPending {
 		t.Fatalf("want approval-pending, got %s %q", res.Status(), res.Text())
 	}
-	id := res.Details["approvalId"].(string)
+	id := res.Details.ApprovalID.Value()
 	body := []byte(`{"decision":"allow-always"}`)
 
 	noToken, err := http.Post(tg.srv.URL+"/v1/approvals/"+id, "application/json", bytes.NewReader(body))

@@ -45,8 +45,8 @@ func (tg *testGateway) waitApprovalState(id string, ok func(ApprovalState) bool)
 func TestApprovalStateAllowOnce(t *testing.T) {
 	tg := startApprovalGateway(t, "", nil)
 	res := tg.invoke("exec", map[string]any{"command": "echo approved-state"}, "")
-	id := res.Details["approvalId"].(string)
-	slug := res.Details["approvalSlug"].(string)
+	id := res.Details.ApprovalID.Value()
+	slug := res.Details.ApprovalSlug.Value()
 	for _, key := range []string{id, slug} {
 		st, code := tg.approvalState(key)
 		if code != 200 || st.State != ApprovalPending || st.ID != id || st.Command != "echo approved-state" || st.SessionID != "" || st.Decision != "" {
@@ -74,7 +74,7 @@ func TestApprovalStateAllowOnce(t *testing.T) {
 func TestApprovalStateDenied(t *testing.T) {
 	tg := startApprovalGateway(t, "", nil)
 	res := tg.invoke("exec", map[string]any{"command": "echo nope"}, "")
-	id := res.Details["approvalId"].(string)
+	id := res.Details.ApprovalID.Value()
 	tg.decide(id, DecisionDeny)
 	st := tg.waitApprovalState(id, func(st ApprovalState) bool { return st.DeniedReason != "" })
 	if st.State != ApprovalDecided || st.Decision != DecisionDeny || st.DeniedReason != "user-denied" || st.SessionID != "" {
@@ -83,7 +83,7 @@ func TestApprovalStateDenied(t *testing.T) {
 
 	dir := t.TempDir()
 	res = tg.invoke("exec", map[string]any{"command": "echo moved", "workdir": dir}, "")
-	id = res.Details["approvalId"].(string)
+	id = res.Details.ApprovalID.Value()
 	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestApprovalStateDenied(t *testing.T) {
 func TestApprovalStateExpired(t *testing.T) {
 	tg := startApprovalGateway(t, "", func(c *Config) { c.Tools.Exec.ApprovalTimeoutMs = 200 })
 	res := tg.invoke("exec", map[string]any{"command": "echo late"}, "")
-	id := res.Details["approvalId"].(string)
+	id := res.Details.ApprovalID.Value()
 	st := tg.waitApprovalState(id, func(st ApprovalState) bool { return st.DeniedReason != "" })
 	if st.State != ApprovalExpired || st.Decision != "" || st.DeniedReason == "" {
 		t.Fatalf("expired state: %+v", st)

@@ -13,14 +13,32 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
+// fixtureResult is a result as results.json records it: the details as a
+// JSON object, so that every key OpenClaw returned is compared, also keys
+// protocol.Details would not decode (and placeholders such as "<ms>" where
+// numbers are).
+type fixtureResult struct {
+	Content []protocol.Content `json:"content"`
+	Details map[string]any     `json:"details"`
+}
+
+// Text returns the concatenated text blocks.
+func (r *fixtureResult) Text() string {
+	var s string
+	for _, c := range r.Content {
+		s += c.Text
+	}
+	return s
+}
+
 type resultsFixture struct {
 	Cases []struct {
 		Name  string `json:"name"`
 		Calls []struct {
-			Tool   string           `json:"tool"`
-			Args   map[string]any   `json:"args"`
-			Result *protocol.Result `json:"result"`
-			Error  string           `json:"error"`
+			Tool   string         `json:"tool"`
+			Args   map[string]any `json:"args"`
+			Result *fixtureResult `json:"result"`
+			Error  string         `json:"error"`
 		} `json:"calls"`
 	} `json:"cases"`
 }
@@ -145,17 +163,18 @@ func (r *replay) matchValue(path string, want, got any) error {
 func (r *replay) listStatus() map[string]map[string]any {
 	res := r.tg.invoke("process", map[string]any{"action": "list"}, r.key)
 	out := map[string]map[string]any{}
-	sessions, _ := res.Details["sessions"].([]any)
-	for _, s := range sessions {
-		m := s.(map[string]any)
-		out[m["sessionId"].(string)] = m
+	for _, s := range res.Details.Sessions.Value() {
+		var m map[string]any
+		b, _ := json.Marshal(s)
+		_ = json.Unmarshal(b, &m)
+		out[s.SessionID.Value()] = m
 	}
 	return out
 }
 
 // settle waits, like the fixture generator did, until the sessions an
 // expected answer talks about reached the state it shows.
-func (r *replay) settle(args map[string]any, want *protocol.Result) {
+func (r *replay) settle(args map[string]any, want *fixtureResult) {
 	if want == nil {
 		return
 	}

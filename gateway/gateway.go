@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -480,13 +481,13 @@ func (c *call) list(ctx context.Context, args protocol.ProcessArgs) (protocol.Re
 		largs.Limit = &end
 	}
 	local := c.g.local.Process(ctx, c.sessionKey, largs)
-	total, _ := local.Details["total"].(int)
+	total := local.Details.Total.Value()
 	remote, remoteTotal, err := nodes.ListPage(ctx, c.sessionKey, end)
 	if err != nil {
 		c.g.log.Warn("listing node sessions", "err", err)
 	}
 	total += remoteTotal
-	all := append(listEntries(local), remote...)
+	all := append(local.Details.Sessions.Value(), remote...)
 	sortNewestFirst(all)
 	lo, hi := page.Bounds(total)
 	lo, hi = min(lo, len(all)), min(hi, len(all))
@@ -495,59 +496,17 @@ func (c *call) list(ctx context.Context, args protocol.ProcessArgs) (protocol.Re
 
 // mergeLists adds node sessions to a local list result, newest first.
 func mergeLists(local protocol.Result, remote []protocol.Details) protocol.Result {
-	all := append(listEntries(local), remote...)
+	all := append(local.Details.Sessions.Value(), remote...)
 	sortNewestFirst(all)
-	return protocol.TextResult(session.ListText(all), protocol.Details{"status": protocol.StatusCompleted, "sessions": all})
-}
-
-// listEntries returns the entries of a list result: []protocol.Details
-// from the session core, []any after a JSON round trip.
-func listEntries(res protocol.Result) []protocol.Details {
-	var all []protocol.Details
-	if l, ok := res.Details["sessions"].([]protocol.Details); ok {
-		all = append(all, l...)
-	} else if l, ok := res.Details["sessions"].([]any); ok {
-		for _, e := range l {
-			if d, ok := e.(map[string]any); ok {
-				all = append(all, protocol.Details(d))
-			}
-		}
-	}
-	return all
+	return session.ListResult(all)
 }
 
 // sortNewestFirst orders list entries by startedAt, newest first; entries
 // that started in the same millisecond keep their order.
 func sortNewestFirst(all []protocol.Details) {
 	slices.SortStableFunc(all, func(a, b protocol.Details) int {
-		return cmpNumber(b["startedAt"], a["startedAt"])
+		return cmp.Compare(b.StartedAt.Value(), a.StartedAt.Value())
 	})
-}
-
-func cmpNumber(a, b any) int {
-	fa, fb := toFloat(a), toFloat(b)
-	switch {
-	case fa < fb:
-		return -1
-	case fa > fb:
-		return 1
-	}
-	return 0
-}
-
-func toFloat(v any) float64 {
-	switch n := v.(type) {
-	case float64:
-		return n
-	case int64:
-		return float64(n)
-	case int:
-		return float64(n)
-	case json.Number:
-		f, _ := n.Float64()
-		return f
-	}
-	return 0
 }
 
 // nodeBackend returns the node router, or nil before one is attached.

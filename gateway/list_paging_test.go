@@ -16,16 +16,13 @@ import (
 // from JSON, in order.
 func pageIDs(t *testing.T, res protocol.Result) (ids, statuses []string) {
 	t.Helper()
-	l, ok := res.Details["sessions"].([]any)
+	l, ok := res.Details.Sessions.Get()
 	if !ok {
-		t.Fatalf("sessions: %T in %v", res.Details["sessions"], res.Details)
+		t.Fatalf("sessions: %T in %v", res.Details.Sessions.Value(), res.Details)
 	}
-	for _, e := range l {
-		d := e.(map[string]any)
-		id, _ := d["sessionId"].(string)
-		st, _ := d["status"].(string)
-		ids = append(ids, id)
-		statuses = append(statuses, st)
+	for _, d := range l {
+		ids = append(ids, d.SessionID.Value())
+		statuses = append(statuses, d.Status.Value())
 	}
 	return ids, statuses
 }
@@ -61,18 +58,17 @@ func TestListPagingAcrossNodes(t *testing.T) {
 		t.Fatalf("unpaged list %v, want %v", ids, newest)
 	}
 	// Node sessions name the node that runs them; gateway sessions do not.
-	for _, e := range full.Details["sessions"].([]any) {
-		d := e.(map[string]any)
-		id := d["sessionId"].(string)
+	for _, d := range full.Details.Sessions.Value() {
+		id := d.SessionID.Value()
 		if slices.Contains(nodeIDs, id) {
-			if d["nodeId"] != a.ID() || d["nodeName"] != "alpha" {
-				t.Errorf("node session %s: nodeId %v nodeName %v, want %s alpha", id, d["nodeId"], d["nodeName"], a.ID())
+			if d.NodeID.Value() != a.ID() || d.NodeName.Value() != "alpha" {
+				t.Errorf("node session %s: nodeId %v nodeName %v, want %s alpha", id, d.NodeID, d.NodeName, a.ID())
 			}
-		} else if _, ok := d["nodeId"]; ok {
+		} else if !d.NodeID.IsZero() {
 			t.Errorf("gateway session %s names a node: %v", id, d)
 		}
 	}
-	if _, ok := full.Details["total"]; ok || strings.Contains(full.Text(), "(sessions") {
+	if _, ok := full.Details.Total.Get(); ok || strings.Contains(full.Text(), "(sessions") {
 		t.Fatalf("unpaged list has paging: %q %v", full.Text(), full.Details)
 	}
 
@@ -81,14 +77,14 @@ func TestListPagingAcrossNodes(t *testing.T) {
 		args   map[string]any
 		lo, hi int
 		note   string
-		next   any
+		next   protocol.Opt[int]
 	}{
-		{"first page", map[string]any{"limit": 2}, 0, 2, "(sessions 1–2 of 7; next: offset=2)", 2.0},
-		{"gateway and node", map[string]any{"offset": 2, "limit": 3}, 2, 5, "(sessions 3–5 of 7; next: offset=5)", 5.0},
-		{"last page", map[string]any{"offset": 5, "limit": 10}, 5, 7, "(sessions 6–7 of 7)", nil},
-		{"offset only", map[string]any{"offset": 6}, 6, 7, "(session 7 of 7)", nil},
-		{"whole list", map[string]any{"limit": 7}, 0, 7, "", nil},
-		{"beyond the end", map[string]any{"offset": 9, "limit": 2}, 7, 7, "(no sessions at offset 9; 7 in total)", nil},
+		{"first page", map[string]any{"limit": 2}, 0, 2, "(sessions 1–2 of 7; next: offset=2)", protocol.Some(2)},
+		{"gateway and node", map[string]any{"offset": 2, "limit": 3}, 2, 5, "(sessions 3–5 of 7; next: offset=5)", protocol.Some(5)},
+		{"last page", map[string]any{"offset": 5, "limit": 10}, 5, 7, "(sessions 6–7 of 7)", protocol.Opt[int]{}},
+		{"offset only", map[string]any{"offset": 6}, 6, 7, "(session 7 of 7)", protocol.Opt[int]{}},
+		{"whole list", map[string]any{"limit": 7}, 0, 7, "", protocol.Opt[int]{}},
+		{"beyond the end", map[string]any{"offset": 9, "limit": 2}, 7, 7, "(no sessions at offset 9; 7 in total)", protocol.Opt[int]{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,7 +102,7 @@ func TestListPagingAcrossNodes(t *testing.T) {
 					t.Errorf("%s: status %s", ids[i], st)
 				}
 			}
-			if res.Details["total"] != 7.0 || res.Details["nextOffset"] != tc.next {
+			if res.Details.Total.Value() != 7 || res.Details.NextOffset != tc.next {
 				t.Errorf("details %v", res.Details)
 			}
 			text := res.Text()
@@ -163,7 +159,7 @@ func TestListPagingAcrossNodes(t *testing.T) {
 			res := env.invoke("process", map[string]any{"action": "list", "offset": off, "limit": size}, "")
 			ids, _ := pageIDs(t, res)
 			joined = append(joined, ids...)
-			if _, more := res.Details["nextOffset"]; !more {
+			if _, more := res.Details.NextOffset.Get(); !more {
 				break
 			}
 		}
@@ -175,7 +171,7 @@ func TestListPagingAcrossNodes(t *testing.T) {
 	// The node answers a page of one partially. The gateway must keep
 	// every other node session indexed, and not as lost.
 	res := env.invoke("process", map[string]any{"action": "list", "limit": 1}, "")
-	if ids, _ := pageIDs(t, res); len(ids) != 1 || res.Details["total"] != 11.0 {
+	if ids, _ := pageIDs(t, res); len(ids) != 1 || res.Details.Total.Value() != 11.0 {
 		t.Fatalf("page of one: %v %v", ids, res.Details)
 	}
 	r := env.g.router()

@@ -54,9 +54,12 @@ func TestNATSInvokeMatchesHTTP(t *testing.T) {
 	if natsRes["content"].([]any)[0].(map[string]any)["text"] != viaHTTP.Result.Text() {
 		t.Fatalf("NATS %v vs HTTP %q", natsRes, viaHTTP.Result.Text())
 	}
+	var httpDetails map[string]any
+	hb, _ := json.Marshal(viaHTTP.Result.Details)
+	_ = json.Unmarshal(hb, &httpDetails)
 	for _, k := range []string{"status", "exitCode", "aggregated"} {
-		if natsRes["details"].(map[string]any)[k] != viaHTTP.Result.Details[k] {
-			t.Fatalf("details.%s: NATS %v, HTTP %v", k, natsRes["details"].(map[string]any)[k], viaHTTP.Result.Details[k])
+		if natsRes["details"].(map[string]any)[k] != httpDetails[k] {
+			t.Fatalf("details.%s: NATS %v, HTTP %v", k, natsRes["details"].(map[string]any)[k], httpDetails[k])
 		}
 	}
 	// Errors carry the same status and message.

@@ -64,14 +64,14 @@ func (r *nodeRouter) requestApproval(n nodeInfo, req NodeExecRequest, s *protoco
 		r.runApproval(n.id, e, req, *s)
 	}()
 	return protocol.TextResult(approvalText(e.PendingApproval, req.Warnings), protocol.Details{
-		"status":       protocol.StatusApprovalPending,
-		"approvalId":   e.ID,
-		"approvalSlug": e.Slug,
-		"expiresAtMs":  e.ExpiresAtMs,
-		"host":         hostNode,
-		"nodeId":       n.id,
-		"command":      req.Args.Command,
-		"cwd":          s.Cwd,
+		Status:       protocol.Some(protocol.StatusApprovalPending),
+		ApprovalID:   protocol.Some(e.ID),
+		ApprovalSlug: protocol.Some(e.Slug),
+		ExpiresAtMs:  protocol.Some(e.ExpiresAtMs),
+		Host:         protocol.Some(hostNode),
+		NodeID:       protocol.Some(n.id),
+		Command:      protocol.Some(req.Args.Command),
+		Cwd:          protocol.Some(s.Cwd),
 	})
 }
 

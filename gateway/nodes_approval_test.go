@@ -43,8 +43,8 @@ func pendingOnNode(t *testing.T, env *nodeEnv, nodeID, command string) string {
 	if res.Status() != protocol.StatusApprovalPending {
 		t.Fatalf("want approval-pending: %s %v", res.Text(), res.Details)
 	}
-	id, _ := res.Details["approvalId"].(string)
-	if id == "" || res.Details["host"] != "node" || res.Details["nodeId"] != nodeID {
+	id := res.Details.ApprovalID.Value()
+	if id == "" || res.Details.Host.Value() != "node" || res.Details.NodeID.Value() != nodeID {
 		t.Fatalf("details: %v", res.Details)
 	}
 	for _, line := range []string{"Host: node", "Node: " + nodeID, command} {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -257,9 +258,9 @@ func (r *nodeRouter) execOn(ctx context.Context, n nodeInfo, req NodeExecRequest
 	}
 	if id := res.SessionID(); id != "" && res.Status() == protocol.StatusRunning {
 		// Until a list refreshes it, the entry shows what the start said.
-		d := cloneDetails(res.Details)
-		d["command"] = req.Args.Command
-		delete(d, "followUp")
+		d := res.Details
+		d.Command = protocol.Some(req.Args.Command)
+		d.FollowUp = protocol.Opt[string]{}
 		instance := m.Header.Get(protocol.NodeHeaderInstance)
 		if instance == "" {
 			instance = n.instance
@@ -406,7 +407,7 @@ func (r *nodeRouter) indexAddLocked(sessionKey, nodeID, instance, nodeSession st
 			if instance != "" {
 				rs.instance = instance
 			}
-			if details != nil {
+			if !details.Status.IsZero() {
 				rs.details = details
 			}
 			return rs
@@ -491,10 +492,8 @@ func rewriteSessionID(res *protocol.Result, nodeSession, visible string) {
 	if nodeSession == visible {
 		return
 	}
-	if res.Details != nil {
-		if id, _ := res.Details["sessionId"].(string); id == nodeSession {
-			res.Details["sessionId"] = visible
-		}
+	if res.Details.SessionID.Value() == nodeSession {
+		res.Details.SessionID = protocol.Some(visible)
 	}
 	for i := range res.Content {
 		res.Content[i].Text = strings.ReplaceAll(res.Content[i].Text, nodeSession, visible)
@@ -578,7 +577,7 @@ func (r *nodeRouter) Process(ctx context.Context, sessionKey string, args protoc
 		if args.Action == "remove" {
 			r.indexDrop(sessionKey, rs.id)
 			return protocol.TextResult(fmt.Sprintf("Removed session %s (lost when node %s restarted).", rs.id, n.label()),
-				protocol.Details{"status": protocol.StatusCompleted, "sessionId": rs.id}), true, nil
+				protocol.Details{Status: protocol.Some(protocol.StatusCompleted), SessionID: protocol.Some(rs.id)}), true, nil
 		}
 		return lostResult(rs, n), true, nil
 	}
@@ -619,7 +618,7 @@ func (r *nodeRouter) Process(ctx context.Context, sessionKey string, args protoc
 		if args.Action == "remove" {
 			r.indexDrop(sessionKey, rs.id)
 			return protocol.TextResult(fmt.Sprintf("Removed session %s (lost when node %s restarted).", rs.id, n.label()),
-				protocol.Details{"status": protocol.StatusCompleted, "sessionId": rs.id}), true, nil
+				protocol.Details{Status: protocol.Some(protocol.StatusCompleted), SessionID: protocol.Some(rs.id)}), true, nil
 		}
 		return lostResult(rs, n), true, nil
 	}
@@ -646,8 +645,8 @@ func (r *nodeRouter) Process(ctx context.Context, sessionKey string, args protoc
 func lostResult(rs remoteSession, n nodeInfo) protocol.Result {
 	text := fmt.Sprintf("Session %s was lost: node %s restarted and no longer has it; its output and exit status are gone. Use process remove to forget it.", rs.id, n.label())
 	res := protocol.FailedResult(text)
-	res.Details["sessionId"] = rs.id
-	res.Details["lost"] = true
+	res.Details.SessionID = protocol.Some(rs.id)
+	res.Details.Lost = protocol.Some(true)
 	return res
 }
 
@@ -759,7 +758,7 @@ func (r *nodeRouter) ListPage(ctx context.Context, sessionKey string, limit int)
 	for _, l := range listed {
 		var page []protocol.Details
 		for _, rs := range l.listed {
-			if scope[rs.id] != rs || rs.details == nil || taken[rs] {
+			if scope[rs.id] != rs || rs.details.Status.IsZero() || taken[rs] {
 				continue // removed meanwhile, or listed twice
 			}
 			taken[rs] = true
@@ -778,7 +777,7 @@ func (r *nodeRouter) ListPage(ctx context.Context, sessionKey string, limit int)
 	}
 	var rest []*remoteSession
 	for _, rs := range scope {
-		if rs.details == nil || taken[rs] {
+		if rs.details.Status.IsZero() || taken[rs] {
 			continue
 		}
 		if partialNodes[rs.nodeID] && !rs.lost && rs.seq <= asOf {
@@ -788,7 +787,7 @@ func (r *nodeRouter) ListPage(ctx context.Context, sessionKey string, limit int)
 	}
 	total += len(rest)
 	slices.SortFunc(rest, func(a, b *remoteSession) int {
-		if c := cmpNumber(b.details["startedAt"], a.details["startedAt"]); c != 0 {
+		if c := cmp.Compare(b.details.StartedAt.Value(), a.details.StartedAt.Value()); c != 0 {
 			return c
 		}
 		return strings.Compare(a.id, b.id)
@@ -806,24 +805,16 @@ func (r *nodeRouter) ListPage(ctx context.Context, sessionKey string, limit int)
 // last one seen, under the id callers see, with the node that runs it
 // (nodeId, and nodeName when the node has one). r.mu is held.
 func (r *nodeRouter) indexEntry(rs *remoteSession) protocol.Details {
-	d := cloneDetails(rs.details)
-	d["sessionId"] = rs.id
-	d["nodeId"] = rs.nodeID
+	d := rs.details
+	d.SessionID = protocol.Some(rs.id)
+	d.NodeID = protocol.Some(rs.nodeID)
 	if e := r.nodes[rs.nodeID]; e != nil && e.name != "" {
-		d["nodeName"] = e.name
+		d.NodeName = protocol.Some(e.name)
 	}
 	if rs.lost {
-		d["status"] = "lost"
+		d.Status = protocol.Some("lost")
 	}
 	return d
-}
-
-func cloneDetails(d protocol.Details) protocol.Details {
-	out := make(protocol.Details, len(d)+1)
-	for k, v := range d {
-		out[k] = v
-	}
-	return out
 }
 
 // indexMark returns the sequence number of the latest index addition;
@@ -853,7 +844,7 @@ func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]pro
 	for scope, list := range entries {
 		listed[scope] = map[string]bool{}
 		for _, d := range list {
-			id, _ := d["sessionId"].(string)
+			id := d.SessionID.Value()
 			if id == "" {
 				continue
 			}
@@ -865,7 +856,7 @@ func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]pro
 					rs.lost = true
 				}
 			}
-			out = append(out, r.indexAddLocked(scope, nodeID, instance, id, cloneDetails(d)))
+			out = append(out, r.indexAddLocked(scope, nodeID, instance, id, d))
 		}
 	}
 	for scope, sessions := range r.index {
@@ -878,8 +869,8 @@ func (r *nodeRouter) reconcile(nodeID, instance string, entries map[string][]pro
 			}
 			if rs.instance != "" && rs.instance != instance {
 				rs.lost = true
-				if rs.details == nil {
-					rs.details = protocol.Details{"sessionId": rs.id, "status": "lost"}
+				if rs.details.Status.IsZero() {
+					rs.details = protocol.Details{SessionID: protocol.Some(rs.id), Status: protocol.Some("lost")}
 				}
 				continue
 			}

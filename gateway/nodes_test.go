@@ -406,7 +406,7 @@ func TestNodeRestartLosesSessions(t *testing.T) {
 	})
 	checkFor(t, 30*time.Second, func() error {
 		p := env.invoke("process", map[string]any{"action": "poll", "sessionId": id}, "")
-		if p.Details["lost"] != true || !strings.Contains(p.Text(), "was lost: node alpha ("+a2.ID()+") restarted") {
+		if p.Details.Lost.Value() != true || !strings.Contains(p.Text(), "was lost: node alpha ("+a2.ID()+") restarted") {
 			return fmt.Errorf("poll: %s %v", p.Text(), p.Details)
 		}
 		return nil
@@ -460,15 +460,15 @@ func TestNodeAliasOnCollision(t *testing.T) {
 	env := startNodeGateway(t, nil, "", nil)
 	r := env.g.router()
 	r.mu.Lock()
-	first := r.indexAddLocked("agent:main:main", "aaaaaaaaaaaaaaaa", "i1", "nimble-coral", nil)
-	second := r.indexAddLocked("agent:main:main", "bbbbbbbbbbbbbbbb", "i2", "nimble-coral", nil)
-	again := r.indexAddLocked("agent:main:main", "aaaaaaaaaaaaaaaa", "i1", "nimble-coral", nil)
-	otherScope := r.indexAddLocked("agent:main:x", "bbbbbbbbbbbbbbbb", "i2", "nimble-coral", nil)
+	first := r.indexAddLocked("agent:main:main", "aaaaaaaaaaaaaaaa", "i1", "nimble-coral", protocol.Details{})
+	second := r.indexAddLocked("agent:main:main", "bbbbbbbbbbbbbbbb", "i2", "nimble-coral", protocol.Details{})
+	again := r.indexAddLocked("agent:main:main", "aaaaaaaaaaaaaaaa", "i1", "nimble-coral", protocol.Details{})
+	otherScope := r.indexAddLocked("agent:main:x", "bbbbbbbbbbbbbbbb", "i2", "nimble-coral", protocol.Details{})
 	r.mu.Unlock()
 	if first.id != "nimble-coral" || second.id != "nimble-coral-bbbb" || again != first || otherScope.id != "nimble-coral" {
 		t.Fatalf("aliases: %q %q %v %q", first.id, second.id, again == first, otherScope.id)
 	}
-	res := protocol.TextResult("Command still running (session nimble-coral, pid 7).", protocol.Details{"sessionId": "nimble-coral"})
+	res := protocol.TextResult("Command still running (session nimble-coral, pid 7).", protocol.Details{SessionID: protocol.Some("nimble-coral")})
 	rewriteSessionID(&res, "nimble-coral", "nimble-coral-bbbb")
 	if res.SessionID() != "nimble-coral-bbbb" || res.Text() != "Command still running (session nimble-coral-bbbb, pid 7)." {
 		t.Fatalf("rewrite: %s %v", res.Text(), res.Details)

@@ -147,7 +147,7 @@ func logFailure(res protocol.Result) (string, bool) {
 	if res.Status() != protocol.StatusFailed || res.SessionID() != "" {
 		return "", false
 	}
-	if msg, ok := res.Details["error"].(string); ok && msg != "" {
+	if msg := res.Details.Error.Value(); msg != "" {
 		return msg, true
 	}
 	return res.Text(), true
@@ -161,12 +161,12 @@ func streamOutput(res protocol.Result) string {
 	if res.Status() != protocol.StatusRunning {
 		return text
 	}
-	if waiting, _ := res.Details["waitingForInput"].(bool); waiting {
+	if res.Details.WaitingForInput.Value() {
 		if i := strings.LastIndex(text, session.InputWaitHintPrefix); i >= 0 {
 			text = text[:i]
 		}
 	}
-	if n, ok := res.Details["totalChars"]; ok && toFloat(n) == 0 && text == session.LogNoOutputYet {
+	if n, ok := res.Details.TotalChars.Get(); ok && n == 0 && text == session.LogNoOutputYet {
 		return ""
 	}
 	return text
@@ -210,22 +210,36 @@ func (s *sessionStream) update(res protocol.Result) bool {
 	}
 	s.started, s.sent = true, out
 	status := res.Status()
-	waiting, _ := res.Details["waitingForInput"].(bool)
+	waiting := res.Details.WaitingForInput.Value()
 	if status == protocol.StatusRunning {
 		if status == s.status && waiting == s.waiting {
 			return true
 		}
 		s.status, s.waiting = status, waiting
-		return s.event("status", map[string]any{"status": status, "sessionId": res.SessionID(), "waitingForInput": waiting})
+		return s.event("status", streamStatus{Status: status, SessionID: res.SessionID(), WaitingForInput: waiting})
 	}
-	final := map[string]any{"status": status, "sessionId": res.SessionID(), "waitingForInput": false, "text": res.Text()}
-	for _, k := range []string{"exitCode", "exitSignal", "exitReason"} {
-		if v, ok := res.Details[k]; ok && v != nil {
-			final[k] = v
-		}
-	}
-	s.event("status", final)
+	s.event("status", streamStatus{
+		ExitCode:   res.Details.ExitCode.Ptr(),
+		ExitReason: res.Details.ExitReason.Value(),
+		ExitSignal: res.Details.ExitSignal.Value(),
+		SessionID:  res.SessionID(),
+		Status:     status,
+		Text:       res.Text(),
+	})
 	return false
+}
+
+// streamStatus is the data of a status event: the session's status on
+// every change while it runs; the last one, when it ended, with how it
+// ended and the final log text.
+type streamStatus struct {
+	ExitCode        *int   `json:"exitCode,omitempty"`
+	ExitReason      string `json:"exitReason,omitempty"`
+	ExitSignal      string `json:"exitSignal,omitempty"`
+	SessionID       string `json:"sessionId"`
+	Status          string `json:"status"`
+	Text            string `json:"text,omitempty"`
+	WaitingForInput bool   `json:"waitingForInput"`
 }
 
 // slidProbe is how much of the new text is searched for in the old one,

@@ -392,12 +392,12 @@ func TestSessionStreamOutputText(t *testing.T) {
 		res  protocol.Result
 		want string
 	}{
-		{"running, no output", protocol.TextResult("(no output yet)", protocol.Details{"status": "running", "totalChars": 0}), ""},
-		{"running, node numbers", protocol.TextResult("(no output yet)", protocol.Details{"status": "running", "totalChars": float64(0)}), ""},
-		{"running", protocol.TextResult("a\nb", protocol.Details{"status": "running", "totalChars": 4}), "a\nb"},
+		{"running, no output", protocol.TextResult("(no output yet)", protocol.Details{Status: protocol.Some("running"), TotalChars: protocol.Some(0)}), ""},
+		{"running, node numbers", protocol.TextResult("(no output yet)", protocol.Details{Status: protocol.Some("running"), TotalChars: protocol.Some(0)}), ""},
+		{"running", protocol.TextResult("a\nb", protocol.Details{Status: protocol.Some("running"), TotalChars: protocol.Some(4)}), "a\nb"},
 		{"waiting for input", protocol.TextResult("prompt>\n\nNo new output for 16s; this session may be waiting for input. Use process write, send-keys, submit, or paste to provide input.",
-			protocol.Details{"status": "running", "waitingForInput": true, "totalChars": 7}), "prompt>"},
-		{"finished", protocol.TextResult("x\n\nProcess stopped by request (signal SIGTERM).", protocol.Details{"status": "completed", "sessionId": "s"}), "x\n\nProcess stopped by request (signal SIGTERM)."},
+			protocol.Details{Status: protocol.Some("running"), WaitingForInput: protocol.Some(true), TotalChars: protocol.Some(7)}), "prompt>"},
+		{"finished", protocol.TextResult("x\n\nProcess stopped by request (signal SIGTERM).", protocol.Details{Status: protocol.Some("completed"), SessionID: protocol.Some("s")}), "x\n\nProcess stopped by request (signal SIGTERM)."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := streamOutput(tc.res); got != tc.want {
@@ -408,7 +408,7 @@ func TestSessionStreamOutputText(t *testing.T) {
 	if msg, failed := logFailure(protocol.FailedResult("No session found for x")); !failed || msg != "No session found for x" {
 		t.Errorf("logFailure of a tool failure: %q %v", msg, failed)
 	}
-	if _, failed := logFailure(protocol.TextResult("boom", protocol.Details{"status": "failed", "sessionId": "s"})); failed {
+	if _, failed := logFailure(protocol.TextResult("boom", protocol.Details{Status: protocol.Some("failed"), SessionID: protocol.Some("s")})); failed {
 		t.Errorf("a failed session's log is not a tool failure")
 	}
 }
@@ -418,8 +418,8 @@ func TestSessionStreamOutputText(t *testing.T) {
 func TestSessionStreamWireFormat(t *testing.T) {
 	rec := httptest.NewRecorder()
 	s := &sessionStream{sse: &sseWriter{w: rec, flusher: rec}}
-	s.update(protocol.TextResult("a\nb", protocol.Details{"status": "running", "sessionId": "s", "totalChars": 3}))
-	s.update(protocol.TextResult("a\nb\nc", protocol.Details{"status": "completed", "sessionId": "s", "exitCode": 0}))
+	s.update(protocol.TextResult("a\nb", protocol.Details{Status: protocol.Some("running"), SessionID: protocol.Some("s"), TotalChars: protocol.Some(3)}))
+	s.update(protocol.TextResult("a\nb\nc", protocol.Details{Status: protocol.Some("completed"), SessionID: protocol.Some("s"), ExitCode: protocol.Some(0)}))
 	want := "event: output\ndata: {\"reset\":\"a\\nb\"}\n\n" +
 		"event: status\ndata: {\"sessionId\":\"s\",\"status\":\"running\",\"waitingForInput\":false}\n\n" +
 		"event: output\ndata: {\"append\":\"\\nc\"}\n\n" +

@@ -771,12 +771,10 @@ func (c *clCluster) listSessions(sessionKey string) map[string]protocol.Details 
 	c.t.Helper()
 	res := c.mustCall(sessionKey, "process", map[string]any{"action": "list"})
 	out := map[string]protocol.Details{}
-	list, _ := res.Details["sessions"].([]any)
-	for _, e := range list {
-		if d, ok := e.(map[string]any); ok {
-			if id, _ := d["sessionId"].(string); id != "" {
-				out[id] = d
-			}
+	list := res.Details.Sessions.Value()
+	for _, d := range list {
+		if id := d.SessionID.Value(); id != "" {
+			out[id] = d
 		}
 	}
 	return out

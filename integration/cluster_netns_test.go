@@ -88,7 +88,7 @@ func clSmoke(t *testing.T, c *clCluster) {
 		if !ok {
 			t.Fatalf("session %s not listed: %v", id, list)
 		}
-		if d["status"] != protocol.StatusCompleted {
+		if d.Status.Value() != protocol.StatusCompleted {
 			t.Fatalf("session %s: %v", id, d)
 		}
 		p := c.mustCall(key, "process", map[string]any{"action": "log", "sessionId": id})
@@ -132,7 +132,7 @@ func clServerKill(t *testing.T, c *clCluster) {
 		}
 		n := 0
 		for _, d := range c.listSessions(key) {
-			if _, ok := want[d["sessionId"].(string)]; ok {
+			if _, ok := want[d.SessionID.Value()]; ok {
 				n++
 			}
 		}
@@ -150,7 +150,7 @@ func clServerKill(t *testing.T, c *clCluster) {
 	list := c.listSessions(key)
 	for id, i := range ids {
 		d, ok := list[id]
-		if !ok || d["status"] != protocol.StatusCompleted {
+		if !ok || d.Status.Value() != protocol.StatusCompleted {
 			t.Fatalf("session %s after the server came back: %v", id, d)
 		}
 		log := c.mustCall(key, "process", map[string]any{"action": "log", "sessionId": id, "limit": 100}).Text()
@@ -399,7 +399,7 @@ func clNodeKill(t *testing.T, c *clCluster) {
 	clCheckFor(t, "sessions of the killed node reported lost", 20*time.Second, 200*time.Millisecond, func() error {
 		for _, id := range ids {
 			p := c.mustCall(key, "process", map[string]any{"action": "poll", "sessionId": id})
-			if p.Status() != protocol.StatusFailed || p.Details["lost"] != true || !strings.Contains(p.Text(), "lost") {
+			if p.Status() != protocol.StatusFailed || p.Details.Lost.Value() != true || !strings.Contains(p.Text(), "lost") {
 				return fmt.Errorf("poll %s: %s %q %v", id, p.Status(), p.Text(), p.Details)
 			}
 		}
@@ -407,7 +407,7 @@ func clNodeKill(t *testing.T, c *clCluster) {
 	})
 	list = c.listSessions(key)
 	for _, id := range ids {
-		if d, ok := list[id]; !ok || d["status"] != "lost" {
+		if d, ok := list[id]; !ok || d.Status.Value() != "lost" {
 			t.Fatalf("list after the node's restart: %s is %v", id, d)
 		}
 	}
@@ -740,7 +740,7 @@ func clManySessions(t *testing.T, c *clCluster) {
 	list := c.listSessions(key)
 	t.Logf("list of %d sessions took %s", len(list), time.Since(t0).Round(time.Millisecond))
 	for _, id := range ids {
-		if d, ok := list[id]; !ok || d["status"] != protocol.StatusRunning {
+		if d, ok := list[id]; !ok || d.Status.Value() != protocol.StatusRunning {
 			t.Fatalf("session %s: listed %v as %v", id, ok, d)
 		}
 	}
@@ -773,7 +773,7 @@ func clManySessions(t *testing.T, c *clCluster) {
 		running := 0
 		l := c.listSessions(key)
 		for _, id := range ids {
-			if d, ok := l[id]; ok && d["status"] == protocol.StatusRunning {
+			if d, ok := l[id]; ok && d.Status.Value() == protocol.StatusRunning {
 				running++
 			}
 		}
@@ -839,7 +839,7 @@ func clNodeStopBound(t *testing.T, c *clCluster) {
 	clCheckFor(t, "sessions of the stopped node reported lost or ended", 30*time.Second, 500*time.Millisecond, func() error {
 		l := c.listSessions(key)
 		for _, id := range ids {
-			if d, ok := l[id]; ok && d["status"] == protocol.StatusRunning {
+			if d, ok := l[id]; ok && d.Status.Value() == protocol.StatusRunning {
 				return fmt.Errorf("session %s still listed running: %v", id, d)
 			}
 		}

@@ -41,8 +41,8 @@ func TestNodeApprovalFlow(t *testing.T) {
 			res = *r.Result
 			return nil
 		})
-		id, _ := res.Details["approvalId"].(string)
-		if res.Status() != protocol.StatusApprovalPending || id == "" || res.Details["nodeId"] != np.id ||
+		id := res.Details.ApprovalID.Value()
+		if res.Status() != protocol.StatusApprovalPending || id == "" || res.Details.NodeID.Value() != np.id ||
 			!strings.Contains(res.Text(), "Host: node") || !strings.Contains(res.Text(), "Node: "+np.id) {
 			t.Fatalf("want approval-pending on node %s: %s %v", np.id, res.Text(), res.Details)
 		}

@@ -261,7 +261,7 @@ func TestNodeBadInput(t *testing.T) {
 		}
 		var ids []string
 		for _, s := range lr.Sessions {
-			ids = append(ids, s.SessionKey+"/"+fmt.Sprint(s.Details["sessionId"])+"/"+fmt.Sprint(s.Details["status"]))
+			ids = append(ids, s.SessionKey+"/"+fmt.Sprint(s.Details.SessionID.Value())+"/"+fmt.Sprint(s.Details.Status.Value()))
 		}
 		return strings.Join(ids, ",")
 	}

@@ -410,9 +410,8 @@ func (np *nodeProc) cleanup() {
 
 // track remembers the pid of a session's process group for cleanup.
 func (np *nodeProc) track(res protocol.Result) {
-	switch pid := res.Details["pid"].(type) {
-	case float64:
-		np.pids = append(np.pids, int(pid))
+	if pid, ok := res.Details.PID.Get(); ok {
+		np.pids = append(np.pids, pid)
 	}
 }
 

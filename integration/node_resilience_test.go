@@ -47,7 +47,7 @@ func TestNodeKilledAndRestarted(t *testing.T) {
 	gw.waitNode(np.id, "connected", "paired")
 	waitFor(t, 60*time.Second, func() error {
 		p := gw.invoke("process", map[string]any{"action": "poll", "sessionId": id})
-		if p.Status() != protocol.StatusFailed || p.Details["lost"] != true || !strings.Contains(p.Text(), "was lost") {
+		if p.Status() != protocol.StatusFailed || p.Details.Lost.Value() != true || !strings.Contains(p.Text(), "was lost") {
 			return fmt.Errorf("poll: %s %v", p.Text(), p.Details)
 		}
 		return nil
@@ -147,16 +147,16 @@ func TestNodeLargeOutput(t *testing.T) {
 		}
 		return nil
 	})
-	if done.Status() != protocol.StatusCompleted || fmt.Sprint(done.Details["exitCode"]) != "0" {
+	if done.Status() != protocol.StatusCompleted || fmt.Sprint(done.Details.ExitCode.Value()) != "0" {
 		t.Fatalf("final poll: %v", done.Details)
 	}
 	if polled > 2*30000+1000 {
 		t.Fatalf("a poll returned %d chars, above the pending caps", polled)
 	}
 	log := gw.invoke("process", map[string]any{"action": "log", "sessionId": id, "limit": 100000})
-	total, _ := log.Details["totalChars"].(float64)
+	total := log.Details.TotalChars.Value()
 	if total <= 0 || total > 200000 || len(log.Text()) > 200000+2000 || !strings.Contains(log.Text(), "END-OF-OUTPUT") {
-		t.Fatalf("log: totalChars %v, %d chars of text, marker %v", log.Details["totalChars"], len(log.Text()), strings.Contains(log.Text(), "END-OF-OUTPUT"))
+		t.Fatalf("log: totalChars %v, %d chars of text, marker %v", log.Details.TotalChars.Value(), len(log.Text()), strings.Contains(log.Text(), "END-OF-OUTPUT"))
 	}
 	t.Logf("50 MB through a node session in %s", time.Since(start).Round(time.Millisecond))
 }

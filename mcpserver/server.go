@@ -155,9 +155,7 @@ func (s *server) handler(tool string) mcp.ToolHandler {
 		for _, c := range res.Content {
 			out.Content = append(out.Content, &mcp.TextContent{Text: c.Text})
 		}
-		if res.Details != nil {
-			out.StructuredContent = map[string]any(res.Details)
-		}
+		out.StructuredContent = res.Details
 		return out, nil
 	}
 }

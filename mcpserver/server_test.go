@@ -55,7 +55,7 @@ type fakeInvoker struct {
 }
 
 func (f *fakeInvoker) Invoke(ctx context.Context, tool string, args json.RawMessage) (protocol.Result, error) {
-	return protocol.TextResult("ok", protocol.Details{"status": "completed"}), nil
+	return protocol.TextResult("ok", protocol.Details{Status: protocol.Some("completed")}), nil
 }
 
 func (f *fakeInvoker) Events(ctx context.Context, wait time.Duration) ([]protocol.SystemEvent, error) {

@@ -178,7 +178,7 @@ func TestNodeExecAndProcess(t *testing.T) {
 		return nil
 	})
 	lr := h.listAll()
-	if len(lr.Sessions) != 1 || lr.Sessions[0].SessionKey != "agent:main:main" || lr.Sessions[0].Details["sessionId"] != id || lr.Instance != h.a.Instance() {
+	if len(lr.Sessions) != 1 || lr.Sessions[0].SessionKey != "agent:main:main" || lr.Sessions[0].Details.SessionID.Value() != id || lr.Instance != h.a.Instance() {
 		t.Fatalf("list all: %+v", lr)
 	}
 	// Unknown session: a failed result, marked gone.
@@ -303,7 +303,7 @@ func TestNodeWorkdir(t *testing.T) {
 	}
 	for _, dir := range []string{"/no/such/dir", "   ", "sub/missing"} {
 		res := h.mustExec(map[string]any{"command": "touch ran", "workdir": dir})
-		if res.Status() != protocol.StatusFailed || res.Details["failureKind"] != "runtime-error" ||
+		if res.Status() != protocol.StatusFailed || res.Details.FailureKind.Value() != "runtime-error" ||
 			res.Text() != protocol.WorkdirUnavailableText(dir) {
 			t.Fatalf("workdir %q: %s %v", dir, res.Text(), res.Details)
 		}

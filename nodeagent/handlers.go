@@ -3,7 +3,6 @@ package nodeagent
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -264,13 +263,10 @@ func (a *Agent) listScope(ctx context.Context, scope string, limit int) ([]proto
 		args.Limit = &limit
 	}
 	res := a.mgr.Process(ctx, scope, args)
-	entries, err := DetailsList(res.Details["sessions"])
-	if err != nil {
-		return nil, 0, protocol.Errorf(protocol.ErrInternal, "list: %v", err)
-	}
+	entries := res.Details.Sessions.Value()
 	total := len(entries)
 	if limit > 0 {
-		n, ok := res.Details["total"].(int)
+		n, ok := res.Details.Total.Get()
 		if !ok {
 			return nil, 0, protocol.Errorf(protocol.ErrInternal, "list: paged result without a total (%s)", res.Text())
 		}
@@ -278,7 +274,7 @@ func (a *Agent) listScope(ctx context.Context, scope string, limit int) ([]proto
 	}
 	listed := make(map[string]bool, len(entries))
 	for _, d := range entries {
-		if id, _ := d["sessionId"].(string); id != "" {
+		if id := d.SessionID.Value(); id != "" {
 			listed[id] = true
 			a.track(scope, id)
 		}
@@ -298,47 +294,6 @@ func (a *Agent) listScope(ctx context.Context, scope string, limit int) ([]proto
 		a.track(scope, id)
 	}
 	return entries, total, nil
-}
-
-// DetailsList converts the "sessions" of a process list result, which
-// the session core may hold as []protocol.Details, []map[string]any or
-// []any (after a JSON round trip), to []protocol.Details.
-func DetailsList(v any) ([]protocol.Details, error) {
-	switch l := v.(type) {
-	case nil:
-		return nil, nil
-	case []protocol.Details:
-		return l, nil
-	case []map[string]any:
-		out := make([]protocol.Details, len(l))
-		for i, d := range l {
-			out[i] = d
-		}
-		return out, nil
-	case []any:
-		out := make([]protocol.Details, 0, len(l))
-		for _, e := range l {
-			switch d := e.(type) {
-			case map[string]any:
-				out = append(out, d)
-			case protocol.Details:
-				out = append(out, d)
-			default:
-				return nil, fmt.Errorf("list entry of type %T", e)
-			}
-		}
-		return out, nil
-	}
-	// Anything else: round-trip through JSON.
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var out []protocol.Details
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // handleApprovalsGet returns the node's exec-approvals.json: {path,

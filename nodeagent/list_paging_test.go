@@ -43,7 +43,7 @@ func TestNodeListLimit(t *testing.T) {
 		var out []string
 		for _, s := range lr.Sessions {
 			if s.SessionKey == scope {
-				id, _ := s.Details["sessionId"].(string)
+				id := s.Details.SessionID.Value()
 				out = append(out, id)
 			}
 		}

@@ -20,12 +20,6 @@ type Content struct {
 	Text string `json:"text"`
 }
 
-// Details is the structured part of a tool result. Its keys follow
-// OpenClaw's result shapes exactly, including which keys are present with a
-// null value and which are absent, so it is kept as a JSON object rather
-// than a struct.
-type Details map[string]any
-
 // Result is a tool result: {content:[{type:"text",text}], details:{status,…}}.
 type Result struct {
 	Content []Content `json:"content"`
@@ -34,9 +28,6 @@ type Result struct {
 
 // TextResult builds a result with a single text block.
 func TextResult(text string, details Details) Result {
-	if details == nil {
-		details = Details{}
-	}
 	return Result{Content: []Content{{Type: "text", Text: text}}, Details: details}
 }
 
@@ -44,7 +35,7 @@ func TextResult(text string, details Details) Result {
 // reason the caller should read (unknown session, stdin not writable, …):
 // details {status:"failed", error:text}.
 func FailedResult(text string) Result {
-	return TextResult(text, Details{"status": StatusFailed, "error": text})
+	return TextResult(text, Details{Status: Some(StatusFailed), Error: Some(text)})
 }
 
 // Text returns the concatenated text blocks of the result.
@@ -60,16 +51,10 @@ func (r Result) Text() string {
 }
 
 // Status returns details.status, or "" when absent.
-func (r Result) Status() string {
-	s, _ := r.Details["status"].(string)
-	return s
-}
+func (r Result) Status() string { return r.Details.Status.Value() }
 
 // SessionID returns details.sessionId, or "" when absent.
-func (r Result) SessionID() string {
-	s, _ := r.Details["sessionId"].(string)
-	return s
-}
+func (r Result) SessionID() string { return r.Details.SessionID.Value() }
 
 // WorkdirUnavailableText is OpenClaw's text for a workdir that does not
 // exist or is not a directory; the command is not run.
@@ -83,8 +68,8 @@ func WorkdirUnavailableText(workdir string) string {
 // decided before anything was started (a runtime error, no exit code).
 func WorkdirUnavailableResult(workdir string) Result {
 	return TextResult(WorkdirUnavailableText(workdir), Details{
-		"status": StatusFailed, "exitCode": nil, "exitSignal": nil,
-		"failureKind": "runtime-error", "durationMs": 0, "aggregated": "",
-		"timedOut": false, "cwd": workdir,
+		Status: Some(StatusFailed), ExitCode: Null[int](), ExitSignal: Null[string](),
+		FailureKind: Some("runtime-error"), DurationMs: Some[int64](0), Aggregated: Some(""),
+		TimedOut: Some(false), Cwd: Some(workdir),
 	})
 }

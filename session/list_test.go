@@ -7,19 +7,20 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/execmesh/execmesh/internal/testutil"
 	"github.com/execmesh/execmesh/protocol"
 )
 
 // listIDs returns the session ids of a list result, in order.
 func listIDs(t *testing.T, res protocol.Result) []string {
 	t.Helper()
-	entries, ok := res.Details["sessions"].([]protocol.Details)
+	entries, ok := res.Details.Sessions.Get()
 	if !ok {
-		t.Fatalf("sessions: %T %v", res.Details["sessions"], res.Details)
+		t.Fatalf("sessions: %T %v", res.Details.Sessions.Value(), res.Details)
 	}
 	ids := make([]string, len(entries))
 	for i, d := range entries {
-		ids[i], _ = d["sessionId"].(string)
+		ids[i] = d.SessionID.Value()
 	}
 	return ids
 }
@@ -49,8 +50,8 @@ func TestListPaging(t *testing.T) {
 		t.Fatalf("list order %v, want newest first %v", newest, want)
 	}
 	// Without offset and limit: OpenClaw's result, nothing added.
-	fullEntries := full.Details["sessions"].([]protocol.Details)
-	if full.Text() != ListText(fullEntries) || len(full.Details) != 2 || full.Status() != protocol.StatusCompleted {
+	fullEntries := full.Details.Sessions.Value()
+	if full.Text() != ListText(fullEntries) || len(testutil.JSONMap(t, full.Details)) != 2 || full.Status() != protocol.StatusCompleted {
 		t.Fatalf("unpaged list: %q %v", full.Text(), full.Details)
 	}
 
@@ -89,7 +90,7 @@ func TestListPaging(t *testing.T) {
 			if !slices.Equal(ids, newest[tc.lo:tc.hi]) {
 				t.Errorf("page %v, want %v", ids, newest[tc.lo:tc.hi])
 			}
-			page := res.Details["sessions"].([]protocol.Details)
+			page := res.Details.Sessions.Value()
 			var text string
 			switch {
 			case tc.note == "":
@@ -105,12 +106,12 @@ func TestListPaging(t *testing.T) {
 			if tc.note == "" && res.Text() != full.Text() {
 				t.Errorf("whole list as one page: text %q differs from the unpaged %q", res.Text(), full.Text())
 			}
-			wantDetails := protocol.Details{"status": protocol.StatusCompleted, "sessions": page, "total": 5, "offset": tc.offset}
+			wantDetails := protocol.Details{Status: protocol.Some(protocol.StatusCompleted), Sessions: protocol.Some(page), Total: protocol.Some(5), Offset: protocol.Some(tc.offset)}
 			if tc.limit > 0 {
-				wantDetails["limit"] = tc.limit
+				wantDetails.Limit = protocol.Some(tc.limit)
 			}
 			if tc.next >= 0 {
-				wantDetails["nextOffset"] = tc.next
+				wantDetails.NextOffset = protocol.Some(tc.next)
 			}
 			if !reflect.DeepEqual(res.Details, wantDetails) {
 				t.Errorf("details %v, want %v", res.Details, wantDetails)
@@ -124,11 +125,11 @@ func TestListPaging(t *testing.T) {
 
 	t.Run("empty scope", func(t *testing.T) {
 		res := proc(t, m, "nobody", protocol.ProcessArgs{Action: "list", Limit: ptr(10)})
-		if res.Text() != emptyListText || res.Details["total"] != 0 || len(listIDs(t, res)) != 0 {
+		if res.Text() != emptyListText || res.Details.Total.Value() != 0 || len(listIDs(t, res)) != 0 {
 			t.Fatalf("empty scope: %q %v", res.Text(), res.Details)
 		}
 		res = proc(t, m, "nobody", protocol.ProcessArgs{Action: "list"})
-		if res.Text() != emptyListText || len(res.Details) != 2 {
+		if res.Text() != emptyListText || len(testutil.JSONMap(t, res.Details)) != 2 {
 			t.Fatalf("empty scope, unpaged: %q %v", res.Text(), res.Details)
 		}
 	})
@@ -176,7 +177,7 @@ func TestListPagingBadValues(t *testing.T) {
 				}
 			}
 			res := proc(t, m, "bad", args)
-			if res.Status() != protocol.StatusFailed || res.Text() != tc.failed || res.Details["error"] != tc.failed {
+			if res.Status() != protocol.StatusFailed || res.Text() != tc.failed || res.Details.Error.Value() != tc.failed {
 				t.Fatalf("got %s %q %v, want failed %q", res.Status(), res.Text(), res.Details, tc.failed)
 			}
 			_, err := ListPageOf(args)

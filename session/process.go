@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"slices"
 	"strconv"
@@ -68,10 +67,10 @@ func (s *session) factsLocked(now time.Time) runtimeFacts {
 }
 
 func (f runtimeFacts) addTo(d protocol.Details) protocol.Details {
-	d["stdinWritable"] = f.stdinWritable
-	d["waitingForInput"] = f.waitingForInput
-	d["idleMs"] = f.idleMs
-	d["lastOutputAt"] = f.lastOutputAt
+	d.StdinWritable = protocol.Some(f.stdinWritable)
+	d.WaitingForInput = protocol.Some(f.waitingForInput)
+	d.IdleMs = protocol.Some(f.idleMs)
+	d.LastOutputAt = protocol.Some(f.lastOutputAt)
 	return d
 }
 
@@ -84,7 +83,7 @@ func (s *session) writableLocked() bool {
 // nameDetail adds the derived session name when there is one.
 func (s *session) nameDetail(d protocol.Details) protocol.Details {
 	if s.hasName {
-		d["name"] = s.name
+		d.Name = protocol.Some(s.name)
 	}
 	return d
 }
@@ -93,17 +92,17 @@ func (s *session) nameDetail(d protocol.Details) protocol.Details {
 // s.mu.
 func (s *session) finishedDetailsLocked() protocol.Details {
 	r := s.res
-	d := protocol.Details{"status": r.status, "sessionId": s.id}
+	d := protocol.Details{Status: protocol.Some(r.status), SessionID: protocol.Some(s.id)}
 	if r.code != nil {
-		d["exitCode"] = *r.code
+		d.ExitCode = protocol.Some(*r.code)
 	}
 	if r.signal != "" {
-		d["exitSignal"] = r.signal
+		d.ExitSignal = protocol.Some(r.signal)
 	}
 	if r.reason != "" {
-		d["exitReason"] = r.reason
-		d["timedOut"] = isTimeoutReason(r.reason)
-		d["noOutputTimedOut"] = r.reason == reasonNoOutput
+		d.ExitReason = protocol.Some(r.reason)
+		d.TimedOut = protocol.Some(isTimeoutReason(r.reason))
+		d.NoOutputTimedOut = protocol.Some(r.reason == reasonNoOutput)
 	}
 	return s.nameDetail(d)
 }
@@ -167,10 +166,10 @@ func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int)
 		text += "\n\nProcess still running."
 	}
 	d := protocol.Details{
-		"status":     protocol.StatusRunning,
-		"sessionId":  id,
-		"aggregated": s.out.aggregated(),
-		"retryInMs":  retry,
+		Status:     protocol.Some(protocol.StatusRunning),
+		SessionID:  protocol.Some(id),
+		Aggregated: protocol.Some(s.out.aggregated()),
+		RetryInMs:  protocol.Some(retry),
 	}
 	s.mu.Unlock()
 	return protocol.TextResult(text, s.nameDetail(facts.addTo(d)))
@@ -238,7 +237,7 @@ func (m *Manager) finishedPoll(s *session, id string) protocol.Result {
 	}
 	text = appendTimeoutGuidance(text+s.exitLineLocked(), s.res.reason)
 	d := s.finishedDetailsLocked()
-	d["aggregated"] = s.out.aggregated()
+	d.Aggregated = protocol.Some(s.out.aggregated())
 	s.noOutputPolls = -1
 	ackNow, ackOwed := false, false
 	if !s.terminalPolled {
@@ -303,7 +302,7 @@ func (m *Manager) logAction(s *session, id string, offset, limit *int) protocol.
 		if facts.waitingForInput {
 			text += inputWaitHint(facts.idleMs)
 		}
-		d = s.nameDetail(facts.addTo(protocol.Details{"status": protocol.StatusRunning, "sessionId": id}))
+		d = s.nameDetail(facts.addTo(protocol.Details{Status: protocol.Some(protocol.StatusRunning), SessionID: protocol.Some(id)}))
 	} else {
 		if s.res.stopped {
 			text += s.exitLineLocked()
@@ -311,11 +310,11 @@ func (m *Manager) logAction(s *session, id string, offset, limit *int) protocol.
 		text = appendTimeoutGuidance(text, s.res.reason)
 		d = s.finishedDetailsLocked()
 	}
-	d["output"] = text
-	d["total"] = totalLines
-	d["totalLines"] = totalLines
-	d["totalChars"] = totalChars
-	d["truncated"] = s.out.truncated
+	d.Output = protocol.Some(text)
+	d.Total = protocol.Some(totalLines)
+	d.TotalLines = protocol.Some(totalLines)
+	d.TotalChars = protocol.Some(totalChars)
+	d.Truncated = protocol.Some(s.out.truncated)
 	return protocol.TextResult(text, d)
 }
 
@@ -398,7 +397,7 @@ func (m *Manager) input(ctx context.Context, s *session, id string, args protoco
 			s.mu.Unlock()
 		}
 	}
-	return protocol.TextResult(text, s.nameDetail(protocol.Details{"status": protocol.StatusRunning, "sessionId": id}))
+	return protocol.TextResult(text, s.nameDetail(protocol.Details{Status: protocol.Some(protocol.StatusRunning), SessionID: protocol.Some(id)}))
 }
 
 func (m *Manager) kill(s *session, id string) protocol.Result {
@@ -406,7 +405,7 @@ func (m *Manager) kill(s *session, id string) protocol.Result {
 		return r
 	}
 	s.requestStop(errKilled)
-	return protocol.TextResult("Termination requested for session "+id+".", s.nameDetail(protocol.Details{"status": protocol.StatusCompleted}))
+	return protocol.TextResult("Termination requested for session "+id+".", s.nameDetail(completedDetails()))
 }
 
 // checkStoppable applies kill's and remove's preconditions, and marks the
@@ -439,7 +438,7 @@ func (m *Manager) clear(s *session, id string) protocol.Result {
 		}
 		m.mu.Unlock()
 		if finished {
-			return protocol.TextResult("Cleared session "+id+".", protocol.Details{"status": protocol.StatusCompleted})
+			return protocol.TextResult("Cleared session "+id+".", completedDetails())
 		}
 	}
 	return protocol.FailedResult("No finished session found for " + id)
@@ -454,7 +453,7 @@ func (m *Manager) remove(s *session, id string) protocol.Result {
 	s.mu.Unlock()
 	if !running {
 		if m.clear(s, id).Status() == protocol.StatusCompleted {
-			return protocol.TextResult("Removed session "+id+".", protocol.Details{"status": protocol.StatusCompleted})
+			return protocol.TextResult("Removed session "+id+".", completedDetails())
 		}
 		return protocol.FailedResult("No session found for " + id)
 	}
@@ -479,7 +478,7 @@ func (m *Manager) remove(s *session, id string) protocol.Result {
 	}
 	m.mu.Unlock()
 	s.requestStop(errKilled)
-	return protocol.TextResult("Removed session "+id+" (termination requested).", s.nameDetail(protocol.Details{"status": protocol.StatusCompleted}))
+	return protocol.TextResult("Removed session "+id+" (termination requested).", s.nameDetail(completedDetails()))
 }
 
 // list answers process list: background sessions and retained finished
@@ -525,14 +524,14 @@ func (m *Manager) list(scopeKey string, args protocol.ProcessArgs) protocol.Resu
 	entries := make([]protocol.Details, 0, len(visible))
 	for _, s := range visible {
 		// nil when the session was swept since it was counted.
-		if d := s.listEntry(now); d != nil {
+		if d, ok := s.listEntry(now); ok {
 			entries = append(entries, d)
 		}
 	}
 	if page.Paged {
 		return PagedListResult(page, entries, total)
 	}
-	return protocol.TextResult(ListText(entries), protocol.Details{"status": protocol.StatusCompleted, "sessions": entries})
+	return ListResult(entries)
 }
 
 // listedLocked reports whether process list shows the session: a
@@ -545,35 +544,49 @@ func (s *session) listedLocked() bool {
 	return s.backgrounded
 }
 
-// listEntry is the list entry of a session, nil if list does not show it.
-func (s *session) listEntry(now time.Time) protocol.Details {
+// listEntry is the list entry of a session; ok is false when list does
+// not show it.
+func (s *session) listEntry(now time.Time) (d protocol.Details, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.listedLocked() {
-		return nil
+		return protocol.Details{}, false
 	}
-	finished := s.exited
-	d := protocol.Details{
-		"sessionId": s.id,
-		"startedAt": s.startedAt.UnixMilli(),
-		"cwd":       s.cwd,
-		"command":   s.command,
-		"tail":      s.out.tail(),
-		"truncated": s.out.truncated,
+	if s.exited {
+		d = s.finishedDetailsLocked()
+		d.RuntimeMs = protocol.Some(s.endedAt.Sub(s.startedAt).Milliseconds())
+		d.EndedAt = protocol.Some(s.endedAt.UnixMilli())
+	} else {
+		d = s.nameDetail(s.factsLocked(now).addTo(protocol.Details{
+			Status:    protocol.Some(protocol.StatusRunning),
+			RuntimeMs: protocol.Some(now.Sub(s.startedAt).Milliseconds()),
+			PID:       protocol.Some(s.pid),
+		}))
 	}
-	if finished {
-		for k, v := range s.finishedDetailsLocked() {
-			d[k] = v
-		}
-		d["status"] = s.res.status
-		d["runtimeMs"] = s.endedAt.Sub(s.startedAt).Milliseconds()
-		d["endedAt"] = s.endedAt.UnixMilli()
-		return d
+	d.SessionID = protocol.Some(s.id)
+	d.StartedAt = protocol.Some(s.startedAt.UnixMilli())
+	d.Cwd = protocol.Some(s.cwd)
+	d.Command = protocol.Some(s.command)
+	d.Tail = protocol.Some(s.out.tail())
+	d.Truncated = protocol.Some(s.out.truncated)
+	return d, true
+}
+
+// completedDetails is {status: "completed"}.
+func completedDetails() protocol.Details {
+	return protocol.Details{Status: protocol.Some(protocol.StatusCompleted)}
+}
+
+// ListResult is the result of an unpaged process list: OpenClaw's text and
+// {status: "completed", sessions: entries}, entries newest first.
+func ListResult(entries []protocol.Details) protocol.Result {
+	if entries == nil {
+		entries = []protocol.Details{}
 	}
-	d["status"] = protocol.StatusRunning
-	d["runtimeMs"] = now.Sub(s.startedAt).Milliseconds()
-	d["pid"] = s.pid
-	return s.nameDetail(s.factsLocked(now).addTo(d))
+	return protocol.TextResult(ListText(entries), protocol.Details{
+		Status:   protocol.Some(protocol.StatusCompleted),
+		Sessions: protocol.Some(entries),
+	})
 }
 
 // ListPage is the page of a process list call that passed offset or
@@ -648,16 +661,16 @@ func PagedListResult(p ListPage, entries []protocol.Details, total int) protocol
 	}
 	lo, hi := p.Bounds(total)
 	d := protocol.Details{
-		"status":   protocol.StatusCompleted,
-		"sessions": entries,
-		"total":    total,
-		"offset":   p.Offset,
+		Status:   protocol.Some(protocol.StatusCompleted),
+		Sessions: protocol.Some(entries),
+		Total:    protocol.Some(total),
+		Offset:   protocol.Some(p.Offset),
 	}
 	if p.Limit > 0 {
-		d["limit"] = p.Limit
+		d.Limit = protocol.Some(p.Limit)
 	}
 	if hi < total {
-		d["nextOffset"] = hi
+		d.NextOffset = protocol.Some(hi)
 	}
 	var text string
 	switch {
@@ -693,17 +706,14 @@ func ListText(sessions []protocol.Details) string {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		name, _ := d["name"].(string)
-		command, _ := d["command"].(string)
-		label := truncateMiddle(command, 120)
-		if name != "" {
+		label := truncateMiddle(d.Command.Value(), 120)
+		if name := d.Name.Value(); name != "" {
 			label = truncateMiddle(name, 80)
 		}
-		id, _ := d["sessionId"].(string)
-		status, _ := d["status"].(string)
+		id, status := d.SessionID.Value(), d.Status.Value()
 		runtime := "n/a"
-		if ms, ok := number(d["runtimeMs"]); ok {
-			if c, ok := compactDuration(ms); ok {
+		if ms, ok := d.RuntimeMs.Get(); ok {
+			if c, ok := compactDuration(float64(ms)); ok {
 				runtime = c
 			}
 		}
@@ -712,38 +722,16 @@ func ListText(sessions []protocol.Details) string {
 		b.WriteString(padStatus(status, 9))
 		b.WriteByte(' ')
 		b.WriteString(runtime)
-		if reason, _ := d["exitReason"].(string); isTimeoutReason(reason) {
+		if reason := d.ExitReason.Value(); isTimeoutReason(reason) {
 			b.WriteString(" [" + reason + "]")
 		}
-		if waiting, _ := d["waitingForInput"].(bool); waiting {
+		if d.WaitingForInput.Value() {
 			b.WriteString(" [input-wait]")
 		}
 		b.WriteString(" :: ")
 		b.WriteString(label)
 	}
 	return b.String()
-}
-
-// number reads a JSON-ish number: Go integers, floats or json.Number.
-func number(v any) (float64, bool) {
-	switch n := v.(type) {
-	case int:
-		return float64(n), true
-	case int64:
-		return float64(n), true
-	case int32:
-		return float64(n), true
-	case uint64:
-		return float64(n), true
-	case float64:
-		return n, !math.IsNaN(n)
-	case float32:
-		return float64(n), true
-	case json.Number:
-		f, err := n.Float64()
-		return f, err == nil
-	}
-	return 0, false
 }
 
 // itoa is strconv.Itoa, named for brevity in result texts.

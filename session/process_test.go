@@ -50,8 +50,8 @@ func TestExecForeground(t *testing.T) {
 			if tt.text != "" && res.Text() != tt.text {
 				t.Errorf("text %q, want %q", res.Text(), tt.text)
 			}
-			if tt.failureKind != "" && res.Details["failureKind"] != tt.failureKind {
-				t.Errorf("failureKind %v, want %s", res.Details["failureKind"], tt.failureKind)
+			if tt.failureKind != "" && res.Details.FailureKind.Value() != tt.failureKind {
+				t.Errorf("failureKind %v, want %s", res.Details.FailureKind.Value(), tt.failureKind)
 			}
 		})
 	}
@@ -74,7 +74,7 @@ func TestExecBadInput(t *testing.T) {
 		}
 		res := mustExec(t, m, ExecRequest{Command: "touch " + marker, Workdir: wd})
 		want := protocol.WorkdirUnavailableText(wd)
-		if res.Status() != "failed" || res.Text() != want || res.Details["failureKind"] != "runtime-error" || res.Details["cwd"] != wd {
+		if res.Status() != "failed" || res.Text() != want || res.Details.FailureKind.Value() != "runtime-error" || res.Details.Cwd.Value() != wd {
 			t.Errorf("workdir %q: %s %q %v", wd, res.Status(), res.Text(), res.Details)
 		}
 		if _, err := os.Stat(marker); err == nil {
@@ -83,7 +83,7 @@ func TestExecBadInput(t *testing.T) {
 	}
 	// A missing program is a runtime error, not a crash.
 	res := mustExec(t, m, ExecRequest{Command: "x", Argv: []string{"/nonexistent/program"}})
-	if res.Status() != "failed" || res.Details["failureKind"] != "runtime-error" || !strings.Contains(res.Text(), "/nonexistent/program") {
+	if res.Status() != "failed" || res.Details.FailureKind.Value() != "runtime-error" || !strings.Contains(res.Text(), "/nonexistent/program") {
 		t.Errorf("spawn error: %s %q %v", res.Status(), res.Text(), res.Details)
 	}
 	for _, c := range []struct {
@@ -97,7 +97,7 @@ func TestExecBadInput(t *testing.T) {
 		{protocol.ProcessArgs{Action: "clear", SessionID: "nope"}, "No finished session found for nope"},
 	} {
 		res := proc(t, m, "", c.args)
-		if res.Status() != "failed" || res.Text() != c.want || res.Details["error"] != c.want {
+		if res.Status() != "failed" || res.Text() != c.want || res.Details.Error.Value() != c.want {
 			t.Errorf("%+v: %s %q", c.args, res.Status(), res.Text())
 		}
 	}
@@ -136,7 +136,7 @@ func TestBackgroundAndPoll(t *testing.T) {
 	if !m.Has(scope, id) || m.Has("other", id) {
 		t.Errorf("Has: wrong visibility")
 	}
-	if r := pollUntilDone(t, m, scope, id); r.Status() != "completed" || !strings.Contains(r.Details["aggregated"].(string), "done") {
+	if r := pollUntilDone(t, m, scope, id); r.Status() != "completed" || !strings.Contains(r.Details.Aggregated.Value(), "done") {
 		t.Fatalf("poll: %s %v", r.Status(), r.Details)
 	}
 
@@ -145,12 +145,12 @@ func TestBackgroundAndPoll(t *testing.T) {
 	waitExited(t, m, id2)
 	waitExited(t, m, id3)
 	list := proc(t, m, scope, protocol.ProcessArgs{Action: "list"})
-	sessions := list.Details["sessions"].([]protocol.Details)
-	if len(sessions) != 3 || sessions[0]["sessionId"] != id3 || sessions[1]["sessionId"] != id2 || sessions[1]["name"] != "echo hello" {
+	sessions := list.Details.Sessions.Value()
+	if len(sessions) != 3 || sessions[0].SessionID.Value() != id3 || sessions[1].SessionID.Value() != id2 || sessions[1].Name.Value() != "echo hello" {
 		t.Errorf("list: %q %v", list.Text(), sessions)
 	}
 	log := proc(t, m, scope, protocol.ProcessArgs{Action: "log", SessionID: id3, Limit: ptr(2)})
-	if log.Text() != "two\nthree" || log.Details["totalLines"] != 3 {
+	if log.Text() != "two\nthree" || log.Details.TotalLines.Value() != 3 {
 		t.Errorf("log limit 2: %q %v", log.Text(), log.Details)
 	}
 	log = proc(t, m, scope, protocol.ProcessArgs{Action: "log", SessionID: id3, Offset: ptr(1), Limit: ptr(1)})
@@ -179,7 +179,7 @@ func TestPollWaitAndBackoff(t *testing.T) {
 		id := startBackground(t, m, ExecRequest{Command: "sleep 0.3; echo done", ScopeKey: scope})
 		start := time.Now()
 		r := pollUntilDone(t, m, scope, id)
-		if r.Status() != "completed" || r.Details["aggregated"] != "done\n" {
+		if r.Status() != "completed" || r.Details.Aggregated.Value() != "done\n" {
 			t.Errorf("poll: %s %v", r.Status(), r.Details)
 		}
 		if d := time.Since(start); d > 10*time.Second {
@@ -224,7 +224,7 @@ func TestPollWaitAndBackoff(t *testing.T) {
 		var got []any
 		for i := 0; i < 5; i++ {
 			r := proc(t, m, scope, protocol.ProcessArgs{Action: "poll", SessionID: id})
-			got = append(got, r.Details["retryInMs"])
+			got = append(got, r.Details.RetryInMs.Value())
 		}
 		if fmt.Sprint(got) != "[5000 10000 30000 60000 60000]" {
 			t.Errorf("retryInMs = %v", got)
@@ -232,7 +232,7 @@ func TestPollWaitAndBackoff(t *testing.T) {
 		proc(t, m, scope, protocol.ProcessArgs{Action: "kill", SessionID: id})
 		waitExited(t, m, id)
 		r := proc(t, m, scope, protocol.ProcessArgs{Action: "poll", SessionID: id})
-		if _, ok := r.Details["retryInMs"]; ok || r.Status() != "completed" {
+		if _, ok := r.Details.RetryInMs.Get(); ok || r.Status() != "completed" {
 			t.Errorf("finished poll: %v", r.Details)
 		}
 	})
@@ -245,8 +245,8 @@ func TestPollWaitAndBackoff(t *testing.T) {
 		proc(t, m, scope, protocol.ProcessArgs{Action: "write", SessionID: id, Data: ptr("typed\r")})
 		waitOutput(t, m, id, "typed")
 		r3 := proc(t, m, scope, protocol.ProcessArgs{Action: "poll", SessionID: id})
-		if fmt.Sprint(r1.Details["retryInMs"], r2.Details["retryInMs"], r3.Details["retryInMs"]) != "5000 10000 5000" {
-			t.Errorf("retryInMs = %v %v %v", r1.Details["retryInMs"], r2.Details["retryInMs"], r3.Details["retryInMs"])
+		if fmt.Sprint(r1.Details.RetryInMs.Value(), r2.Details.RetryInMs.Value(), r3.Details.RetryInMs.Value()) != "5000 10000 5000" {
+			t.Errorf("retryInMs = %v %v %v", r1.Details.RetryInMs.Value(), r2.Details.RetryInMs.Value(), r3.Details.RetryInMs.Value())
 		}
 		proc(t, m, scope, protocol.ProcessArgs{Action: "kill", SessionID: id})
 	})
@@ -281,7 +281,7 @@ func TestFinishedPollUnknownExitCode(t *testing.T) {
 	m.mu.Unlock()
 	r := proc(t, m, "s", protocol.ProcessArgs{Action: "poll", SessionID: s.id})
 	want := "(no new output)\n\nProcess exited with unknown exit code.\n\n" + timeoutRetryGuidance
-	if r.Status() != "failed" || r.Text() != want || r.Details["timedOut"] != true {
+	if r.Status() != "failed" || r.Text() != want || r.Details.TimedOut.Value() != true {
 		t.Errorf("poll: %s %q %v", r.Status(), r.Text(), r.Details)
 	}
 }
@@ -313,7 +313,7 @@ func TestScopes(t *testing.T) {
 	a := startBackground(t, m, ExecRequest{Command: "sleep 30", ScopeKey: "agent:alpha"})
 	b := startBackground(t, m, ExecRequest{Command: "sleep 30", ScopeKey: "agent:beta"})
 	la := proc(t, m, "agent:alpha", protocol.ProcessArgs{Action: "list"})
-	if s := la.Details["sessions"].([]protocol.Details); len(s) != 1 || s[0]["sessionId"] != a {
+	if s := la.Details.Sessions.Value(); len(s) != 1 || s[0].SessionID.Value() != a {
 		t.Errorf("alpha sees %v", s)
 	}
 	for _, action := range []string{"poll", "log", "kill", "remove", "write"} {
@@ -342,7 +342,7 @@ func TestKeysReachProgram(t *testing.T) {
 	}
 	waitExited(t, m, id)
 	r = proc(t, m, "", protocol.ProcessArgs{Action: "poll", SessionID: id})
-	if r.Status() != "completed" || !strings.Contains(r.Details["aggregated"].(string), "got [hi]") {
+	if r.Status() != "completed" || !strings.Contains(r.Details.Aggregated.Value(), "got [hi]") {
 		t.Errorf("poll: %s %v", r.Status(), r.Details)
 	}
 
@@ -400,12 +400,12 @@ func TestWaitingForInput(t *testing.T) {
 	pipe := startBackground(t, m, ExecRequest{Command: "sleep 30"})
 	waitOutput(t, m, id, "prompt")
 	r := proc(t, m, "", protocol.ProcessArgs{Action: "poll", SessionID: id})
-	if r.Details["stdinWritable"] != true || (r.Details["waitingForInput"] != false && r.Details["idleMs"].(int64) < 1000) {
+	if r.Details.StdinWritable.Value() != true || (r.Details.WaitingForInput.Value() != false && r.Details.IdleMs.Value() < 1000) {
 		t.Errorf("fresh output: %v", r.Details)
 	}
 	checkFor(t, waitLimit, 50*time.Millisecond, func() error {
 		r = proc(t, m, "", protocol.ProcessArgs{Action: "poll", SessionID: id})
-		if r.Details["waitingForInput"] != true {
+		if r.Details.WaitingForInput.Value() != true {
 			return fmt.Errorf("not waiting for input yet: %v", r.Details)
 		}
 		return nil
@@ -419,7 +419,7 @@ func TestWaitingForInput(t *testing.T) {
 	}
 	// Pipe sessions never wait for input: their stdin is at EOF.
 	r = proc(t, m, "", protocol.ProcessArgs{Action: "poll", SessionID: pipe})
-	if r.Details["stdinWritable"] != false || r.Details["waitingForInput"] != false {
+	if r.Details.StdinWritable.Value() != false || r.Details.WaitingForInput.Value() != false {
 		t.Errorf("pipe session: %v", r.Details)
 	}
 }
@@ -431,10 +431,10 @@ func TestCapsNeverKill(t *testing.T) {
 	m := newManager(t, nil)
 	// Everything on stderr: the order across two pipes is not defined.
 	res := mustExec(t, m, ExecRequest{Command: "(head -c 3000000 /dev/zero | tr '\\0' a; echo; echo end) >&2"})
-	if res.Status() != "completed" || res.Details["exitCode"] != 0 {
-		t.Fatalf("status %s %v", res.Status(), res.Details["exitCode"])
+	if res.Status() != "completed" || res.Details.ExitCode.Value() != 0 {
+		t.Fatalf("status %s %v", res.Status(), res.Details.ExitCode.Value())
 	}
-	agg := res.Details["aggregated"].(string)
+	agg := res.Details.Aggregated.Value()
 	if len(agg) > 200000 || !strings.HasSuffix(agg, "end") || !strings.HasPrefix(res.Text(), RetentionCapNote) {
 		t.Errorf("aggregated %d chars; text starts %q", len(agg), res.Text()[:40])
 	}

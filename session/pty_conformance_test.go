@@ -85,7 +85,7 @@ func TestSendKeysOnPTY(t *testing.T) {
 					t.Errorf("%s: = %s %q, want %s %q", c.Name, res.Status(), res.Text(), c.Tool.Status, wantText)
 				}
 				if res.Status() == protocol.StatusRunning {
-					if res.Details["sessionId"] != id || res.Details["name"] == nil {
+					if res.Details.SessionID.Value() != id || res.Details.Name.IsZero() {
 						t.Errorf("%s: details %v", c.Name, res.Details)
 					}
 				}

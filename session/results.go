@@ -20,13 +20,13 @@ func (s *session) runningResult(warningText string) protocol.Result {
 func (s *session) runningResultWithTail(warningText, tail string) protocol.Result {
 	text := warningText + "Command still running (session " + s.id + ", pid " + itoa(s.pid) + "). " + followUpText
 	return protocol.TextResult(text, protocol.Details{
-		"status":    protocol.StatusRunning,
-		"sessionId": s.id,
-		"pid":       s.pid,
-		"startedAt": s.startedAt.UnixMilli(),
-		"cwd":       s.cwd,
-		"tail":      tail,
-		"followUp":  followUpText,
+		Status:    protocol.Some(protocol.StatusRunning),
+		SessionID: protocol.Some(s.id),
+		PID:       protocol.Some(s.pid),
+		StartedAt: protocol.Some(s.startedAt.UnixMilli()),
+		Cwd:       protocol.Some(s.cwd),
+		Tail:      protocol.Some(tail),
+		FollowUp:  protocol.Some(followUpText),
 	})
 }
 
@@ -40,33 +40,25 @@ func (s *session) foregroundResult(warningText string) protocol.Result {
 	if lost {
 		note = RetentionCapNote
 	}
-	if r.status == protocol.StatusFailed {
-		d := protocol.Details{
-			"status":           protocol.StatusFailed,
-			"exitCode":         intOrNil(r.code),
-			"exitSignal":       stringOrNil(r.signal),
-			"failureKind":      r.failureKind,
-			"durationMs":       r.durationMs,
-			"aggregated":       r.aggregated,
-			"timedOut":         r.timedOut,
-			"noOutputTimedOut": false,
-			"cwd":              s.cwd,
-		}
-		if r.reason != "" {
-			d["exitReason"] = r.reason
-		}
-		return protocol.TextResult(note+warningText+r.text, d)
+	d := protocol.Details{
+		Status:           protocol.Some(r.status),
+		ExitCode:         protocol.SomeOrNull(r.code),
+		ExitSignal:       nullIfEmpty(r.signal),
+		DurationMs:       protocol.Some(r.durationMs),
+		Aggregated:       protocol.Some(r.aggregated),
+		NoOutputTimedOut: protocol.Some(false),
+		Cwd:              protocol.Some(s.cwd),
 	}
-	return protocol.TextResult(note+warningText+r.text, protocol.Details{
-		"status":           protocol.StatusCompleted,
-		"exitCode":         intOrNil(r.code),
-		"exitSignal":       stringOrNil(r.signal),
-		"exitReason":       r.reason,
-		"durationMs":       r.durationMs,
-		"aggregated":       r.aggregated,
-		"noOutputTimedOut": false,
-		"cwd":              s.cwd,
-	})
+	if r.status == protocol.StatusFailed {
+		d.FailureKind = protocol.Some(r.failureKind)
+		d.TimedOut = protocol.Some(r.timedOut)
+		if r.reason != "" {
+			d.ExitReason = protocol.Some(r.reason)
+		}
+	} else {
+		d.ExitReason = protocol.Some(r.reason)
+	}
+	return protocol.TextResult(note+warningText+r.text, d)
 }
 
 // unavailableWorkdirResult answers an exec whose workdir is missing or not
@@ -79,27 +71,21 @@ func unavailableWorkdirResult(workdir, warningText string, startedAt time.Time) 
 // invalid workdir): no exit code, no exit reason.
 func runtimeErrorResult(warningText, reason, cwd string, startedAt time.Time) protocol.Result {
 	return protocol.TextResult(warningText+reason, protocol.Details{
-		"status":      protocol.StatusFailed,
-		"exitCode":    nil,
-		"exitSignal":  nil,
-		"failureKind": failureRuntimeError,
-		"durationMs":  time.Since(startedAt).Milliseconds(),
-		"aggregated":  "",
-		"timedOut":    false,
-		"cwd":         cwd,
+		Status:      protocol.Some(protocol.StatusFailed),
+		ExitCode:    protocol.Null[int](),
+		ExitSignal:  protocol.Null[string](),
+		FailureKind: protocol.Some(failureRuntimeError),
+		DurationMs:  protocol.Some(time.Since(startedAt).Milliseconds()),
+		Aggregated:  protocol.Some(""),
+		TimedOut:    protocol.Some(false),
+		Cwd:         protocol.Some(cwd),
 	})
 }
 
-func intOrNil(p *int) any {
-	if p == nil {
-		return nil
-	}
-	return *p
-}
-
-func stringOrNil(s string) any {
+// nullIfEmpty is null for "", else the string.
+func nullIfEmpty(s string) protocol.Opt[string] {
 	if s == "" {
-		return nil
+		return protocol.Null[string]()
 	}
-	return s
+	return protocol.Some(s)
 }

@@ -247,7 +247,9 @@ func (r *replay) textPattern(want string) *regexp.Regexp {
 		case ph == "cwd":
 			b.WriteString(regexp.QuoteMeta(r.cwd))
 		case ph == "duration":
-			b.WriteString(`[0-9a-z]+`)
+			// A session listed in the millisecond it started has run 0 ms,
+			// which OpenClaw's list prints as n/a too.
+			b.WriteString(`(?:n/a|[0-9a-z]+)`)
 		default:
 			b.WriteString(`[0-9]+`)
 		}

@@ -18,7 +18,7 @@ func TestRetentionLimits(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, nil)
 	fg := mustExec(t, m, ExecRequest{Command: "echo fg", ScopeKey: "k"})
-	if fg.Status() != "completed" || len(proc(t, m, "k", protocol.ProcessArgs{Action: "list"}).Details["sessions"].([]protocol.Details)) != 0 {
+	if fg.Status() != "completed" || len(proc(t, m, "k", protocol.ProcessArgs{Action: "list"}).Details.Sessions.Value()) != 0 {
 		t.Fatalf("foreground session kept")
 	}
 	var ids []string
@@ -27,12 +27,12 @@ func TestRetentionLimits(t *testing.T) {
 		waitExited(t, m, id)
 		ids = append(ids, id)
 	}
-	list := proc(t, m, "k", protocol.ProcessArgs{Action: "list"}).Details["sessions"].([]protocol.Details)
+	list := proc(t, m, "k", protocol.ProcessArgs{Action: "list"}).Details.Sessions.Value()
 	if len(list) != 50 || m.Has("k", ids[0]) || !m.Has("k", ids[1]) || !m.Has("k", ids[50]) {
 		t.Errorf("%d retained; oldest kept %v", len(list), m.Has("k", ids[0]))
 	}
 	e := list[0]
-	if e["status"] != "completed" || e["exitCode"] != 0 || e["endedAt"] == nil || e["exitSignal"] != nil {
+	if e.Status.Value() != "completed" || e.ExitCode.Ptr() == nil || e.ExitCode.Value() != 0 || e.EndedAt.IsZero() || !e.ExitSignal.IsZero() {
 		t.Errorf("finished entry: %v", e)
 	}
 }

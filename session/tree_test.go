@@ -78,7 +78,7 @@ func TestTimeoutKillsTree(t *testing.T) {
 		Command:    "setsid sleep 1000 & echo esc=$!; sleep 1000 & echo child=$!; sleep 30",
 		TimeoutSec: ptr(1.0),
 	})
-	if res.Status() != "failed" || res.Details["failureKind"] != "overall-timeout" || res.Details["exitSignal"] != "SIGTERM" {
+	if res.Status() != "failed" || res.Details.FailureKind.Value() != "overall-timeout" || res.Details.ExitSignal.Value() != "SIGTERM" {
 		t.Fatalf("timeout: %s %v", res.Status(), res.Details)
 	}
 	waitGoneAll(t, pidsIn(t, res.Text(), "esc", "child"))
@@ -104,7 +104,7 @@ func TestKillTree(t *testing.T) {
 	waitGoneAll(t, pids)
 	waitExited(t, m, id)
 	r = proc(t, m, scope, protocol.ProcessArgs{Action: "poll", SessionID: id})
-	if r.Status() != "completed" || !strings.HasSuffix(r.Text(), "\n\nProcess stopped by request (signal SIGTERM).") || r.Details["exitReason"] != "manual-cancel" {
+	if r.Status() != "completed" || !strings.HasSuffix(r.Text(), "\n\nProcess stopped by request (signal SIGTERM).") || r.Details.ExitReason.Value() != "manual-cancel" {
 		t.Errorf("poll after kill: %s %q %v", r.Status(), r.Text(), r.Details)
 	}
 	ev := rec.next(t)
@@ -149,7 +149,7 @@ func TestRemoveKeepsBlockerUntilGone(t *testing.T) {
 		t.Fatalf("blockers: %+v", b)
 	}
 	r := proc(t, m, "k", protocol.ProcessArgs{Action: "remove", SessionID: id})
-	if r.Text() != "Removed session "+id+" (termination requested)." || r.Details["name"] != "trap TERM;" {
+	if r.Text() != "Removed session "+id+" (termination requested)." || r.Details.Name.Value() != "trap TERM;" {
 		t.Errorf("remove: %q %v", r.Text(), r.Details)
 	}
 	if m.Has("k", id) {
@@ -279,7 +279,7 @@ func TestManySessions(t *testing.T) {
 		t.Errorf("%d blockers, want %d", got, n)
 	}
 	list := proc(t, m, "many", protocol.ProcessArgs{Action: "list"})
-	if got := len(list.Details["sessions"].([]protocol.Details)); got != n {
+	if got := len(list.Details.Sessions.Value()); got != n {
 		t.Errorf("list has %d sessions", got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

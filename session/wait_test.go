@@ -123,7 +123,7 @@ func TestManagersShareTheProcess(t *testing.T) {
 		for _, m := range []*Manager{a, b} {
 			wg.Go(func() {
 				res := mustExec(t, m, ExecRequest{Command: "exit 3"})
-				if code, _ := res.Details["exitCode"].(int); res.Status() != protocol.StatusCompleted || code != 3 {
+				if code := res.Details.ExitCode.Value(); res.Status() != protocol.StatusCompleted || code != 3 {
 					errs <- res.Status() + ": " + res.Text()
 				}
 			})

@@ -317,7 +317,7 @@ func TestBrowserControlPage(t *testing.T) {
 	if pending.Status() != "approval-pending" {
 		t.Fatalf("exec with ask=always: %v", pending)
 	}
-	approvalID, _ := pending.Details["approvalId"].(string)
+	approvalID := pending.Details.ApprovalID.Value()
 	arow := `document.querySelector('[data-testid="approval-row"][data-approval-id=` + strconv.Quote(approvalID) + `]')`
 	waitJS(t, ctx, "the pending approval", arow+` && `+arow+`.querySelector('[data-testid="approval-command"]').textContent === 'echo approved-run'`)
 	screenshot(t, ctx, shots, "ui-3-approval.png")

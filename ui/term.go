@@ -72,13 +72,13 @@ func FollowSession(ctx context.Context, poll func(ctx context.Context, timeoutMs
 // runningLabel describes a running session for the status line.
 func runningLabel(res protocol.Result) string {
 	label := "running"
-	if name, _ := res.Details["name"].(string); name != "" {
+	if name := res.Details.Name.Value(); name != "" {
 		label += " · " + name
 	}
 	if id := res.SessionID(); id != "" {
 		label += " (" + id + ")"
 	}
-	if waiting, _ := res.Details["waitingForInput"].(bool); waiting {
+	if res.Details.WaitingForInput.Value() {
 		label += " · waiting for input"
 	}
 	return label
@@ -110,7 +110,7 @@ func (f *follower) write(s string) {
 
 // output writes what the poll added to the session's output.
 func (f *follower) output(res protocol.Result) {
-	if agg, ok := res.Details["aggregated"].(string); ok {
+	if agg, ok := res.Details.Aggregated.Get(); ok {
 		f.write(f.delta(agg))
 		return
 	}
@@ -152,7 +152,7 @@ func (f *follower) delta(agg string) string {
 // lines of the result.
 func (f *follower) finish(res protocol.Result) {
 	text := res.Text()
-	agg, ok := res.Details["aggregated"].(string)
+	agg, ok := res.Details.Aggregated.Get()
 	if ok {
 		f.write(f.delta(agg))
 	}

@@ -29,16 +29,16 @@ func polls(t *testing.T, results ...protocol.Result) func(context.Context, int) 
 }
 
 func running(text, agg string) protocol.Result {
-	d := protocol.Details{"status": "running", "sessionId": "calm-reef", "name": "make build"}
+	d := protocol.Details{Status: protocol.Some("running"), SessionID: protocol.Some("calm-reef"), Name: protocol.Some("make build")}
 	if agg != "\x00" {
-		d["aggregated"] = agg
+		d.Aggregated = protocol.Some(agg)
 	}
 	return protocol.TextResult(text, d)
 }
 
 func TestFollowSessionAggregated(t *testing.T) {
 	t.Parallel()
-	final := protocol.TextResult("done\n\nProcess exited with code 2.", protocol.Details{"status": "completed", "exitCode": 2, "aggregated": "a\nbc\ndone\n"})
+	final := protocol.TextResult("done\n\nProcess exited with code 2.", protocol.Details{Status: protocol.Some("completed"), ExitCode: protocol.Some(2), Aggregated: protocol.Some("a\nbc\ndone\n")})
 	var buf bytes.Buffer
 	res, err := FollowSession(t.Context(), polls(t,
 		running("a\n\nProcess still running.", "a\n"),
@@ -61,7 +61,7 @@ func TestFollowSessionWithoutAggregated(t *testing.T) {
 	res, err := FollowSession(t.Context(), polls(t,
 		running("line one\n\nProcess still running.", "\x00"),
 		running("(no new output)\n\nNo new output for 15s; this session may be waiting for input. Use process write, send-keys, submit, or paste to provide input.", "\x00"),
-		protocol.TextResult("line two\n\nProcess exited with code 0.", protocol.Details{"status": "completed"}),
+		protocol.TextResult("line two\n\nProcess exited with code 0.", protocol.Details{Status: protocol.Some("completed")}),
 	), &buf, FollowOptions{ExitLine: true})
 	if err != nil || res.Status() != "completed" {
 		t.Fatalf("FollowSession: %v %v", res, err)
@@ -76,7 +76,7 @@ func TestFollowSessionWithoutAggregated(t *testing.T) {
 // `execmesh exec` reports the end itself, on stderr and in its status.
 func TestFollowSessionOutputOnly(t *testing.T) {
 	t.Parallel()
-	final := protocol.TextResult("x\n\nProcess exited with code 3.", protocol.Details{"status": "completed", "exitCode": 3, "aggregated": "a\nno newline"})
+	final := protocol.TextResult("x\n\nProcess exited with code 3.", protocol.Details{Status: protocol.Some("completed"), ExitCode: protocol.Some(3), Aggregated: protocol.Some("a\nno newline")})
 	var buf bytes.Buffer
 	res, err := FollowSession(t.Context(), polls(t, running("a\n\nProcess still running.", "a\n"), final), &buf, FollowOptions{})
 	if err != nil || res.Status() != "completed" {
@@ -153,7 +153,7 @@ func TestFollowSessionTTY(t *testing.T) {
 	results := []protocol.Result{
 		running("part\n\nProcess still running.", "part"),
 		running("ial line\n\nProcess still running.", "partial line\n"),
-		protocol.TextResult("(no new output)\n\nProcess exited with code 0.", protocol.Details{"status": "completed", "aggregated": "partial line\n"}),
+		protocol.TextResult("(no new output)\n\nProcess exited with code 0.", protocol.Details{Status: protocol.Some("completed"), Aggregated: protocol.Some("partial line\n")}),
 	}
 	poll := func(ctx context.Context, _ int) (protocol.Result, error) {
 		<-step

@@ -203,7 +203,8 @@ func writeJSONAny(w http.ResponseWriter, v any) {
 
 // okResult is a 200 invoke answer with one text block and the details.
 func okResult(text string, details map[string]any) string {
-	b, _ := json.Marshal(map[string]any{"ok": true, "result": protocol.TextResult(text, details)})
+	b, _ := json.Marshal(map[string]any{"ok": true, "result": map[string]any{
+		"content": []protocol.Content{{Type: "text", Text: text}}, "details": details}})
 	return string(b)
 }
 

@@ -64,17 +64,11 @@ func (c *cli) completeSessionIDs(ctx context.Context, f *clientFlags) []string {
 		if err != nil {
 			return nil, err
 		}
-		list, _ := ans.Result.Details["sessions"].([]any)
 		var out []string
-		for _, e := range list {
-			m, _ := e.(map[string]any)
-			id, _ := m["sessionId"].(string)
-			if id == "" {
-				continue
+		for _, e := range ans.Result.Details.Sessions.Value() {
+			if id := e.SessionID.Value(); id != "" {
+				out = append(out, id+"\t"+e.Status.Value()+": "+oneLine(e.Command.Value()))
 			}
-			status, _ := m["status"].(string)
-			command, _ := m["command"].(string)
-			out = append(out, id+"\t"+status+": "+oneLine(command))
 		}
 		return out, nil
 	})

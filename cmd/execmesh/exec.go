@@ -276,7 +276,7 @@ func (c *cli) finishWait(raw bool, data []byte, res protocol.Result) error {
 			// the background): its text is what an agent reads, the
 			// output with OpenClaw's notes. When the command did not
 			// simply exit, the output alone, and the reason below.
-			out, _ := res.Details["aggregated"].(string)
+			out := res.Details.Aggregated.Value()
 			switch {
 			case why == "":
 				printText(c.stdout, res.Text())
@@ -300,10 +300,10 @@ func (c *cli) finishWait(raw bool, data []byte, res protocol.Result) error {
 // N; 1 for a command that could not run.
 func exitStatus(r protocol.Result) (int, string) {
 	d := r.Details
-	reason, _ := d["exitReason"].(string)
-	signal, _ := d["exitSignal"].(string)
-	code, hasCode := d["exitCode"].(float64)
-	timedOut, _ := d["timedOut"].(bool)
+	reason := d.ExitReason.Value()
+	signal := d.ExitSignal.Value()
+	code, hasCode := d.ExitCode.Get()
+	timedOut := d.TimedOut.Value()
 	switch {
 	case r.Status() == protocol.StatusRunning || r.Status() == protocol.StatusApprovalPending:
 		return exitOK, ""
@@ -314,7 +314,7 @@ func exitStatus(r protocol.Result) (int, string) {
 	case signal != "":
 		return signalStatus(signal), "command ended by signal " + signal
 	case hasCode && code >= 0:
-		return int(code) & 0xff, ""
+		return code & 0xff, ""
 	case r.Status() == protocol.StatusFailed:
 		return exitFail, strings.TrimSpace(r.Text())
 	}
@@ -366,11 +366,11 @@ type approvalState struct {
 // It reads the approval's state (GET /v1/approvals/<id>), never the
 // sessionKey's system events, which stay the agent's.
 func (c *cli) awaitApproval(ctx context.Context, cl *client, f *clientFlags, res protocol.Result, first []byte) error {
-	id, _ := res.Details["approvalId"].(string)
+	id := res.Details.ApprovalID.Value()
 	if id == "" {
 		return c.finishTool(f.json, first, invokeAnswer{OK: true, Result: res}, nil, execNoWaitCode)
 	}
-	slug, _ := res.Details["approvalSlug"].(string)
+	slug := res.Details.ApprovalSlug.Value()
 	fmt.Fprintf(c.stderr, "execmesh: waiting for approval %s; an operator answers with: execmesh approvals resolve %s allow-once|deny\n", orDash(slug, id), orDash(slug, id))
 	delay := approvalPollMin
 	for {
