@@ -173,7 +173,7 @@ func (c *cli) runExec(cmd *cobra.Command, f *clientFlags, o *execOptions, words 
 	if err != nil {
 		return err
 	}
-	cl, err := f.client(c)
+	cl, err := f.clientFor(c, cfg)
 	if err != nil {
 		return err
 	}

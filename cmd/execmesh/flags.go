@@ -157,6 +157,12 @@ func (f *clientFlags) client(c *cli) (*client, error) {
 	if err != nil {
 		return nil, err
 	}
+	return f.clientFor(c, cfg)
+}
+
+// clientFor returns the gateway client for an already loaded
+// configuration.
+func (f *clientFlags) clientFor(c *cli, cfg gateway.Config) (*client, error) {
 	base := f.gatewayURL
 	if base == "" {
 		base = c.getenv(envGatewayURL)

@@ -69,7 +69,7 @@ func (c *cli) newNodesCmd() *cobra.Command {
 	cmd.AddCommand(
 		&cobra.Command{Use: "list", Short: "every known node: id, name, status, pairing, last seen, sessions, NATS server",
 			Example: "  execmesh nodes list\n  execmesh nodes list --json", Args: noArgs, RunE: withClient(list(false))},
-		&cobra.Command{Use: "pending", Short: "the nodes that wait for pairing", Args: noArgs, RunE: withClient(list(true))},
+		&cobra.Command{Use: "pending", Short: "the nodes that wait for pairing", Example: "  execmesh nodes pending\n  execmesh nodes approve build-1", Args: noArgs, RunE: withClient(list(true))},
 	)
 	for _, verb := range []string{"approve", "reject"} {
 		sub := &cobra.Command{

@@ -38,9 +38,9 @@ type HeldError struct {
 func (e *HeldError) Error() string {
 	who := "another process"
 	if e.PID > 0 {
-		who = "another execmesh daemon (pid " + strconv.Itoa(e.PID) + ")"
+		who = "another execmesh daemon, pid " + strconv.Itoa(e.PID) + ","
 	}
-	return fmt.Sprintf("state directory %s is in use by %s (lock %s): one daemon per state directory; stop it, or give this one its own --state-dir", e.Dir, who, e.Path)
+	return fmt.Sprintf("state directory %s is in use by %s (lock %s): one daemon per state directory; stop that one, or give this one its own --state-dir", e.Dir, who, e.Path)
 }
 
 // Acquire takes the lock of dir (created with mode 0700 when missing) at
