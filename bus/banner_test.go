@@ -1,39 +1,20 @@
 package bus_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/internal/testutil"
 )
-
-// syncBuf is a goroutine-safe log sink.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestStartupBannerAtDebug: nats-server's start-up banner (version, name,
 // JetStream limits, "Server is ready") is logged at debug level; at info a
 // start shows one line of its own (issue 13 item 9).
 func TestStartupBannerAtDebug(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
-		var logs syncBuf
+		var logs testutil.SyncBuffer
 		cfg := bus.DefaultServerConfig(t.TempDir())
 		cfg.Listen = "127.0.0.1:-1"
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: level}))

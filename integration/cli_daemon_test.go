@@ -99,24 +99,8 @@ func startBareDaemon(t *testing.T, mode, stateDir, dir string, extra ...string) 
 			<-d.done
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := http.Get(d.url + "/healthz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return d
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon did not become healthy: %v\n%s", err, d.stderr.String())
-		}
-		select {
-		case err := <-d.done:
-			t.Fatalf("daemon exited: %v\n%s", err, d.stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	waitHealthy(t, d.url, d.done, d.stderr)
+	return d
 }
 
 // stop ends the daemon with SIGTERM and waits for it.

@@ -52,6 +52,16 @@ func (c *cli) newConfigCmd() *cobra.Command {
 		}
 		return path, nil
 	}
+	// edit runs a change of the file at the key path args[0].
+	edit := func(change func(doc any, path []pathElem, args []string) (any, error)) func(*cobra.Command, []string) error {
+		return func(_ *cobra.Command, args []string) error {
+			path, err := keyPath(args)
+			if err != nil {
+				return err
+			}
+			return configEdit(f.editPath(c), path, func(doc any) (any, error) { return change(doc, path, args) })
+		}
+	}
 	completeKeys := func(_ *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
@@ -84,16 +94,10 @@ func (c *cli) newConfigCmd() *cobra.Command {
 		Example:           "  execmesh config set tools.exec.security full\n  execmesh config set tools.exec.pathPrepend '[\"/opt/bin\"]'\n  execmesh config set tools.exec.timeoutSec -- 600",
 		Args:              exactArgs(2, "want KEYPATH and VALUE (a negative number after --)"),
 		ValidArgsFunction: completeKeys,
-		RunE: func(_ *cobra.Command, args []string) error {
-			path, err := keyPath(args)
-			if err != nil {
-				return err
-			}
-			return configEdit(f.editPath(c), path, func(doc any) (any, error) {
-				t, _ := schemaType(path)
-				return setIn(doc, path, parseValue(args[1], t), "")
-			})
-		},
+		RunE: edit(func(doc any, path []pathElem, args []string) (any, error) {
+			t, _ := schemaType(path)
+			return setIn(doc, path, parseValue(args[1], t), "")
+		}),
 	}
 	unset := &cobra.Command{
 		Use:               "unset KEYPATH",
@@ -101,15 +105,9 @@ func (c *cli) newConfigCmd() *cobra.Command {
 		Example:           "  execmesh config unset tools.exec.ask",
 		Args:              exactArgs(1, "want one KEYPATH"),
 		ValidArgsFunction: completeKeys,
-		RunE: func(_ *cobra.Command, args []string) error {
-			path, err := keyPath(args)
-			if err != nil {
-				return err
-			}
-			return configEdit(f.editPath(c), path, func(doc any) (any, error) {
-				return unsetIn(doc, path, ""), nil
-			})
-		},
+		RunE: edit(func(doc any, path []pathElem, _ []string) (any, error) {
+			return unsetIn(doc, path, ""), nil
+		}),
 	}
 	cmd.AddCommand(get, set, unset)
 	return cmd

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/execmesh/execmesh/gateway"
@@ -158,6 +160,19 @@ func (f *clientFlags) client(c *cli) (*client, error) {
 		return nil, err
 	}
 	return f.clientFor(c, cfg)
+}
+
+// run returns a cobra RunE that calls fn with a client for the flags (a
+// bad configuration fails first, naming the key) and closes it after.
+func (f *clientFlags) run(c *cli, fn func(ctx context.Context, cl *client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		cl, err := f.client(c)
+		if err != nil {
+			return err
+		}
+		defer cl.close()
+		return fn(cmd.Context(), cl, args)
+	}
 }
 
 // clientFor returns the gateway client for an already loaded

@@ -53,15 +53,8 @@ func (c *cli) newNodesCmd() *cobra.Command {
 		}
 		return c.completeNodes(cmd.Context(), &f), cobra.ShellCompDirectiveNoFileComp
 	}
-	withClient := func(run func(ctx context.Context, cl *client, args []string) error) func(*cobra.Command, []string) error {
-		return func(cmd *cobra.Command, args []string) error {
-			cl, err := f.client(c)
-			if err != nil {
-				return err
-			}
-			defer cl.close()
-			return run(cmd.Context(), cl, args)
-		}
+	withClient := func(fn func(ctx context.Context, cl *client, args []string) error) func(*cobra.Command, []string) error {
+		return f.run(c, fn)
 	}
 	list := func(pending bool) func(ctx context.Context, cl *client, _ []string) error {
 		return func(ctx context.Context, cl *client, _ []string) error { return listNodes(ctx, c, cl, pending, f.json) }
@@ -295,15 +288,8 @@ func (c *cli) newApprovalsCmd() *cobra.Command {
 		Annotations: map[string]string{annSynopsis: "approvals list | get ID | resolve ID allow-once|allow-always|deny"},
 	})
 	f.register(cmd.PersistentFlags(), withJSON)
-	withClient := func(run func(ctx context.Context, cl *client, args []string) error) func(*cobra.Command, []string) error {
-		return func(cmd *cobra.Command, args []string) error {
-			cl, err := f.client(c)
-			if err != nil {
-				return err
-			}
-			defer cl.close()
-			return run(cmd.Context(), cl, args)
-		}
+	withClient := func(fn func(ctx context.Context, cl *client, args []string) error) func(*cobra.Command, []string) error {
+		return f.run(c, fn)
 	}
 	completeIDs := func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 		if len(args) > 0 {
@@ -426,16 +412,11 @@ func (c *cli) newAdminCmd() *cobra.Command {
 		Short:   "the gateway-host sessions a restart would interrupt",
 		Example: "  execmesh admin blockers",
 		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := f.client(c)
-			if err != nil {
-				return err
-			}
-			defer cl.close()
+		RunE: f.run(c, func(ctx context.Context, cl *client, _ []string) error {
 			var ans struct {
 				Blockers []json.RawMessage `json:"blockers"`
 			}
-			data, err := cl.getJSON(cmd.Context(), "/v1/admin/blockers", nil, &ans)
+			data, err := cl.getJSON(ctx, "/v1/admin/blockers", nil, &ans)
 			if err != nil {
 				return err
 			}
@@ -450,7 +431,7 @@ func (c *cli) newAdminCmd() *cobra.Command {
 				fmt.Fprintln(c.stdout, describe(b))
 			}
 			return nil
-		},
+		}),
 	})
 	return cmd
 }
