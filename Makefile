@@ -6,7 +6,7 @@ BIN       := bin/execmesh
 PKGS      := ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-short bench bench-go lint deps clean
+.PHONY: all build run test test-short bench bench-go lint deps clean man install-man
 
 all: build
 
@@ -14,8 +14,24 @@ deps:
 	@./scripts/ensure-deps.sh
 	@$(GO) mod download
 
+# -buildvcs=auto: `execmesh version` names the commit (and a dirty tree)
+# when building from a git clone, whatever GOFLAGS says.
 build:
-	$(GO) build -o $(BIN) ./cmd/execmesh
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/execmesh
+
+# `make man`: one man page per command (execmesh.1, execmesh-exec.1, …)
+# in bin/man, generated from the command tree. `make install-man` copies
+# them to $(MANDIR) (default /usr/local/share/man/man1) and updates the
+# index; then `man execmesh-exec` works.
+MANDIR ?= /usr/local/share/man/man1
+man: build
+	rm -rf bin/man
+	./$(BIN) man bin/man
+
+install-man: man
+	install -d $(MANDIR)
+	install -m 644 bin/man/*.1 $(MANDIR)/
+	-mandb -q 2>/dev/null
 
 run: build
 	./$(BIN) up $(ARGS)

@@ -442,13 +442,19 @@ func reconnectDelay(attempts int) time.Duration {
 }
 
 // ConnectedServer describes the server nc is connected to, as
-// "nats://host:port (server-name)" with credentials redacted, or "" when
-// it is not connected.
+// "nats://host:port (server-name)" with credentials redacted ("in-process,
+// embedded server on 0.0.0.0:4222 (server-name)" for an in-process
+// connection), or "" when it is not connected.
 func ConnectedServer(nc *nats.Conn) string {
 	if nc == nil || !nc.IsConnected() {
 		return ""
 	}
 	u := nc.ConnectedUrlRedacted()
+	if s, ok := nc.Opts.InProcessServer.(*Server); ok && s != nil {
+		// nats.go reports its default URL (nats://127.0.0.1:4222) for an
+		// in-process connection: say which server it really is.
+		u = "in-process, embedded server on " + s.ListenAddr()
+	}
 	if name := nc.ConnectedServerName(); name != "" {
 		return u + " (" + name + ")"
 	}

@@ -150,6 +150,10 @@ func redactURL(s string) string {
 	return u.String()
 }
 
+// RedactURLs returns comma-separated NATS URLs with any credentials in
+// them replaced by "redacted", for logs and start-up messages.
+func RedactURLs(s string) string { return redactURLs(s) }
+
 // redactURLs is redactURL for a comma-separated list.
 func redactURLs(s string) string {
 	parts := strings.Split(s, ",")

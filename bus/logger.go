@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -23,6 +24,11 @@ func discardLogger(l *slog.Logger) *slog.Logger {
 
 // serverLogger routes nats-server's printf-style logging to slog.
 //
+// The server's start-up banner (version, name, JetStream limits, listen
+// addresses: some twenty notices up to "Server is ready") is logged at
+// debug level: StartServer logs one line with what matters ("nats server
+// ready"). Notices after that stay at info.
+//
 // Fatalf does not exit: the server calls it when it cannot listen or
 // cannot start JetStream and then returns from Start, so the adapter hands
 // the message to StartServer, which fails with it instead of waiting for
@@ -30,7 +36,12 @@ func discardLogger(l *slog.Logger) *slog.Logger {
 type serverLogger struct {
 	l     *slog.Logger
 	fatal chan string // buffered (1); only the first fatal message is kept
+	// ready is set once the server logged "Server is ready".
+	ready atomic.Bool
 }
+
+// readyNotice is the last notice of nats-server's start-up banner.
+const readyNotice = "Server is ready"
 
 var _ server.Logger = (*serverLogger)(nil)
 
@@ -46,11 +57,20 @@ func (sl *serverLogger) log(level slog.Level, format string, v []any) {
 	sl.l.Log(context.Background(), level, fmt.Sprintf(format, v...))
 }
 
-func (sl *serverLogger) Noticef(format string, v ...any) { sl.log(slog.LevelInfo, format, v) }
-func (sl *serverLogger) Warnf(format string, v ...any)   { sl.log(slog.LevelWarn, format, v) }
-func (sl *serverLogger) Errorf(format string, v ...any)  { sl.log(slog.LevelError, format, v) }
-func (sl *serverLogger) Debugf(format string, v ...any)  { sl.log(slog.LevelDebug, format, v) }
-func (sl *serverLogger) Tracef(format string, v ...any)  { sl.log(LevelTrace, format, v) }
+func (sl *serverLogger) Noticef(format string, v ...any) {
+	if sl.ready.Load() {
+		sl.log(slog.LevelInfo, format, v)
+		return
+	}
+	sl.log(slog.LevelDebug, format, v)
+	if format == readyNotice {
+		sl.ready.Store(true)
+	}
+}
+func (sl *serverLogger) Warnf(format string, v ...any)  { sl.log(slog.LevelWarn, format, v) }
+func (sl *serverLogger) Errorf(format string, v ...any) { sl.log(slog.LevelError, format, v) }
+func (sl *serverLogger) Debugf(format string, v ...any) { sl.log(slog.LevelDebug, format, v) }
+func (sl *serverLogger) Tracef(format string, v ...any) { sl.log(LevelTrace, format, v) }
 
 func (sl *serverLogger) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)

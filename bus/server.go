@@ -426,6 +426,29 @@ func (s *Server) ClientURL() string {
 	return scheme + "://" + net.JoinHostPort(ip.String(), strconv.Itoa(addr.Port))
 }
 
+// ListenAddr returns the address the server takes client connections on
+// as configured, with the port it got: "0.0.0.0:4222" for every IPv4
+// interface, "[::]:4222" for every interface, "127.0.0.1:4222" for
+// loopback; "" with DontListen.
+func (s *Server) ListenAddr() string {
+	addr, ok := s.ns.Addr().(*net.TCPAddr)
+	if !ok || addr == nil {
+		return ""
+	}
+	host := s.host
+	if host == "" {
+		host = addr.IP.String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(addr.Port))
+}
+
+// ListensOnLoopback reports whether the server takes client connections
+// on a loopback address only, where no other machine reaches it.
+func (s *Server) ListensOnLoopback() bool {
+	addr, ok := s.ns.Addr().(*net.TCPAddr)
+	return ok && addr != nil && addr.IP.IsLoopback()
+}
+
 // InProcessConn returns a connection to the server that bypasses TCP. It
 // makes *Server a nats.InProcessConnProvider, so
 // nats.InProcessServer(s) (or ClientConfig.InProcess) works.

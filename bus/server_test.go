@@ -146,11 +146,13 @@ func TestStartServerContextBoundsWait(t *testing.T) {
 	}
 }
 
+// TestServerLogsGoToSlog: nats-server's logs reach slog; its start-up
+// banner at debug level, the one ready line at info (TestStartupBannerAtDebug).
 func TestServerLogsGoToSlog(t *testing.T) {
 	h := &recordHandler{}
 	bustest.StartServer(t, bustest.WithLogger(slog.New(h)))
-	if !h.has(slog.LevelInfo, "Server is ready") {
-		t.Fatalf("no 'Server is ready' info record among %d records", len(h.messages()))
+	if !h.has(slog.LevelDebug, "Server is ready") || !h.has(slog.LevelInfo, "nats server ready") {
+		t.Fatalf("no 'Server is ready' debug record and 'nats server ready' info record among %d records", len(h.messages()))
 	}
 }
 

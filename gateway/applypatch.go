@@ -27,7 +27,7 @@ func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (pr
 	if err != nil {
 		return protocol.Result{}, err
 	}
-	security, _ := c.policy(configured, sandboxOn, defaults, protocol.ExecArgs{})
+	security, _ := c.policy(defaults, protocol.ExecArgs{})
 	if target != hostSandbox && security == approvals.SecurityDeny {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "apply_patch denied: host=%s security=deny", target)
 	}

@@ -196,32 +196,46 @@ func defaultStateDir() string {
 }
 
 // envOverrides are the EXECMESH_* variables. Pointers: an unset variable
-// leaves the file's value alone.
+// leaves the file's value alone. The key tag names the configuration key
+// a variable sets (EnvVar).
 type envOverrides struct {
-	StateDir      *string `env:"STATE_DIR"`
-	Listen        *string `env:"LISTEN"`
-	Token         *string `env:"GATEWAY_TOKEN"`
-	DrainTimeout  *int    `env:"DRAIN_TIMEOUT_MS"`
-	NATSURL       *string `env:"NATS_URL"`
-	NATSListen    *string `env:"NATS_LISTEN"`
-	NATSPrefix    *string `env:"NATS_PREFIX"`
-	NATSCreds     *string `env:"NATS_CREDS"`
-	NATSNKey      *string `env:"NATS_NKEY_SEED"`
-	NATSTLSCA     *string `env:"NATS_TLS_CA"`
-	NATSReplicas  *int    `env:"NATS_REPLICAS"`
-	ExecHost      *string `env:"EXEC_HOST"`
-	ExecSecurity  *string `env:"EXEC_SECURITY"`
-	ExecAsk       *string `env:"EXEC_ASK"`
-	ExecNode      *string `env:"EXEC_NODE"`
-	BackgroundMs  *int    `env:"EXEC_BACKGROUND_MS"`
-	TimeoutSec    *int    `env:"EXEC_TIMEOUT_SEC"`
-	CleanupMs     *int    `env:"EXEC_CLEANUP_MS"`
-	NotifyOnExit  *bool   `env:"EXEC_NOTIFY_ON_EXIT"`
-	KillGraceMs   *int    `env:"EXEC_KILL_GRACE_MS"`
-	ElevatedOn    *bool   `env:"ELEVATED_ENABLED"`
-	SandboxMode   *string `env:"SANDBOX_MODE"`
-	SandboxNet    *bool   `env:"SANDBOX_NETWORK"`
-	SandboxWSpace *string `env:"SANDBOX_WORKSPACE"`
+	StateDir      *string `env:"STATE_DIR" key:"stateDir"`
+	Listen        *string `env:"LISTEN" key:"gateway.listen"`
+	Token         *string `env:"GATEWAY_TOKEN" key:"gateway.auth.token"`
+	DrainTimeout  *int    `env:"DRAIN_TIMEOUT_MS" key:"gateway.drainTimeoutMs"`
+	NATSURL       *string `env:"NATS_URL" key:"nats.url"`
+	NATSListen    *string `env:"NATS_LISTEN" key:"nats.listen"`
+	NATSPrefix    *string `env:"NATS_PREFIX" key:"nats.prefix"`
+	NATSCreds     *string `env:"NATS_CREDS" key:"nats.credsFile"`
+	NATSNKey      *string `env:"NATS_NKEY_SEED" key:"nats.nkeySeedFile"`
+	NATSTLSCA     *string `env:"NATS_TLS_CA" key:"nats.tlsCaFile"`
+	NATSReplicas  *int    `env:"NATS_REPLICAS" key:"nats.replicas"`
+	ExecHost      *string `env:"EXEC_HOST" key:"tools.exec.host"`
+	ExecSecurity  *string `env:"EXEC_SECURITY" key:"tools.exec.security"`
+	ExecAsk       *string `env:"EXEC_ASK" key:"tools.exec.ask"`
+	ExecNode      *string `env:"EXEC_NODE" key:"tools.exec.node"`
+	BackgroundMs  *int    `env:"EXEC_BACKGROUND_MS" key:"tools.exec.backgroundMs"`
+	TimeoutSec    *int    `env:"EXEC_TIMEOUT_SEC" key:"tools.exec.timeoutSec"`
+	CleanupMs     *int    `env:"EXEC_CLEANUP_MS" key:"tools.exec.cleanupMs"`
+	NotifyOnExit  *bool   `env:"EXEC_NOTIFY_ON_EXIT" key:"tools.exec.notifyOnExit"`
+	KillGraceMs   *int    `env:"EXEC_KILL_GRACE_MS" key:"tools.exec.killGraceMs"`
+	ElevatedOn    *bool   `env:"ELEVATED_ENABLED" key:"tools.elevated.enabled"`
+	SandboxMode   *string `env:"SANDBOX_MODE" key:"sandbox.mode"`
+	SandboxNet    *bool   `env:"SANDBOX_NETWORK" key:"sandbox.network"`
+	SandboxWSpace *string `env:"SANDBOX_WORKSPACE" key:"sandbox.workspace"`
+}
+
+// EnvVar returns the EXECMESH_* variable that overrides the key at
+// keyPath ("tools.exec.security" → "EXECMESH_EXEC_SECURITY"), or "" when
+// none does.
+func EnvVar(keyPath string) string {
+	t := reflect.TypeFor[envOverrides]()
+	for i := range t.NumField() {
+		if f := t.Field(i); f.Tag.Get("key") == keyPath {
+			return "EXECMESH_" + f.Tag.Get("env")
+		}
+	}
+	return ""
 }
 
 // LoadConfig builds the configuration: DefaultConfig, then the JSON file at
@@ -269,11 +283,108 @@ func decodeConfigInto(cfg *Config, data []byte) error {
 			return fmt.Errorf("invalid value for %s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
 		}
 		if strings.HasPrefix(err.Error(), "json: unknown field ") {
+			if path := unknownKeyPath(data); path != "" {
+				return fmt.Errorf("unknown key %s", path)
+			}
 			return fmt.Errorf("unknown key %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
 		}
 		return fmt.Errorf("invalid JSON: %w", err)
 	}
 	return nil
+}
+
+// unknownKeyPath returns the full key path of the first key (in sorted
+// order) of the JSON document that Config does not have, such as
+// "tools.exec.sucurity" or "agents.list[1].tools.hots"; "" when there is
+// none. encoding/json names only the key itself. Keys match fields
+// case-insensitively, as encoding/json matches them.
+func unknownKeyPath(data []byte) string {
+	var doc any
+	if json.Unmarshal(data, &doc) != nil {
+		return ""
+	}
+	return unknownIn(doc, reflect.TypeFor[Config](), "")
+}
+
+func unknownIn(v any, t reflect.Type, at string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			here := k
+			if at != "" {
+				here = at + "." + k
+			}
+			ft, ok := jsonField(t, k)
+			if !ok {
+				return here
+			}
+			if p := unknownIn(obj[k], ft, here); p != "" {
+				return p
+			}
+		}
+	case reflect.Slice:
+		list, _ := v.([]any)
+		for i, e := range list {
+			if p := unknownIn(e, t.Elem(), fmt.Sprintf("%s[%d]", at, i)); p != "" {
+				return p
+			}
+		}
+	case reflect.Map:
+		obj, _ := v.(map[string]any)
+		for k, e := range obj {
+			if p := unknownIn(e, t.Elem(), at+"."+k); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// jsonField finds the type of the field of struct t that JSON key name
+// decodes into (embedded structs included), as encoding/json does.
+func jsonField(t reflect.Type, name string) (reflect.Type, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		key, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && key == "" {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				if sub, ok := jsonField(ft, name); ok {
+					return sub, true
+				}
+			}
+			continue
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if key == "" {
+			key = f.Name
+		}
+		if strings.EqualFold(key, name) {
+			return f.Type, true
+		}
+	}
+	return nil, false
 }
 
 func applyEnv(cfg *Config, environ map[string]string) error {
@@ -450,6 +561,35 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
 	return nil
+}
+
+// ExecPolicy returns the security and ask modes that apply to agentID's
+// exec calls before any per-session or per-call tightening: the agent's
+// tools.exec values, else the global ones, else the defaults of
+// DESIGN.md §3.4 (security deny when the configured host is the sandbox,
+// allowlist otherwise; ask on-miss).
+func (c *Config) ExecPolicy(agentID string) (security, ask string) {
+	security, ask = c.Tools.Exec.Security, c.Tools.Exec.Ask
+	if a, ok := c.Agent(agentID); ok {
+		if a.Tools.Exec.Security != "" {
+			security = a.Tools.Exec.Security
+		}
+		if a.Tools.Exec.Ask != "" {
+			ask = a.Tools.Exec.Ask
+		}
+	}
+	if security == "" {
+		configured := configuredHost(c, agentID)
+		if configured == hostSandbox || (configured == "auto" && c.Sandbox.Mode != "off") {
+			security = "deny"
+		} else {
+			security = "allowlist"
+		}
+	}
+	if ask == "" {
+		ask = "on-miss"
+	}
+	return security, ask
 }
 
 // Agent returns the agents.list entry for id, if any.

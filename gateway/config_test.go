@@ -59,7 +59,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 	}{
 		{"bad host", `{"tools":{"exec":{"host":"mars"}}}`, nil, []string{`tools.exec.host: invalid value "mars"`}},
 		{"bad type", `{"tools":{"exec":{"timeoutSec":"long"}}}`, nil, []string{"tools.exec.timeoutSec"}},
-		{"unknown key", `{"tools":{"exec":{"hots":"gateway"}}}`, nil, []string{`unknown key "hots"`}},
+		{"unknown key", `{"tools":{"exec":{"hots":"gateway"}}}`, nil, []string{`unknown key tools.exec.hots`}},
+		{"unknown key in a list", `{"agents":{"list":[{"id":"a","tools":{"exec":{"sucurity":"full"}}}]}}`, nil, []string{`unknown key agents.list[0].tools.exec.sucurity`}},
 		{"bad sandbox mode", `{"sandbox":{"mode":"docker"}}`, nil, []string{`sandbox.mode: invalid value "docker"`}},
 		{"bad deny", `{"tools":{"deny":["bash"]}}`, nil, []string{"tools.deny[0]"}},
 		{"bad agent", `{"agents":{"list":[{"id":"Main!"}]}}`, nil, []string{"agents.list[0].id"}},

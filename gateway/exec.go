@@ -56,7 +56,7 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 		return protocol.Result{}, err
 	}
 	// Security and ask only tighten from the configured values (spec §5).
-	req.Security, req.Ask = c.policy(configured, sandboxOn, defaults, args)
+	req.Security, req.Ask = c.policy(defaults, args)
 	if target != hostSandbox && req.Security == approvals.SecurityDeny {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "exec denied: host=%s security=deny", target)
 	}
@@ -70,33 +70,11 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 }
 
 // policy resolves the effective security and ask modes: the agent's or
-// global tools.exec values (defaults: deny for a sandbox host, allowlist
-// otherwise; ask on-miss), tightened by the session's defaults and the
-// call's own values.
-func (c *call) policy(configured string, sandboxOn bool, d SessionExecDefaults, args protocol.ExecArgs) (security, ask string) {
-	base := configured
-	if configured == "auto" {
-		base = hostGateway
-		if sandboxOn {
-			base = hostSandbox
-		}
-	}
-	p := approvals.DefaultPolicy(base)
-	if s, ok := approvals.NormalizeSecurity(c.cfg.Tools.Exec.Security); ok {
-		p.Security = s
-	}
-	if a, ok := approvals.NormalizeAsk(c.cfg.Tools.Exec.Ask); ok {
-		p.Ask = a
-	}
-	if a, ok := c.cfg.Agent(c.agentID); ok {
-		if s, ok := approvals.NormalizeSecurity(a.Tools.Exec.Security); ok {
-			p.Security = s
-		}
-		if v, ok := approvals.NormalizeAsk(a.Tools.Exec.Ask); ok {
-			p.Ask = v
-		}
-	}
-	p = p.Tighten(d.Security, d.Ask).Tighten(args.Security, args.Ask)
+// global tools.exec values (Config.ExecPolicy), tightened by the
+// session's defaults and the call's own values.
+func (c *call) policy(d SessionExecDefaults, args protocol.ExecArgs) (security, ask string) {
+	security, ask = c.cfg.ExecPolicy(c.agentID)
+	p := approvals.Policy{Security: security, Ask: ask}.Tighten(d.Security, d.Ask).Tighten(args.Security, args.Ask)
 	return p.Security, p.Ask
 }
 

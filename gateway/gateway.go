@@ -25,6 +25,7 @@ import (
 	"github.com/execmesh/execmesh/events"
 	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/hostbus"
+	"github.com/execmesh/execmesh/internal/hostid"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodes"
 	"github.com/execmesh/execmesh/protocol"
@@ -49,9 +50,15 @@ type Options struct {
 	// Cwd is the default working directory of gateway-host commands; empty
 	// means the process working directory.
 	Cwd string
-	// ConfigPath is re-read by Reload (SIGHUP); empty reloads
-	// <stateDir>/config.json once it exists.
+	// ConfigPath is the configuration file: PUT /v1/config/exec-node
+	// writes the node binding there (creating the file when missing), and
+	// without Load, Reload (SIGHUP) re-reads it; empty means
+	// <stateDir>/config.json.
 	ConfigPath string
+	// Load, when set, builds the configuration Reload applies, with the
+	// host process's layering (the file, which may have been created since
+	// the start, the environment, the flags).
+	Load func() (Config, error)
 	// Getenv reads OPENCLAW_BASH_* overrides for the session core and the
 	// EXECMESH_NODE_* tuning; nil means os.Getenv.
 	Getenv func(string) string
@@ -71,6 +78,9 @@ type Gateway struct {
 	opts Options
 	log  *slog.Logger
 	id   string // the gateway's id: its local host's in the session index
+	// hostID names the gateway's view of the file system (GET /healthz),
+	// so that a client on the same machine can send its working directory.
+	hostID string
 
 	cfgMu sync.RWMutex
 	cfg   Config
@@ -174,6 +184,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		limiter:      newAuthLimiter(),
 		execDefaults: map[string]SessionExecDefaults{},
 	}
+	// No host id (no /proc) only means clients never take the gateway
+	// for local.
+	g.hostID, _ = hostid.ID()
 	g.bg, g.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	loginPath := opts.LoginShellPath
 	if loginPath == nil {
@@ -314,25 +327,36 @@ func (g *Gateway) configPath() string {
 	return filepath.Join(g.Config().StateDir, "config.json")
 }
 
-// Reload re-reads the configuration file (SIGHUP). Sessions are kept; the
-// listen addresses, the state dir and NATS settings cannot change without
-// a restart.
+// Reload re-reads the configuration (SIGHUP): Options.Load, else the
+// configuration file. Sessions are kept; the listen addresses, the state
+// dir and NATS settings cannot change without a restart, and a gateway
+// listening beyond loopback keeps a token.
 func (g *Gateway) Reload() error {
-	path := g.configPath()
-	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("no configuration file to reload (%s): %w", path, err)
+	var cfg Config
+	var err error
+	if g.opts.Load != nil {
+		cfg, err = g.opts.Load()
+	} else {
+		path := g.configPath()
+		if _, serr := os.Stat(path); serr != nil {
+			return fmt.Errorf("no configuration file to reload (%s): %w", path, serr)
+		}
+		cfg, err = LoadConfig(path, nil)
 	}
-	cfg, err := LoadConfig(path, nil)
 	if err != nil {
 		return err
 	}
 	g.cfgMu.Lock()
 	old := g.cfg
 	cfg.Gateway.Listen, cfg.StateDir, cfg.NATS = old.Gateway.Listen, old.StateDir, old.NATS
+	if cfg.Gateway.Auth.Token == "" && !isLoopbackListen(cfg.Gateway.Listen) {
+		g.cfgMu.Unlock()
+		return fmt.Errorf("gateway.auth.token: the gateway listens on %s, beyond loopback, and the new configuration has no token", cfg.Gateway.Listen)
+	}
 	g.cfg = cfg
 	g.cfgMu.Unlock()
 	g.applySettings(cfg)
-	g.log.Info("configuration reloaded", "path", path)
+	g.log.Info("configuration reloaded")
 	return nil
 }
 

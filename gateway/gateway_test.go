@@ -338,7 +338,7 @@ func TestSecurityAskTightenOnly(t *testing.T) {
 		{"", "bogus", "sometimes", "full", "off"}, // invalid values are ignored
 		{"deny", "", "on-miss", "deny", "on-miss"},
 	} {
-		sec, ask := c.policy("auto", false, SessionExecDefaults{Security: tc.sessionSec}, protocol.ExecArgs{Security: tc.callSec, Ask: tc.callAsk})
+		sec, ask := c.policy(SessionExecDefaults{Security: tc.sessionSec}, protocol.ExecArgs{Security: tc.callSec, Ask: tc.callAsk})
 		if sec != tc.security || ask != tc.ask {
 			t.Errorf("%+v: got %s/%s", tc, sec, ask)
 		}

@@ -72,10 +72,13 @@ type healthReport struct {
 	// Status says what keeps the gateway from serving every call.
 	Status    string `json:"status,omitempty"`
 	GatewayID string `json:"gatewayId"`
+	// HostID names the gateway's view of the file system: a client that
+	// sees the same one sends its working directory with exec.
+	HostID string `json:"hostId,omitempty"`
 }
 
 func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
-	rep := healthReport{OK: true, GatewayID: g.id}
+	rep := healthReport{OK: true, GatewayID: g.id, HostID: g.hostID}
 	if err := g.Healthy(); err != nil {
 		rep.OK, rep.Status = false, err.Error()
 		writeJSON(w, http.StatusServiceUnavailable, rep)

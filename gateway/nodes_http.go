@@ -166,10 +166,10 @@ func (g *Gateway) handleInvite(w http.ResponseWriter, req *http.Request) {
 // loopback only (and no join URLs configured), no other machine could use
 // it: that is refused.
 func (g *Gateway) Invite(req *http.Request, name string, ttl time.Duration) (nodes.Invite, error) {
-	if urls := embeddedJoinURLs(g.nodes.Server()); g.configuredJoinURLs() == nil && len(urls) > 0 && allLoopback(urls) {
+	if srv := g.nodes.Server(); srv != nil && g.configuredJoinURLs() == nil && srv.ListensOnLoopback() {
+		// A code whose URLs are nats://127.0.0.1:… works on no other machine.
 		return nodes.Invite{}, protocol.Errorf(protocol.ErrConflict,
-			"the embedded NATS server listens on loopback only (%s), so no other machine could join with this code; restart with --nats-listen 0.0.0.0:4222 (and a --token), or set EXECMESH_NODE_JOIN_URLS to addresses other machines can reach",
-			strings.Join(urls, ", "))
+			"the embedded NATS server listens on loopback only (%s), so a join code would work on no other machine: restart the gateway with --nats-listen 0.0.0.0:4222 (or an address the new machine can reach) and a --token, or set EXECMESH_NODE_JOIN_URLS to an address that reaches this server", srv.ListenAddr())
 	}
 	return g.nodes.Invite(req.Context(), name, ttl)
 }
@@ -198,22 +198,6 @@ func (g *Gateway) configuredJoinURLs() []string {
 		return g.opts.JoinURLs()
 	}
 	return nil
-}
-
-// allLoopback reports whether every URL names a loopback host.
-func allLoopback(urls []string) bool {
-	for _, u := range urls {
-		_, rest, _ := strings.Cut(u, "://")
-		h, _, err := net.SplitHostPort(rest)
-		if err != nil {
-			h = rest
-		}
-		ip := net.ParseIP(h)
-		if h != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return false
-		}
-	}
-	return true
 }
 
 // embeddedJoinURLs returns the URLs of the embedded server a join code

@@ -18,7 +18,9 @@ import (
 )
 
 // secureEnv is a gateway on an embedded server that authenticates every
-// client, as one listening beyond loopback does.
+// client, as one listening beyond loopback does. The server listens on
+// loopback, so join codes carry its URL through EXECMESH_NODE_JOIN_URLS
+// (as for a server reached through a forward).
 func secureEnv(t *testing.T) *nodeEnv {
 	t.Helper()
 	gw := bus.User{Name: "execmesh-gateway", Password: "gateway-secret"}
@@ -28,6 +30,18 @@ func secureEnv(t *testing.T) *nodeEnv {
 	}, func(cc *bus.ClientConfig) {
 		cc.User, cc.Password = gw.Name, gw.Password
 	})
+}
+
+// TestNodeInviteRefusedOnLoopback: with the embedded server on loopback
+// only (the default), an invite is refused with what to do instead of a
+// code whose nats://127.0.0.1 URLs no other machine reaches (issue 13
+// item 7); the HTTP API refuses, so every client does.
+func TestNodeInviteRefusedOnLoopback(t *testing.T) {
+	env := startNodeGateway(t, nil, "", nil)
+	r := env.do("POST", "/v1/nodes/invite", []byte(`{"name":"build-1"}`), nil)
+	if r.Status != 409 || !strings.Contains(string(r.Raw), "loopback only") || !strings.Contains(string(r.Raw), "--nats-listen") {
+		t.Fatalf("invite on loopback: %d %s", r.Status, r.Raw)
+	}
 }
 
 func (e *nodeEnv) invite(name string, ttl time.Duration) nodes.Invite {

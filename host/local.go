@@ -226,7 +226,11 @@ func (l *Local) execHost(ctx context.Context, req protocol.ExecRequest, sreq ses
 		return protocol.Result{}, err
 	}
 	workdir, ok := l.resolveWorkdir(req.Args.Workdir)
-	if !ok {
+	switch {
+	case !ok && req.Approval != nil:
+		// The directory the approval was asked for is gone.
+		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "%scwd changed", BindingChanged)
+	case !ok:
 		return protocol.WorkdirUnavailableResult(req.Args.Workdir), nil
 	}
 	sreq.Env, sreq.Workdir = env, workdir

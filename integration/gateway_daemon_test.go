@@ -31,7 +31,9 @@ var execmeshBinary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "execmesh")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/execmesh")
+	// -buildvcs=auto: the binary reports its commit (`execmesh version`)
+	// where the tree is a git checkout, whatever GOFLAGS says.
+	cmd := exec.Command("go", "build", "-buildvcs=auto", "-o", bin, "./cmd/execmesh")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
@@ -111,21 +113,29 @@ func startDaemon(t *testing.T, mode string, config map[string]any, extra ...stri
 			<-d.done
 		}
 	})
+	waitHealthy(t, d.url, d.done, stderr)
+	return d
+}
+
+// waitHealthy waits up to a minute for a daemon's /healthz, failing the
+// test with its log when it exits first (done receives its exit).
+func waitHealthy(t *testing.T, url string, done <-chan error, log fmt.Stringer) {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		res, err := http.Get(d.url + "/healthz")
+		res, err := http.Get(url + "/healthz")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
-				return d
+				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("daemon did not become healthy: %v\n%s", err, stderr.String())
+			t.Fatalf("daemon did not become healthy: %v\n%s", err, log)
 		}
 		select {
-		case err := <-d.done:
-			t.Fatalf("daemon exited: %v\n%s", err, stderr.String())
+		case err := <-done:
+			t.Fatalf("daemon exited: %v\n%s", err, log)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -127,9 +127,15 @@ func startItGateway(t *testing.T, ns *nodeServer, stateDir string, cc bus.Client
 		Environ: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + cwd, "SHELL=/bin/sh", "LANG=C"},
 		// A presence TTL of 3 s: heartbeats every 0.2 s may be late on a
 		// loaded machine without the node looking lost.
+		// A server on loopback (as most of these tests run) takes join
+		// codes only with explicit join URLs, as one behind a forward
+		// would: these point at the server itself.
 		Getenv: func(k string) string {
-			if k == "EXECMESH_NODE_PRESENCE_TTL_MS" {
+			switch {
+			case k == "EXECMESH_NODE_PRESENCE_TTL_MS":
 				return "3000"
+			case k == "EXECMESH_NODE_JOIN_URLS" && ns != nil && ns.srv != nil && ns.srv.ListensOnLoopback():
+				return ns.srv.ClientURL()
 			}
 			return ""
 		},

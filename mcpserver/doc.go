@@ -4,7 +4,9 @@
 //
 // New builds an *mcp.Server whose two tools carry the same descriptions and
 // parameter schemas as OpenClaw's (every parameter typed and described,
-// enums for host, security, ask and action) and forward each call to an
+// enums for host, security, ask and action), and a third, apply_patch, when
+// Options.ApplyPatch says the gateway serves it
+// (tools.exec.applyPatch.enabled), and forwards each call to an
 // Invoker: NewHTTPInvoker talks to a running gateway over its HTTP API,
 // NewGatewayInvoker (or an Embedded gateway) calls a *gateway.Gateway in
 // the same process. ServeStdio serves one session on stdin/stdout, as

@@ -45,6 +45,12 @@ type Options struct {
 	// for that long, which also ends its event forwarding (HTTPHandler
 	// only); 0 means 30 minutes, a negative value never.
 	SessionTimeout time.Duration
+	// ApplyPatch reports whether to offer the apply_patch tool too (the
+	// gateway's tools.exec.applyPatch.enabled). It is asked when a server
+	// is built: once for ServeStdio, per session for HTTPHandler, so a
+	// reloaded configuration applies to new sessions. nil never offers it.
+	// The gateway still decides every call.
+	ApplyPatch func() bool
 }
 
 // Logger is the name logging notifications carry.
@@ -119,6 +125,9 @@ func newServer(inv Invoker, opts Options) *server {
 	}
 	s.mcp.AddTool(execTool(), s.handler(protocol.ToolExec))
 	s.mcp.AddTool(processTool(), s.handler(protocol.ToolProcess))
+	if opts.ApplyPatch != nil && opts.ApplyPatch() {
+		s.mcp.AddTool(applyPatchTool(), s.handler(protocol.ToolApplyPatch))
+	}
 	return s
 }
 
@@ -129,7 +138,8 @@ func newServer(inv Invoker, opts Options) *server {
 // result with isError set and the message as text, so the model reads it
 // and can correct the call. A result is returned as its text plus the
 // details object as structured content; a failed exec is also marked as an
-// error, as OpenClaw marks it (spec §12.2), while a failed process action
+// error, as OpenClaw marks it (spec §12.2), and so is a failed apply_patch,
+// while a failed process action
 // ("No session found for …") is a plain result (spec §15.2).
 func (s *server) handler(tool string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -143,7 +153,7 @@ func (s *server) handler(tool string) mcp.ToolHandler {
 		}
 		out := &mcp.CallToolResult{
 			Content: make([]mcp.Content, 0, len(res.Content)),
-			IsError: tool == protocol.ToolExec && res.Status() == protocol.StatusFailed,
+			IsError: tool != protocol.ToolProcess && res.Status() == protocol.StatusFailed,
 		}
 		for _, c := range res.Content {
 			out.Content = append(out.Content, &mcp.TextContent{Text: c.Text})

@@ -3,7 +3,11 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,5 +147,53 @@ func TestServeStdioCancel(t *testing.T) {
 				t.Fatal("ServeStdio did not return after cancel")
 			}
 		})
+	}
+}
+
+// TestApplyPatchOffered: apply_patch is listed only where Options.ApplyPatch
+// says the gateway serves it (tools.exec.applyPatch.enabled), and a call
+// applies the patch (issue 13 item 9).
+func TestApplyPatchOffered(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.Tools.Exec.ApplyPatch.Enabled = true
+	emb, err := NewEmbedded(t.Context(), cfg, testGatewayOptions(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { emb.Close(context.Background()) })
+
+	names := func(cs *mcp.ClientSession) []string {
+		res, err := cs.ListTools(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tool := range res.Tools {
+			out = append(out, tool.Name)
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		offer func() bool
+		want  string
+	}{{nil, "[exec process]"}, {func() bool { return false }, "[exec process]"}, {func() bool { return true }, "[apply_patch exec process]"}} {
+		cs := connect(t, New(emb.Invoker(""), Options{Version: "test", ApplyPatch: tt.offer, DisableEvents: true}), make(logSink, 1))
+		got := names(cs)
+		slices.Sort(got)
+		if fmt.Sprint(got) != tt.want {
+			t.Errorf("tools %v, want %s", got, tt.want)
+		}
+	}
+
+	cs := connect(t, New(emb.Invoker(""), Options{Version: "test", ApplyPatch: func() bool { return true }, DisableEvents: true}), make(logSink, 1))
+	patch := "*** Begin Patch\n*** Add File: hello.txt\n+hello from mcp\n*** End Patch\n"
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "apply_patch", Arguments: map[string]any{"input": patch, "workdir": dir}})
+	if err != nil || res.IsError {
+		t.Fatalf("apply_patch: %v %+v", err, res)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "hello.txt")); err != nil || string(b) != "hello from mcp\n" {
+		t.Fatalf("patched file: %q %v", b, err)
 	}
 }

@@ -116,3 +116,27 @@ func processTool() *mcp.Tool {
 		}),
 	}
 }
+
+// applyPatchDescription tells a model what apply_patch takes: the Codex
+// patch format that OpenClaw's apply_patch reads.
+const applyPatchDescription = "Apply a patch to files under workdir, in the Codex patch format: " +
+	"\"*** Begin Patch\", then \"*** Add File: <path>\" (lines prefixed with +), \"*** Delete File: <path>\" or " +
+	"\"*** Update File: <path>\" (optionally \"*** Move to: <path>\", then @@ hunks with space, - and + lines), then \"*** End Patch\". " +
+	"Paths are relative to workdir and may not leave it; a patch that fails changes nothing."
+
+// applyPatchTool describes the apply_patch tool (protocol.ApplyPatchArgs),
+// offered only where the gateway serves it.
+func applyPatchTool() *mcp.Tool {
+	return &mcp.Tool{
+		Name:        protocol.ToolApplyPatch,
+		Title:       "Apply a patch",
+		Description: applyPatchDescription,
+		Annotations: &mcp.ToolAnnotations{Title: "Apply a patch", DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+		InputSchema: object("input", map[string]any{
+			"input":   str("The whole patch, from *** Begin Patch to *** End Patch."),
+			"workdir": str("Directory the patch's paths are relative to (defaults to the host's working directory)."),
+			"host":    enum("Where to apply it (auto|sandbox|gateway|node), as for exec.", hostValues),
+			"node":    str("Node id/name for host=node."),
+		}),
+	}
+}

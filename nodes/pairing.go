@@ -298,6 +298,9 @@ func isWrongSequence(err error) bool {
 // answers with the decision in force.
 func (r *Registry) Decide(ctx context.Context, target, pairing string) (Node, error) {
 	n, err := r.Resolve(target)
+	if pe := protocol.AsError(err); pe != nil && pe.Type == protocol.ErrNotFound {
+		return Node{}, protocol.Errorf(protocol.ErrNotFound, "unknown node %q: no node with that id or name", target)
+	}
 	if err != nil {
 		return Node{}, err
 	}

@@ -70,8 +70,11 @@ func Errorf(t ErrorType, format string, args ...any) *Error {
 }
 
 // AsError returns err as an *Error; anything else becomes ErrInternal with
-// the error's text.
+// the error's text, and nil stays nil.
 func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
 	var pe *Error
 	if errors.As(err, &pe) {
 		return pe

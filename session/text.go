@@ -7,7 +7,9 @@ import (
 	"unicode/utf8"
 )
 
-// Texts agents see. They are OpenClaw's, byte for byte (conformance/*.json).
+// Texts agents see. They are OpenClaw's, byte for byte (conformance/*.json),
+// but for the deviations internal/testutil.Deviations lists (the product's
+// name in backgroundHint).
 const (
 	followUpText = "Use process (list/poll/log/write/send-keys/submit/paste/kill/clear/remove) for follow-up."
 
@@ -17,7 +19,7 @@ const (
 		"Verify the resulting state before retrying. Do not automatically rerun non-idempotent commands. " +
 		"Use a higher timeout only when the command is known to be safe to retry."
 
-	backgroundHint = "If it should keep running, start it with exec background=true or yieldMs so OpenClaw can " +
+	backgroundHint = "If it should keep running, start it with exec background=true or yieldMs so execmesh can " +
 		"register a pollable process session. Do not rely on shell backgrounding with a trailing &."
 
 	pollDroppedNote = "[earlier output is omitted from this poll; use action=log with offset and limit to inspect retained output]\n\n"

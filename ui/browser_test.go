@@ -248,6 +248,13 @@ func TestBrowserControlPage(t *testing.T) {
 	// Kill it from the page.
 	do(t, ctx, "kill", chromedp.Click(chromedp.ID("kill-"+id)))
 	waitJS(t, ctx, "the session to end", row+` && `+row+`.dataset.status !== 'running'`)
+	// A kill is not shown in green (issue 13 item 9), nor a non-zero exit.
+	status := row + `.querySelector('[data-testid="session-status"]')`
+	waitJS(t, ctx, "the killed session's outcome", status+`.dataset.outcome === 'killed' && `+status+`.className === 'status-killed'`)
+	if okColor, got := eval[string](t, ctx, `getComputedStyle(document.documentElement).getPropertyValue('--ok').trim()`),
+		eval[string](t, ctx, `getComputedStyle(`+status+`).color`); got == cssRGB(okColor) {
+		t.Errorf("a killed session shows in the ok colour %s", got)
+	}
 	if got := eval[string](t, ctx, `document.getElementById('sessions-result').textContent`); !strings.HasPrefix(got, "Termination requested for session "+id) {
 		t.Errorf("kill result shown: %q", got)
 	}
@@ -256,9 +263,21 @@ func TestBrowserControlPage(t *testing.T) {
 		t.Errorf("after kill, list: %q", list.Text())
 	}
 
+	// A background session that exits 3 (listed when the form's run
+	// refreshes the sessions).
+	nonzero := invokeOK(t, g, "exec", `{"command":"exit 3","background":true}`).SessionID()
+	waitFor(t, 20*time.Second, func() error {
+		if p := invokeOK(t, g, "process", `{"action":"poll","sessionId":"`+nonzero+`","timeout":1000}`); p.Status() == "running" {
+			return fmt.Errorf("still running")
+		}
+		return nil
+	})
+
 	// Run a command from the form.
 	do(t, ctx, "run", chromedp.SendKeys(chromedp.ID("run-command"), "echo ui-run-ok"), chromedp.Click(chromedp.ID("run-submit")))
 	waitJS(t, ctx, "the command's output", `document.getElementById('run-output').textContent.includes('ui-run-ok')`)
+	nzStatus := sessionRowJS(nonzero) + `.querySelector('[data-testid="session-status"]')`
+	waitJS(t, ctx, "the non-zero exit's outcome", sessionRowJS(nonzero)+` && `+nzStatus+`.dataset.outcome === 'nonzero' && `+nzStatus+`.className === 'status-nonzero' && `+nzStatus+`.textContent.includes('exit 3')`)
 
 	// A background run opens the live output of its session, which
 	// follows the session stream: output written after the tail opened
@@ -326,6 +345,15 @@ func TestBrowserControlPage(t *testing.T) {
 	// Changing the token goes back to the prompt alone.
 	do(t, ctx, "change token", chromedp.Click(chromedp.ID("logout")))
 	waitJS(t, ctx, "the prompt again", `!document.getElementById('login').hidden && document.getElementById('app').hidden && document.querySelectorAll('[data-testid="session-row"]').length === 0`)
+}
+
+// cssRGB turns "#rrggbb" into the "rgb(r, g, b)" getComputedStyle reports.
+func cssRGB(hex string) string {
+	var r, g, b int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(hex, "#"), "%02x%02x%02x", &r, &g, &b); err != nil {
+		return hex
+	}
+	return fmt.Sprintf("rgb(%d, %d, %d)", r, g, b)
 }
 
 // sessionRowJS is the JavaScript expression of a session's row.

@@ -21,23 +21,32 @@ const spinnerInterval = 100 * time.Millisecond
 
 var spinnerFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
 
+// FollowOptions shape what FollowSession writes.
+type FollowOptions struct {
+	// TTY keeps a status line with a spinner, the elapsed time and the
+	// session name below the output (w is a terminal), erased at the end.
+	TTY bool
+	// ExitLine ends the output with the final poll's last lines
+	// ("Process exited with code 0."); without it only the session's own
+	// output is written (ended with a newline if it lacks one), and the
+	// caller reports the end.
+	ExitLine bool
+}
+
 // FollowSession tails a background session until it exits: it calls poll
 // (a process poll of the session with the given wait in milliseconds) in a
-// loop and writes the session's output to w as it arrives, then the exit
-// line ("Process exited with code 0."). It returns the final poll result,
-// whose details.status is completed or failed; a poll that answers
-// anything but running (an unknown session) ends the loop too, and its text
-// is written as is.
-//
-// With isTTY, a status line with a spinner, the elapsed time and the
-// session name is kept below the output, and erased at the end.
+// loop and writes the session's output to w as it arrives, then, with
+// opts.ExitLine, the exit line ("Process exited with code 0."). It returns
+// the final poll result, whose details.status is completed or failed; a
+// poll that answers anything but running (an unknown session) ends the
+// loop too, and its text is written as is.
 //
 // Output is taken from details.aggregated (the session's retained output),
 // printing what was added since the previous poll, so it is exact to the
 // byte; a gateway that does not send it gets the poll texts instead.
-func FollowSession(ctx context.Context, poll func(ctx context.Context, timeoutMs int) (protocol.Result, error), w io.Writer, isTTY bool) (protocol.Result, error) {
-	f := &follower{w: w}
-	if isTTY {
+func FollowSession(ctx context.Context, poll func(ctx context.Context, timeoutMs int) (protocol.Result, error), w io.Writer, opts FollowOptions) (protocol.Result, error) {
+	f := &follower{w: w, exitLine: opts.ExitLine}
+	if opts.TTY {
 		f.line = newStatusLine(w, "following")
 		defer f.line.stop()
 	}
@@ -80,9 +89,10 @@ type follower struct {
 	w    io.Writer
 	line *statusLine // nil without a terminal
 	// seen is the last details.aggregated printed from.
-	seen    string
-	lastNL  bool
-	written bool
+	seen     string
+	lastNL   bool
+	written  bool
+	exitLine bool
 }
 
 func (f *follower) write(s string) {
@@ -138,11 +148,21 @@ func (f *follower) delta(agg string) string {
 	return "\n[… output dropped at the retention cap …]\n" + agg
 }
 
-// finish writes the rest of the output and the final lines of the result.
+// finish writes the rest of the output and, with exitLine, the final
+// lines of the result.
 func (f *follower) finish(res protocol.Result) {
 	text := res.Text()
-	if agg, ok := res.Details.Aggregated.Get(); ok {
+	agg, ok := res.Details.Aggregated.Get()
+	if ok {
 		f.write(f.delta(agg))
+	}
+	if !f.exitLine {
+		if f.written && !f.lastNL {
+			f.write("\n")
+		}
+		return
+	}
+	if ok {
 		// The text is [notes] output "\n\nProcess exited with …"
 		// [guidance]; the output is printed already.
 		if i := strings.LastIndex(text, "\n\nProcess "); i >= 0 {

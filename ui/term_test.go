@@ -46,7 +46,7 @@ func TestFollowSessionAggregated(t *testing.T) {
 		running("(no new output)\n\nProcess still running.", "a\nb"),
 		running("c\n\nProcess still running.", "a\nbc\n"),
 		final,
-	), &buf, false)
+	), &buf, FollowOptions{ExitLine: true})
 	if err != nil || res.Status() != "completed" {
 		t.Fatalf("FollowSession: %v %v", res, err)
 	}
@@ -62,11 +62,27 @@ func TestFollowSessionWithoutAggregated(t *testing.T) {
 		running("line one\n\nProcess still running.", "\x00"),
 		running("(no new output)\n\nNo new output for 15s; this session may be waiting for input. Use process write, send-keys, submit, or paste to provide input.", "\x00"),
 		protocol.TextResult("line two\n\nProcess exited with code 0.", protocol.Details{Status: protocol.Some("completed")}),
-	), &buf, false)
+	), &buf, FollowOptions{ExitLine: true})
 	if err != nil || res.Status() != "completed" {
 		t.Fatalf("FollowSession: %v %v", res, err)
 	}
 	if want := "line one\nline two\n\nProcess exited with code 0.\n"; buf.String() != want {
+		t.Errorf("output %q, want %q", buf.String(), want)
+	}
+}
+
+// TestFollowSessionOutputOnly: without ExitLine only the session's own
+// output is written (a missing last newline added, no exit text):
+// `execmesh exec` reports the end itself, on stderr and in its status.
+func TestFollowSessionOutputOnly(t *testing.T) {
+	t.Parallel()
+	final := protocol.TextResult("x\n\nProcess exited with code 3.", protocol.Details{Status: protocol.Some("completed"), ExitCode: protocol.Some(3), Aggregated: protocol.Some("a\nno newline")})
+	var buf bytes.Buffer
+	res, err := FollowSession(t.Context(), polls(t, running("a\n\nProcess still running.", "a\n"), final), &buf, FollowOptions{})
+	if err != nil || res.Status() != "completed" {
+		t.Fatalf("FollowSession: %v %v", res, err)
+	}
+	if want := "a\nno newline\n"; buf.String() != want {
 		t.Errorf("output %q, want %q", buf.String(), want)
 	}
 }
@@ -91,7 +107,7 @@ func TestFollowSessionCapSlide(t *testing.T) {
 func TestFollowSessionUnknown(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	res, err := FollowSession(t.Context(), polls(t, protocol.FailedResult("No session found for nope")), &buf, false)
+	res, err := FollowSession(t.Context(), polls(t, protocol.FailedResult("No session found for nope")), &buf, FollowOptions{ExitLine: true})
 	if err != nil || res.Status() != "failed" || buf.String() != "No session found for nope\n" {
 		t.Errorf("%q %v %v", buf.String(), res, err)
 	}
@@ -102,7 +118,7 @@ func TestFollowSessionPollError(t *testing.T) {
 	boom := errors.New("gateway gone")
 	_, err := FollowSession(t.Context(), func(context.Context, int) (protocol.Result, error) {
 		return protocol.Result{}, boom
-	}, &bytes.Buffer{}, true)
+	}, &bytes.Buffer{}, FollowOptions{TTY: true})
 	if !errors.Is(err, boom) {
 		t.Errorf("err %v", err)
 	}
@@ -148,7 +164,7 @@ func TestFollowSessionTTY(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if _, err := FollowSession(t.Context(), poll, &buf, true); err != nil {
+		if _, err := FollowSession(t.Context(), poll, &buf, FollowOptions{TTY: true, ExitLine: true}); err != nil {
 			t.Errorf("FollowSession: %v", err)
 		}
 	}()

@@ -36,7 +36,11 @@ const (
 type client struct {
 	base  string // http(s)://host:port, no trailing slash
 	token string
-	hc    *http.Client
+	// operatorToken is sent instead of token by the client asOperator
+	// returns; "" means the tool token serves for both.
+	operatorToken string
+	userAgent     string
+	hc            *http.Client
 }
 
 // newClient returns a client for the gateway at base. Call close when done
@@ -50,10 +54,22 @@ func newClient(base, token string) *client {
 		ExpectContinueTimeout: time.Second,
 		MaxIdleConnsPerHost:   4,
 	}
-	return &client{base: base, token: token, hc: &http.Client{Transport: tr}}
+	return &client{base: base, token: token, userAgent: "execmesh/" + buildVersion().Version, hc: &http.Client{Transport: tr}}
 }
 
 func (c *client) close() { c.hc.CloseIdleConnections() }
+
+// asOperator returns a client for operator endpoints (approval decisions,
+// node pairing and invites, node approvals files): it sends the operator
+// token when one was found, else the tool token. The two share the HTTP
+// client.
+func (c *client) asOperator() *client {
+	op := *c
+	if c.operatorToken != "" {
+		op.token = c.operatorToken
+	}
+	return &op
+}
 
 // unreachableError is a gateway that refused the connection.
 type unreachableError struct {
@@ -114,7 +130,7 @@ func (c *client) send(ctx context.Context, method, path string, query url.Values
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", accept)
-	req.Header.Set("User-Agent", "execmesh/"+version)
+	req.Header.Set("User-Agent", c.userAgent)
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +24,10 @@ import (
 type fakeGateway struct {
 	t     *testing.T
 	token string
-	srv   *httptest.Server
+	// operatorToken is accepted as well as token (the fake does not tell
+	// operator endpoints apart; the tests read the header sent).
+	operatorToken string
+	srv           *httptest.Server
 
 	mu       sync.Mutex
 	requests []fakeRequest
@@ -34,6 +38,7 @@ type fakeGateway struct {
 
 type fakeRequest struct {
 	Method, Path, Query string
+	Auth                string // the Authorization header
 	Body                map[string]any
 }
 
@@ -66,11 +71,18 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 	})
 	mux.HandleFunc("POST /v1/nodes/{id}/{verb}", func(w http.ResponseWriter, r *http.Request) {
 		f.record(r)
-		if r.PathValue("id") == "missing" {
+		switch r.PathValue("id") {
+		case "missing":
 			writeRaw(w, 404, `{"ok":false,"error":{"type":"not_found","message":"unknown node missing"}}`)
-			return
+		case "build-1":
+			writeRaw(w, 200, `{"node":{"id":"n-1","name":"build-1","status":"connected","paired":true}}`)
+		default:
+			writeRaw(w, 200, `{"ok":true}`)
 		}
-		writeRaw(w, 200, `{"ok":true}`)
+	})
+	mux.HandleFunc("GET /v1/nodes/{id}/approvals", func(w http.ResponseWriter, r *http.Request) {
+		f.record(r)
+		writeRaw(w, 200, `{"path":"/x/exec-approvals.json","exists":false,"hash":"","file":null}`)
 	})
 	mux.HandleFunc("POST /v1/nodes/invite", func(w http.ResponseWriter, r *http.Request) {
 		f.record(r)
@@ -126,7 +138,10 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 	})
 	var handler http.Handler = mux
 	handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if f.token != "" && r.Header.Get("Authorization") != "Bearer "+f.token {
+		f.mu.Lock()
+		tok, op := f.token, f.operatorToken
+		f.mu.Unlock()
+		if tok != "" && r.Header.Get("Authorization") != "Bearer "+tok && r.Header.Get("Authorization") != "Bearer "+op {
 			writeRaw(w, 401, `{"ok":false,"error":{"type":"unauthorized","message":"unauthorized: missing or invalid bearer token"}}`)
 			return
 		}
@@ -148,7 +163,7 @@ func (f *fakeGateway) record(r *http.Request) map[string]any {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.requests = append(f.requests, fakeRequest{r.Method, r.URL.Path, r.URL.RawQuery, body})
+	f.requests = append(f.requests, fakeRequest{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Authorization"), body})
 	return body
 }
 
@@ -208,6 +223,13 @@ func TestExecArgumentsAndExitCodes(t *testing.T) {
 			name:     "completed 0",
 			args:     []string{"--", "echo", "hi"},
 			answer:   fakeAnswer{200, okResult("hi", map[string]any{"status": "completed", "exitCode": 0})},
+			wantArgs: map[string]any{"command": "echo hi", "background": true}, // waiting: background at once, follow
+			stdout:   "hi\n",
+		},
+		{
+			name:     "no-wait keeps the gateway's yield window",
+			args:     []string{"--no-wait", "--", "echo", "hi"},
+			answer:   fakeAnswer{200, okResult("hi", map[string]any{"status": "completed", "exitCode": 0})},
 			wantArgs: map[string]any{"command": "echo hi"},
 			stdout:   "hi\n",
 		},
@@ -231,22 +253,50 @@ func TestExecArgumentsAndExitCodes(t *testing.T) {
 			stdout:   "Command still running (session warm-reef, pid 7).\n",
 		},
 		{
-			name:   "high exit code capped",
+			name:   "high exit code passed through",
 			args:   []string{"--", "sh", "-c", "exit 200"},
-			answer: fakeAnswer{200, okResult("x", map[string]any{"status": "completed", "exitCode": 200})},
-			code:   125,
+			answer: fakeAnswer{200, okResult("x", map[string]any{"status": "completed", "exitCode": 200, "aggregated": "x"})},
+			code:   200,
 			stdout: "x\n",
 		},
 		{
-			name:   "failed",
+			name:   "not found is 127",
 			args:   []string{"nosuchcmd"},
-			answer: fakeAnswer{200, okResult("sh: nosuchcmd: not found\n\nCommand not found", map[string]any{"status": "failed", "exitCode": 127})},
+			answer: fakeAnswer{200, okResult("sh: nosuchcmd: not found\n\nCommand not found", map[string]any{"status": "failed", "exitCode": 127, "aggregated": "sh: nosuchcmd: not found"})},
+			code:   127,
+			stdout: "sh: nosuchcmd: not found\n\nCommand not found\n", // a foreground answer: the agent's text
+		},
+		{
+			name:   "signal is 128+N",
+			args:   []string{"kill -9 $$"},
+			answer: fakeAnswer{200, okResult("Command aborted by signal SIGKILL", map[string]any{"status": "failed", "exitCode": nil, "exitSignal": "SIGKILL", "aggregated": ""})},
+			code:   137,
+			stderr: "execmesh: command ended by signal SIGKILL\n",
+		},
+		{
+			name:   "timeout is 124 with the reason",
+			args:   []string{"sleep 9"},
+			answer: fakeAnswer{200, okResult("\n\nCommand timed out after 1 seconds.\n\nThe command was terminated…", map[string]any{"status": "failed", "exitCode": nil, "exitSignal": "SIGTERM", "timedOut": true, "aggregated": ""})},
+			code:   124,
+			stderr: "execmesh: Command timed out after 1 seconds.\n",
+		},
+		{
+			name:   "could not run: the reason on stderr",
+			args:   []string{"--workdir", "/nope", "true"},
+			answer: fakeAnswer{200, okResult(`workdir "/nope" is unavailable or not a directory: command was not executed.`, map[string]any{"status": "failed", "exitCode": nil, "exitSignal": nil, "aggregated": ""})},
 			code:   1,
+			stderr: "execmesh: workdir \"/nope\" is unavailable or not a directory: command was not executed.\n",
+		},
+		{
+			name:   "no-wait prints the agent's text",
+			args:   []string{"--no-wait", "nosuchcmd"},
+			answer: fakeAnswer{200, okResult("sh: nosuchcmd: not found\n\nCommand not found", map[string]any{"status": "failed", "exitCode": 127})},
+			code:   127,
 			stdout: "sh: nosuchcmd: not found\n\nCommand not found\n",
 		},
 		{
-			name:   "approval pending",
-			args:   []string{"rm", "-rf", "/tmp/x"},
+			name:   "approval pending with no-wait",
+			args:   []string{"--no-wait", "rm", "-rf", "/tmp/x"},
 			answer: fakeAnswer{200, okResult("Approval required (id calm-otter).", map[string]any{"status": "approval-pending", "approvalId": "ap-1"})},
 			stdout: "Approval required (id calm-otter).\n",
 		},
@@ -604,5 +654,96 @@ func TestAnswerError(t *testing.T) {
 		if e.Type != tt.typ || e.Message != tt.msg {
 			t.Errorf("answerError(%d, %q) = %q %q, want %q %q", tt.status, tt.body, e.Type, e.Message, tt.typ, tt.msg)
 		}
+	}
+}
+
+// TestOperatorToken: the commands that call operator endpoints send the
+// operator token: --operator-token, else $EXECMESH_OPERATOR_TOKEN, else
+// <state-dir>/operator.token, else the tool token; every other call sends
+// the tool token (the operator-token contract of issue 14 item 7).
+func TestOperatorToken(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t)
+	gw.token = "tool-tok"
+	gw.answer("exec", 200, okResult("hi", map[string]any{"status": "completed", "exitCode": 0}))
+	withFile := t.TempDir()
+	writeFile(t, filepath.Join(withFile, "operator.token"), "op-from-file\n")
+	operator := [][]string{
+		{"approvals", "resolve", "ap-1", "allow-once"},
+		{"nodes", "approve", "n-2"},
+		{"nodes", "reject", "n-2"},
+		{"nodes", "invite", "--name", "x"},
+		{"nodes", "approvals", "get", "n-1"},
+	}
+	plain := [][]string{{"approvals", "list"}, {"nodes", "list"}, {"exec", "--no-wait", "true"}, {"admin", "blockers"}}
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		flag []string
+		want string
+	}{
+		{"file in the state dir", map[string]string{envStateDir: withFile}, nil, "Bearer op-from-file"},
+		{"environment over the file", map[string]string{envStateDir: withFile, envOperatorToken: "op-from-env"}, nil, "Bearer op-from-env"},
+		{"flag over both", map[string]string{envStateDir: withFile, envOperatorToken: "op-from-env"}, []string{"--operator-token", "op-flag"}, "Bearer op-flag"},
+		{"none: the tool token", map[string]string{envStateDir: t.TempDir()}, nil, "Bearer tool-tok"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env := gw.env()
+			env[envToken] = "tool-tok"
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			gw.mu.Lock()
+			gw.operatorToken = strings.TrimPrefix(tt.want, "Bearer ")
+			gw.mu.Unlock()
+			for _, args := range operator {
+				r := runCLI(t, env, "", append(args, tt.flag...)...)
+				if r.code != 0 {
+					t.Fatalf("%q: exit %d: %s", args, r.code, r.stderr)
+				}
+				if got := gw.last().Auth; got != tt.want {
+					t.Errorf("%q sent %q, want %q", args, got, tt.want)
+				}
+			}
+			for _, args := range plain {
+				if r := runCLI(t, env, "", args...); r.code != 0 {
+					t.Fatalf("%q: exit %d: %s", args, r.code, r.stderr)
+				}
+				if got := gw.last().Auth; got != "Bearer tool-tok" {
+					t.Errorf("%q sent %q, want the tool token", args, got)
+				}
+			}
+		})
+	}
+}
+
+// TestUsageErrorsSendNothing: a missing argument is a usage error (exit
+// 2) found before any request reaches the gateway (issue 13 item 8).
+func TestUsageErrorsSendNothing(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t)
+	for _, args := range [][]string{
+		{"process", "poll"}, {"process", "write", "--data", "x"}, {"nodes", "approve"}, {"nodes", "approvals", "set", "n1", "-"},
+		{"approvals", "resolve", "ap-1"}, {"approvals", "resolve", "ap-1", "maybe"}, {"exec", "--env", "X", "true"}, {"call"},
+	} {
+		if r := runCLI(t, gw.env(), "", args...); r.code != 2 {
+			t.Errorf("%q: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	if len(gw.requests) != 0 {
+		t.Errorf("usage errors sent requests: %+v", gw.requests)
+	}
+}
+
+// TestNodesByName: nodes approve/reject pass a name through; the answer's
+// id is shown.
+func TestNodesByName(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t)
+	r := runCLI(t, gw.env(), "", "nodes", "approve", "build-1")
+	if r.code != 0 || r.stdout != "node build-1 (id n-1): approved\n" || gw.last().Path != "/v1/nodes/build-1/approve" {
+		t.Fatalf("exit %d, stdout %q, path %s", r.code, r.stdout, gw.last().Path)
 	}
 }

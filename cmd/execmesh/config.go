@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,66 +11,106 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/execmesh/execmesh/gateway"
 	"github.com/execmesh/execmesh/internal/atomicfile"
 )
 
-// runConfig is `execmesh config get [KEYPATH] | set KEYPATH VALUE | unset
-// KEYPATH`. Key paths are the docs' (tools.exec.host,
+// newConfigCmd is `execmesh config get [KEYPATH] | set KEYPATH VALUE |
+// unset KEYPATH`. Key paths are the docs' (tools.exec.host,
 // agents.list[0].tools.exec.node); [N] indexes a list, and N equal to the
 // list's length appends to it.
 //
-// get prints the effective value (the file over the defaults; strings
-// plain, everything else as JSON). set parses VALUE as JSON when it is
-// valid JSON, except that a key holding a string takes the text as is
-// (`config set gateway.auth.token 12345`); otherwise VALUE is a plain
-// string. set and unset validate the whole resulting document with
-// gateway.DecodeConfig before writing it atomically, so an invalid value
-// leaves the file untouched; they do not insist that the file they start
-// from is valid, so that they can repair one.
-func runConfig(_ context.Context, c *cli, args []string) error {
-	const synopsis = "get [KEYPATH] | set KEYPATH [--] VALUE | unset KEYPATH"
-	fset := newFlagSet("config")
+// get prints the value in force (the file over the defaults, under the
+// EXECMESH_* variables; strings plain, everything else as JSON) and, on
+// stderr, where it comes from when the file does not set it. set parses
+// VALUE as JSON when it is valid JSON, except that a key holding a string
+// takes the text as is (`config set gateway.auth.token 12345`); otherwise
+// VALUE is a plain string. set and unset validate the whole resulting
+// document with gateway.DecodeConfig before writing it atomically, so an
+// invalid value leaves the file untouched; they do not insist that the
+// file they start from is valid, so that they can repair one.
+func (c *cli) newConfigCmd() *cobra.Command {
 	var f configFlags
-	f.register(fset)
-	pos, err := c.parseFlags(fset, synopsis, args, true)
-	if err != nil {
-		return err
-	}
-	if len(pos) == 0 {
-		return usageErrorf("config: want a subcommand: %s", synopsis)
-	}
-	sub, rest := pos[0], pos[1:]
-	want := map[string][2]int{"get": {0, 1}, "set": {2, 2}, "unset": {1, 1}}
-	n, ok := want[sub]
-	if !ok {
-		return usageErrorf("config: unknown subcommand %q (want %s)", sub, synopsis)
-	}
-	if len(rest) < n[0] || len(rest) > n[1] {
-		return usageErrorf("config %s: wrong number of arguments (usage: execmesh config %s)", sub, synopsis)
-	}
-	var path []pathElem
-	if len(rest) > 0 {
-		if path, err = parseKeyPath(rest[0]); err != nil {
-			return err
+	cmd := groupCmd(&cobra.Command{
+		Use:   "config SUBCOMMAND",
+		Short: "read or edit the JSON config file with the docs' key paths",
+		Long: "Read or edit the configuration file (--config, else <state-dir>/config.json) by key path:\n" +
+			"tools.exec.host, agents.list[0].tools.exec.node ([N] indexes a list; N = its length appends).\n" +
+			"A running daemon applies an edit on SIGHUP (or a restart).",
+		Annotations: map[string]string{annSynopsis: "config get [KEYPATH] | set KEYPATH VALUE | unset KEYPATH"},
+	})
+	f.register(cmd.PersistentFlags())
+	keyPath := func(args []string) ([]pathElem, error) {
+		path, err := parseKeyPath(args[0])
+		if err != nil {
+			return nil, err
 		}
 		if _, err := schemaType(path); err != nil {
-			return err
+			return nil, err
+		}
+		return path, nil
+	}
+	// edit runs a change of the file at the key path args[0].
+	edit := func(change func(doc any, path []pathElem, args []string) (any, error)) func(*cobra.Command, []string) error {
+		return func(_ *cobra.Command, args []string) error {
+			path, err := keyPath(args)
+			if err != nil {
+				return err
+			}
+			return configEdit(f.editPath(c), path, func(doc any) (any, error) { return change(doc, path, args) })
 		}
 	}
-	switch sub {
-	case "get":
-		return configGet(c, f.filePath(c), path)
-	case "set":
-		return configEdit(f.editPath(c), path, func(doc any) (any, error) {
-			t, _ := schemaType(path)
-			return setIn(doc, path, parseValue(rest[1], t), "")
-		})
-	default:
-		return configEdit(f.editPath(c), path, func(doc any) (any, error) {
-			return unsetIn(doc, path, ""), nil
-		})
+	completeKeys := func(_ *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return keyPathCompletions(prefix), cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 	}
+	get := &cobra.Command{
+		Use:   "get [KEYPATH]",
+		Short: "print the value in force (the whole configuration without KEYPATH)",
+		Long: "Print the value in force: the file over the defaults, under the EXECMESH_* variables (and\n" +
+			"--state-dir for stateDir). Strings print plain, everything else as JSON. When the file does\n" +
+			"not set the key, a line on stderr says where the value comes from: default, env or flag.",
+		Example:           "  execmesh config get tools.exec.security\n  execmesh config get agents.list[0].tools.exec.node\n  execmesh config get",
+		Args:              rangeArgs(0, 1, "want at most one KEYPATH"),
+		ValidArgsFunction: completeKeys,
+		RunE: func(_ *cobra.Command, args []string) error {
+			var path []pathElem
+			if len(args) == 1 {
+				var err error
+				if path, err = keyPath(args); err != nil {
+					return err
+				}
+			}
+			return configGet(c, &f, path)
+		},
+	}
+	set := &cobra.Command{
+		Use:               "set KEYPATH [--] VALUE",
+		Short:             "set a key (VALUE as JSON when it parses, else as text); the file is validated first",
+		Example:           "  execmesh config set tools.exec.security full\n  execmesh config set tools.exec.pathPrepend '[\"/opt/bin\"]'\n  execmesh config set tools.exec.timeoutSec -- 600",
+		Args:              exactArgs(2, "want KEYPATH and VALUE (a negative number after --)"),
+		ValidArgsFunction: completeKeys,
+		RunE: edit(func(doc any, path []pathElem, args []string) (any, error) {
+			t, _ := schemaType(path)
+			return setIn(doc, path, parseValue(args[1], t), "")
+		}),
+	}
+	unset := &cobra.Command{
+		Use:               "unset KEYPATH",
+		Short:             "remove a key (its default applies again)",
+		Example:           "  execmesh config unset tools.exec.ask",
+		Args:              exactArgs(1, "want one KEYPATH"),
+		ValidArgsFunction: completeKeys,
+		RunE: edit(func(doc any, path []pathElem, _ []string) (any, error) {
+			return unsetIn(doc, path, ""), nil
+		}),
+	}
+	cmd.AddCommand(get, set, unset)
+	return cmd
 }
 
 // pathElem is one step of a key path: an object key or a list index.
@@ -188,19 +227,64 @@ func schemaType(path []pathElem) (reflect.Type, error) {
 	return t, nil
 }
 
-// configGet prints the effective value at path: the file decoded over the
-// defaults. An empty path prints the whole configuration.
-func configGet(c *cli, file string, path []pathElem) error {
-	var data []byte
+// configGet prints the value in force at path (the whole configuration
+// for an empty path) and, on stderr, its origin when the file does not set
+// it.
+func configGet(c *cli, f *configFlags, path []pathElem) error {
+	file := f.filePath(c)
+	var doc any
 	if file != "" {
-		var err error
-		if data, err = os.ReadFile(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		data, err := os.ReadFile(file)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			file = "" // --config names a file `config set` has not created yet
+		case err != nil:
 			return fmt.Errorf("config: %w", err)
+		case len(bytes.TrimSpace(data)) > 0:
+			_ = json.Unmarshal(data, &doc) // LoadConfig reports a bad document
 		}
 	}
-	cfg, err := gateway.DecodeConfig(data)
+	cfg, err := gateway.LoadConfig(file, c.env)
 	if err != nil {
-		return fmt.Errorf("config %s: %w", file, err)
+		return err
+	}
+	key := keyPathString(path)
+	origin := ""
+	inFile := file != "" && docHas(doc, path)
+	switch {
+	case key == "stateDir" && f.stateDir != "":
+		cfg.StateDir, origin = f.stateDir, "from --state-dir"
+	case key == "stateDir" && !inFile:
+		cfg.StateDir = f.resolveStateDir(c)
+	}
+	if v := gateway.EnvVar(key); v != "" && origin == "" {
+		if _, set := c.env[v]; set {
+			origin = "from $" + v
+		}
+	}
+	if origin == "" && !inFile && len(path) > 0 {
+		where := "no configuration file"
+		if file != "" {
+			where = "not set in " + file
+		}
+		origin = "default (" + where + ")"
+	}
+	// Keys whose unset value means "computed": show what applies.
+	if len(path) == 3 && path[0].key == "tools" && path[1].key == "exec" && !inFile {
+		sec, ask := cfg.ExecPolicy(gateway.DefaultAgentID)
+		switch path[2].key {
+		case "security":
+			if cfg.Tools.Exec.Security == "" {
+				cfg.Tools.Exec.Security = sec
+				if sec == "allowlist" {
+					origin += "; deny when the configured host is the sandbox"
+				}
+			}
+		case "ask":
+			if cfg.Tools.Exec.Ask == "" {
+				cfg.Tools.Exec.Ask = ask
+			}
+		}
 	}
 	v := reflect.ValueOf(cfg)
 	for i, e := range path {
@@ -229,7 +313,88 @@ func configGet(c *cli, file string, path []pathElem) error {
 			v = mv
 		}
 	}
-	return printValue(c, v)
+	if err := printValue(c, v); err != nil {
+		return err
+	}
+	if origin != "" {
+		fmt.Fprintf(c.stderr, "(%s: %s)\n", key, origin)
+	}
+	return nil
+}
+
+// docHas reports whether the JSON document (as decoded into any) holds a
+// value at path.
+func docHas(doc any, path []pathElem) bool {
+	for _, e := range path {
+		switch n := doc.(type) {
+		case map[string]any:
+			v, ok := n[e.key]
+			if e.isIndex || !ok {
+				return false
+			}
+			doc = v
+		case []any:
+			if !e.isIndex || e.index >= len(n) {
+				return false
+			}
+			doc = n[e.index]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// keyPathCompletions lists the key paths that extend prefix by one step
+// (objects end with "." so that completion continues).
+func keyPathCompletions(prefix string) []string {
+	parent, _ := "", prefix
+	if i := strings.LastIndex(prefix, "."); i >= 0 {
+		parent = prefix[:i]
+	}
+	t := reflect.TypeFor[gateway.Config]()
+	if parent != "" {
+		path, err := parseKeyPath(parent)
+		if err != nil {
+			return nil
+		}
+		if t, err = schemaType(path); err != nil {
+			return nil
+		}
+	}
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	for i := range t.NumField() {
+		name := jsonName(t.Field(i))
+		if name == "" {
+			continue
+		}
+		full := name
+		if parent != "" {
+			full = parent + "." + name
+		}
+		ft := t.Field(i).Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch ft.Kind() {
+		case reflect.Struct:
+			full += "."
+		case reflect.Slice:
+			if e := ft.Elem(); e.Kind() == reflect.Struct {
+				full += "[0]."
+			}
+		}
+		if strings.HasPrefix(full, prefix) {
+			out = append(out, full)
+		}
+	}
+	return out
 }
 
 // printValue prints a configuration value: a string plain, an unset list

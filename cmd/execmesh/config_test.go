@@ -57,7 +57,9 @@ func TestConfigScenarios(t *testing.T) {
 				{args: []string{"get", "tools.exec.killGraceMs"}, stdout: "5000\n"},
 				{args: []string{"get", "tools.exec.notifyOnExit"}, stdout: "true\n"},
 				{args: []string{"get", "tools.deny"}, stdout: "[]\n"},
-				{args: []string{"get", "tools.exec.security"}, stdout: "\n"},
+				// The value in force, and on stderr where it comes from.
+				{args: []string{"get", "tools.exec.security"}, stdout: "allowlist\n", stderr: []string{"tools.exec.security: default (no configuration file); deny when the configured host is the sandbox"}},
+				{args: []string{"get", "tools.exec.ask"}, stdout: "on-miss\n", stderr: []string{"default"}},
 				{args: []string{"get", "gateway.listen"}, stdout: "127.0.0.1:8420\n"},
 				{args: []string{"get", "sandbox.env"}, stdout: "{}\n"},
 				{args: []string{"get", "agents.list"}, stdout: "[]\n"},
@@ -252,6 +254,61 @@ func TestConfigSetCreatesFile(t *testing.T) {
 	}
 	if _, err := os.Stat(other); !os.IsNotExist(err) {
 		t.Errorf("unset created %s", other)
+	}
+}
+
+// TestConfigGetOrigin: config get prints the value in force (the file,
+// then EXECMESH_* over it, --state-dir for stateDir) and says on stderr
+// where it comes from when the file does not set it (issue 13 item 9).
+func TestConfigGetOrigin(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "config.json"), `{"tools":{"exec":{"ask":"always"}}}`)
+	other := filepath.Join(t.TempDir(), "elsewhere")
+	tests := []struct {
+		name   string
+		env    map[string]string
+		args   []string
+		stdout string
+		stderr string // "" means nothing on stderr
+	}{
+		{"set in the file", nil, []string{"tools.exec.ask"}, "always\n", ""},
+		{"default", nil, []string{"tools.exec.security"}, "allowlist\n", "(tools.exec.security: default (not set in " + filepath.Join(dir, "config.json") + "); deny when the configured host is the sandbox)\n"},
+		{"env over the default", map[string]string{"EXECMESH_EXEC_SECURITY": "full"}, []string{"tools.exec.security"}, "full\n", "(tools.exec.security: from $EXECMESH_EXEC_SECURITY)\n"},
+		{"env over the file", map[string]string{"EXECMESH_EXEC_ASK": "off"}, []string{"tools.exec.ask"}, "off\n", "(tools.exec.ask: from $EXECMESH_EXEC_ASK)\n"},
+		{"stateDir from the environment", nil, []string{"stateDir"}, dir + "\n", "(stateDir: from $EXECMESH_STATE_DIR)\n"},
+		{"stateDir from --state-dir", nil, []string{"stateDir", "--state-dir", other}, other + "\n", "(stateDir: from --state-dir)\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{envStateDir: dir}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			r := runCLI(t, env, "", append([]string{"config", "get"}, tt.args...)...)
+			if r.code != 0 || r.stdout != tt.stdout || r.stderr != tt.stderr {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want 0, %q, %q", r.code, r.stdout, r.stderr, tt.stdout, tt.stderr)
+			}
+		})
+	}
+}
+
+// TestConfigUnknownKeyNamesItsPath: a file with an unknown key fails with
+// the key's full path (issue 13 item 9), also inside lists.
+func TestConfigUnknownKeyNamesItsPath(t *testing.T) {
+	t.Parallel()
+	for doc, want := range map[string]string{
+		`{"tools":{"exec":{"sucurity":"full"}}}`:                                    "unknown key tools.exec.sucurity",
+		`{"agents":{"list":[{"id":"a"},{"id":"b","tools":{"exec":{"hots":"x"}}}]}}`: "unknown key agents.list[1].tools.exec.hots",
+		`{"Tools":{"Exec":{"Host":"gateway","nope":1}}}`:                            "unknown key Tools.Exec.nope",
+	} {
+		file := filepath.Join(t.TempDir(), "config.json")
+		writeFile(t, file, doc)
+		r := runCLI(t, nil, "", "config", "get", "tools.exec.host", "--config", file)
+		if r.code != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("%s: exit %d, stderr %q; want %q", doc, r.code, r.stderr, want)
+		}
 	}
 }
 

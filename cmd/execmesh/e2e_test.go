@@ -6,6 +6,8 @@ import (
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -52,19 +54,31 @@ func startGateway(t *testing.T, mutate func(*gateway.Config)) map[string]string 
 func TestE2EExec(t *testing.T) {
 	t.Parallel()
 	env := startGateway(t, nil)
+	notExecutable := filepath.Join(t.TempDir(), "data.txt")
+	if err := os.WriteFile(notExecutable, []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name   string
 		args   []string
 		code   int
 		stdout string // exact when set
 		has    string // substring of stdout
+		stderr string // exact when set
 	}{
 		{name: "echo", args: []string{"--", "echo", "hi"}, stdout: "hi\n"},
 		{name: "one word is a shell line", args: []string{"echo a; echo b"}, stdout: "a\nb\n"},
-		{name: "non-zero exit", args: []string{"--", "sh", "-c", "exit 3"}, code: 3, has: "(Command exited with code 3)"},
-		{name: "not found", args: []string{"--", "execmesh-no-such-command-xyz"}, code: 1, has: "Command not found"},
+		// Like ssh host cmd: the command's output only, its exit status
+		// (issue 13 item 6).
+		{name: "non-zero exit", args: []string{"--", "sh", "-c", "echo out; exit 3"}, code: 3, stdout: "out\n"},
+		{name: "not found is 127", args: []string{"--", "execmesh-no-such-command-xyz"}, code: 127, has: "not found"},
+		{name: "not executable is 126", args: []string{"--", notExecutable}, code: 126, has: "ermission denied"},
+		{name: "signal is 128+N", args: []string{"kill -9 $$"}, code: 137, stderr: "execmesh: command ended by signal SIGKILL\n"},
 		{name: "env and workdir", args: []string{"--env", "GREETING=hello", "--workdir", "/", "--", "sh", "-c", `echo "$GREETING from $(pwd)"`}, stdout: "hello from /\n"},
-		{name: "timeout", args: []string{"--timeout", "1", "--", "sleep", "30"}, code: 1, has: "Command timed out after 1 seconds."},
+		{name: "timeout is 124 with the reason", args: []string{"--timeout", "1", "--", "sleep", "30"}, code: 124, stderr: "execmesh: command timed out: the exec timeout ended it (SIGTERM)\n"},
+		{name: "longer than the yield window", args: []string{"sleep 0.3; echo late"}, stdout: "late\n"},
+		{name: "no-wait returns at the yield", args: []string{"--no-wait", "--yield-ms", "100", "sleep 2; echo x"}, has: "Command still running"},
+		{name: "no-wait foreground text", args: []string{"--no-wait", "--", "sh", "-c", "exit 3"}, code: 3, has: "(Command exited with code 3)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,6 +92,9 @@ func TestE2EExec(t *testing.T) {
 			}
 			if !strings.Contains(r.stdout, tt.has) {
 				t.Errorf("stdout %q lacks %q", r.stdout, tt.has)
+			}
+			if tt.stderr != "" && r.stderr != tt.stderr {
+				t.Errorf("stderr %q, want %q", r.stderr, tt.stderr)
 			}
 		})
 	}
@@ -198,11 +215,13 @@ func TestE2ESessionDefaultsAndAdmin(t *testing.T) {
 func TestE2EFollow(t *testing.T) {
 	t.Parallel()
 	env := startGateway(t, nil)
-	r := runCLI(t, env, "", "exec", "--follow", "--", "sh", "-c", "echo first; sleep 0.3; echo second; exit 4")
-	if r.code != 4 || !strings.Contains(r.stdout, "first\n") || !strings.Contains(r.stdout, "second\n") || !strings.Contains(r.stdout, "Process exited with code 4.") {
-		t.Fatalf("exec --follow: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	for _, args := range [][]string{{"exec", "--follow"}, {"exec"}} {
+		r := runCLI(t, env, "", append(args, "--", "sh", "-c", "echo first; sleep 0.3; echo second; exit 4")...)
+		if r.code != 4 || r.stdout != "first\nsecond\n" || r.stderr != "" {
+			t.Fatalf("%q: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
 	}
-	r = runCLI(t, env, "", "exec", "--background", "--", "sh", "-c", "sleep 0.2; echo tailed")
+	r := runCLI(t, env, "", "exec", "--background", "--", "sh", "-c", "sleep 0.2; echo tailed")
 	sid := regexp.MustCompile(`session ([a-z0-9-]+),`).FindStringSubmatch(r.stdout)
 	if r.code != 0 || sid == nil {
 		t.Fatalf("background: %d %q", r.code, r.stdout)

@@ -1,15 +1,16 @@
 package main
 
 import (
-	"errors"
-	"flag"
+	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/execmesh/execmesh/gateway"
 )
@@ -17,90 +18,15 @@ import (
 // Environment variables read by the client commands (the daemons read
 // theirs through gateway.LoadConfig).
 const (
-	envGatewayURL = "EXECMESH_GATEWAY_URL"
-	envToken      = "EXECMESH_GATEWAY_TOKEN"
-	envStateDir   = "EXECMESH_STATE_DIR"
+	envGatewayURL    = "EXECMESH_GATEWAY_URL"
+	envToken         = "EXECMESH_GATEWAY_TOKEN"
+	envOperatorToken = "EXECMESH_OPERATOR_TOKEN"
+	envStateDir      = "EXECMESH_STATE_DIR"
 )
 
-// newFlagSet returns a FlagSet that reports errors to the caller instead of
-// printing or exiting; usage text is printed by parseFlags.
-func newFlagSet(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("execmesh "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	return fs
-}
-
-// printFlagUsage prints "usage: execmesh NAME SYNOPSIS" and the flags.
-func printFlagUsage(w io.Writer, fs *flag.FlagSet, synopsis string) {
-	fmt.Fprintf(w, "usage: %s %s\n", fs.Name(), synopsis)
-	var any bool
-	fs.VisitAll(func(*flag.Flag) { any = true })
-	if !any {
-		return
-	}
-	fmt.Fprintln(w, "\nflags:")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
-}
-
-// parseFlags parses args with fs. When interspersed is true, flags may
-// appear before, between or after positional arguments, up to a "--" that
-// ends them; otherwise parsing stops at the first positional argument (exec
-// needs this: everything after the command's first word is the command's).
-// -h prints the usage to stdout and returns errHelp; a bad flag is a usage
-// error that carries the usage text.
-func (c *cli) parseFlags(fs *flag.FlagSet, synopsis string, args []string, interspersed bool) ([]string, error) {
-	pos, err := parseArgs(fs, args, interspersed)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		printFlagUsage(c.stdout, fs, synopsis)
-		return nil, errHelp
-	case err != nil:
-		fmt.Fprintf(c.stderr, "execmesh: %v\n", err)
-		printFlagUsage(c.stderr, fs, synopsis)
-		return nil, errSilentUsage
-	}
-	return pos, nil
-}
-
-func parseArgs(fs *flag.FlagSet, args []string, interspersed bool) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if !interspersed {
-		return fs.Args(), nil
-	}
-	var pos []string
-	for {
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		// flag.Parse consumes a "--" and stops right after it: everything
-		// from there on is positional.
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// isSet reports whether the flag name was given on the command line, so
-// that "absent" and "zero" stay distinct in tool arguments.
-func isSet(fs *flag.FlagSet, name string) bool {
-	var set bool
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == name {
-			set = true
-		}
-	})
-	return set
-}
+// operatorTokenFile is the file in the state dir that holds the operator
+// token a token-less loopback gateway generates (mode 0600, one line).
+const operatorTokenFile = "operator.token"
 
 // listFlag is a repeatable string flag; with split set, each value is also
 // split at commas (--keys C-c,Enter).
@@ -110,6 +36,9 @@ type listFlag struct {
 }
 
 func (l *listFlag) String() string { return strings.Join(l.values, ",") }
+
+// Type is the value's name in the help: "strings".
+func (l *listFlag) Type() string { return "strings" }
 
 func (l *listFlag) Set(v string) error {
 	if !l.split {
@@ -130,7 +59,7 @@ type configFlags struct {
 	stateDir string
 }
 
-func (f *configFlags) register(fs *flag.FlagSet) {
+func (f *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.path, "config", "", "configuration `file` (default <state-dir>/config.json when it exists)")
 	fs.StringVar(&f.stateDir, "state-dir", "", "state `dir`ectory (default $"+envStateDir+", else ~/.execmesh)")
 }
@@ -180,45 +109,75 @@ func (f *configFlags) load(c *cli) (gateway.Config, error) {
 	return gateway.LoadConfig(f.filePath(c), c.env)
 }
 
-// clientFlags are the flags every client command takes.
+// clientOpt selects the optional client flags a command takes: only those
+// that do something for it.
+type clientOpt uint8
+
+const (
+	withSessionKey clientOpt = 1 << iota // --session-key
+	withJSON                             // --json
+	withOperator                         // --operator-token
+)
+
+// clientFlags are the flags of the commands that talk to a gateway.
 type clientFlags struct {
 	configFlags
-	gatewayURL string
-	token      string
-	sessionKey string
-	json       bool
+	gatewayURL    string
+	token         string
+	operatorToken string
+	sessionKey    string
+	json          bool
 }
 
-func (f *clientFlags) register(fs *flag.FlagSet) {
+func (f *clientFlags) register(fs *pflag.FlagSet, opts clientOpt) {
 	f.configFlags.register(fs)
 	fs.StringVar(&f.gatewayURL, "gateway", "", "gateway `URL` (default $"+envGatewayURL+", else http://<gateway.listen>)")
-	fs.StringVar(&f.token, "token", "", "bearer `token` (default $"+envToken+", else gateway.auth.token)")
-	fs.StringVar(&f.sessionKey, "session-key", gateway.DefaultSessionKey, "the caller's `sessionKey` (scope of sessions and events)")
-	fs.BoolVar(&f.json, "json", false, "print the raw JSON answer")
+	fs.StringVar(&f.token, "token", "", "bearer `token` of the API (default $"+envToken+", else gateway.auth.token)")
+	if opts&withOperator != 0 {
+		f.registerOperator(fs)
+	}
+	f.sessionKey = gateway.DefaultSessionKey
+	if opts&withSessionKey != 0 {
+		fs.StringVar(&f.sessionKey, "session-key", gateway.DefaultSessionKey, "the caller's `sessionKey` (scope of sessions and events)")
+	}
+	if opts&withJSON != 0 {
+		fs.BoolVar(&f.json, "json", false, "print the raw JSON answer")
+	}
 }
 
-// parseAndConnect parses args with c.parseFlags and opens the client the
-// flags describe: the preamble of every command that talks to a gateway.
-// The caller closes the client.
-func (f *clientFlags) parseAndConnect(c *cli, fs *flag.FlagSet, synopsis string, args []string, interspersed bool) ([]string, *client, error) {
-	pos, err := c.parseFlags(fs, synopsis, args, interspersed)
-	if err != nil {
-		return nil, nil, err
-	}
-	cl, err := f.client(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pos, cl, nil
+// registerOperator adds --operator-token, for the commands that call
+// operator endpoints (a subcommand of a group whose client flags are
+// persistent).
+func (f *clientFlags) registerOperator(fs *pflag.FlagSet) {
+	fs.StringVar(&f.operatorToken, "operator-token", "", "operator `token` for decisions, pairing and approvals files (default $"+envOperatorToken+", else <state-dir>/"+operatorTokenFile+", else --token)")
 }
 
 // client loads the configuration (a bad one fails every command, naming
-// the key) and returns a gateway client for the resolved URL and token.
+// the key) and returns a gateway client for the resolved URL and tokens.
 func (f *clientFlags) client(c *cli) (*client, error) {
 	cfg, err := f.load(c)
 	if err != nil {
 		return nil, err
 	}
+	return f.clientFor(c, cfg)
+}
+
+// run returns a cobra RunE that calls fn with a client for the flags (a
+// bad configuration fails first, naming the key) and closes it after.
+func (f *clientFlags) run(c *cli, fn func(ctx context.Context, cl *client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		cl, err := f.client(c)
+		if err != nil {
+			return err
+		}
+		defer cl.close()
+		return fn(cmd.Context(), cl, args)
+	}
+}
+
+// clientFor returns the gateway client for an already loaded
+// configuration.
+func (f *clientFlags) clientFor(c *cli, cfg gateway.Config) (*client, error) {
 	base := f.gatewayURL
 	if base == "" {
 		base = c.getenv(envGatewayURL)
@@ -235,7 +194,27 @@ func (f *clientFlags) client(c *cli) (*client, error) {
 		// LoadConfig already put $EXECMESH_GATEWAY_TOKEN over the file's.
 		token = cfg.Gateway.Auth.Token
 	}
-	return newClient(u, token), nil
+	cl := newClient(u, token)
+	cl.operatorToken = f.resolveOperatorToken(c)
+	return cl, nil
+}
+
+// resolveOperatorToken is --operator-token, else $EXECMESH_OPERATOR_TOKEN,
+// else the first line of <state-dir>/operator.token when it is readable,
+// else "" (operator calls then send the tool token).
+func (f *clientFlags) resolveOperatorToken(c *cli) string {
+	if f.operatorToken != "" {
+		return f.operatorToken
+	}
+	if t := strings.TrimSpace(c.getenv(envOperatorToken)); t != "" {
+		return t
+	}
+	data, err := os.ReadFile(filepath.Join(f.resolveStateDir(c), operatorTokenFile))
+	if err != nil {
+		return ""
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	return strings.TrimSpace(line)
 }
 
 // listenURL turns a listen address into a URL a client can dial: a

@@ -24,15 +24,34 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
+// pollFunc is one process poll of a session with the given wait.
+type pollFunc func(ctx context.Context, timeoutMs int) (protocol.Result, error)
+
 // follow tails a background session until it exits, printing its output
-// as it arrives, and returns the final poll result. Interrupted, it says
-// how to pick the session up again: the command keeps running.
-func (c *cli) follow(ctx context.Context, cl *client, sessionKey, sessionID string) (protocol.Result, error) {
+// as it arrives and, with exitLine, the final poll's last line ("Process
+// exited with code 0."), and returns the final poll result.
+func (c *cli) follow(ctx context.Context, cl *client, sessionKey, sessionID string, exitLine bool) (protocol.Result, error) {
 	poll := func(ctx context.Context, timeoutMs int) (protocol.Result, error) {
 		_, ans, err := cl.invokeTool(ctx, protocol.ToolProcess, protocol.ProcessArgs{Action: "poll", SessionID: sessionID, Timeout: &timeoutMs}, sessionKey)
 		return ans.Result, err
 	}
-	res, err := ui.FollowSession(ctx, poll, c.stdout, isTerminal(c.stdout))
+	return c.followPolls(ctx, poll, sessionID, ui.FollowOptions{TTY: isTerminal(c.stdout), ExitLine: exitLine}, c.stdout)
+}
+
+// followWith follows a session for exec: its output only (the exit is
+// reported by the caller), or nothing with quiet.
+func (c *cli) followWith(ctx context.Context, poll pollFunc, sessionID string, quiet bool) (protocol.Result, error) {
+	w := c.stdout
+	if quiet {
+		w = io.Discard
+	}
+	return c.followPolls(ctx, poll, sessionID, ui.FollowOptions{TTY: !quiet && isTerminal(c.stdout)}, w)
+}
+
+// followPolls runs ui.FollowSession. Interrupted, it says how to pick the
+// session up again: the command keeps running.
+func (c *cli) followPolls(ctx context.Context, poll pollFunc, sessionID string, opts ui.FollowOptions, w io.Writer) (protocol.Result, error) {
+	res, err := ui.FollowSession(ctx, poll, w, opts)
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		fmt.Fprintf(c.stderr, "\nexecmesh: session %s keeps running; follow it with: execmesh process poll %s --follow\n", sessionID, sessionID)
 		return res, &exitError{code: exitFail}

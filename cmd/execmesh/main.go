@@ -3,6 +3,11 @@
 // (call, exec, process, session, events, nodes, approvals, admin, mcp) or
 // edit the configuration file (config).
 //
+// The command line is a github.com/spf13/cobra tree built afresh for every
+// invocation (newRootCmd), with GNU-style flags (pflag), shell completion
+// (`execmesh completion bash|zsh|fish`) and man pages generated from the
+// same tree (`execmesh man DIR`, `make man`).
+//
 // main only wires the process to run; run decides every exit code, so tests
 // drive the whole CLI in-process with buffers.
 package main
@@ -17,17 +22,16 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
-// version is the CLI version; release builds override it with
-// -ldflags "-X main.version=…".
-var version = "0.0.0-dev"
-
-// Exit codes decided by run.
+// Exit codes decided by run. A command run by `exec` passes its own exit
+// status through instead (see exitStatus).
 const (
 	exitOK    = 0 // success
 	exitFail  = 1 // a failed call, or a tool result with status failed
-	exitUsage = 2 // bad command line
+	exitUsage = 2 // bad command line, found before any request was sent
 )
 
 // maxThreads raises Go's default limit of 10 000 OS threads, which aborts
@@ -57,7 +61,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // without touching the process environment.
 func runEnv(ctx context.Context, args []string, environ map[string]string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr, env: environ}
-	return c.exitCode(c.dispatch(ctx, args))
+	root := c.newRootCmd()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	return c.exitCode(cmd, err)
 }
 
 // cli is one invocation: its standard streams and environment. It holds no
@@ -71,86 +78,82 @@ type cli struct {
 // getenv returns the variable from the invocation's environment.
 func (c *cli) getenv(key string) string { return c.env[key] }
 
-// command is one entry of the command table.
-type command struct {
-	name    string
-	args    string // synopsis after the name
-	summary string
-	run     func(ctx context.Context, c *cli, args []string) error
-}
+// Command groups of the top-level help.
+const (
+	groupDaemon = "daemon"
+	groupClient = "client"
+	groupOther  = "other"
+)
 
-// commands is the read-only command table, in the order `help` lists them.
-// help and version are handled by dispatch itself.
-var commands = []command{
-	{"up", "[flags]", "embedded NATS + gateway + a local node agent, in one process", serveCmd(serveUp)},
-	{"gateway", "[flags]", "the gateway alone (embedded NATS unless --nats-url)", serveCmd(serveGateway)},
-	{"node", "[flags]", "a headless node agent (--nats-url, --name, --join CODE, …)", serveCmd(serveNode)},
-	{"call", "[flags] [JSON]", "one tool call; JSON from the argument or stdin; prints the JSON answer", runCall},
-	{"exec", "[flags] [--] CMD…", "run a command through the exec tool", runExec},
-	{"process", "ACTION [SESSION-ID] [flags]", "the process tool: " + strings.Join(processActionsList(), "|"), runProcess},
-	{"session", "exec [--host H] [--security S] [--ask A] [--node N]", "show or set this sessionKey's exec defaults", runSession},
-	{"events", "[--wait-ms N] [--follow]", "print queued system events (exec exits, approvals)", runEvents},
-	{"nodes", "list|pending|approve ID|reject ID|invite [--name N] [--ttl D]", "node registry, pairing and join codes", runNodes},
-	{"approvals", "list|resolve ID allow-once|allow-always|deny", "pending exec approvals", runApprovals},
-	{"admin", "blockers", "gateway administration: sessions that block a safe restart", runAdmin},
-	{"mcp", "[flags]", "serve the exec and process tools as an MCP server on stdio", runMCP},
-	{"config", "get [KEYPATH] | set KEYPATH VALUE | unset KEYPATH", "read or edit the JSON config file", runConfig},
-	{"version", "", "print the version", nil},
-	{"help", "[COMMAND]", "show this help", nil},
-}
-
-// serveCmd adapts a daemon entry point of serve.go to the command table.
-func serveCmd(f func(context.Context, []string, io.Writer, io.Writer) error) func(context.Context, *cli, []string) error {
-	return func(ctx context.Context, c *cli, args []string) error {
-		return f(ctx, args, c.stdout, c.stderr)
+// newRootCmd builds the command tree of one invocation.
+func (c *cli) newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "execmesh",
+		Short: "execmesh runs shell commands for AI agents, locally or on a fleet of node agents.",
+		Long: "execmesh runs shell commands for AI agents, locally or on a fleet of node agents over NATS,\n" +
+			"and keeps long-running commands as pollable background sessions (OpenClaw's exec and process tools).",
+		Version: buildVersion().short(),
+		// "did you mean" for a command two edits away.
+		SuggestionsMinimumDistance: 2,
+		// Errors and usage hints are printed by exitCode, once.
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			msg := fmt.Sprintf("unknown command %q", args[0])
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+			}
+			return usageErrorf("%s; run \"execmesh help\" for the list", msg)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// No command: the help, on stderr, as a usage error.
+			cmd.SetOut(c.stderr)
+			_ = cmd.Usage()
+			return errSilentUsage
+		},
 	}
-}
+	root.SetIn(c.stdin)
+	root.SetOut(c.stdout)
+	root.SetErr(c.stderr)
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &usageError{msg: err.Error()}
+	})
+	root.AddGroup(
+		&cobra.Group{ID: groupDaemon, Title: "Daemons:"},
+		&cobra.Group{ID: groupClient, Title: "Client commands (they talk to a gateway over its HTTP API):"},
+		&cobra.Group{ID: groupOther, Title: "Other:"},
+	)
+	root.SetHelpCommandGroupID(groupOther)
+	root.SetCompletionCommandGroupID(groupOther)
+	root.CompletionOptions.HiddenDefaultCmd = false
 
-// dispatch runs the command named by args[0].
-func (c *cli) dispatch(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		c.usage(c.stderr)
-		return errSilentUsage
-	}
-	name, rest := args[0], args[1:]
-	switch name {
-	case "help", "-h", "-help", "--help":
-		if len(rest) > 0 && name == "help" {
-			// `execmesh help exec` is `execmesh exec -h`.
-			return c.dispatch(ctx, []string{rest[0], "-h"})
+	var order []*cobra.Command
+	add := func(group string, cmds ...*cobra.Command) {
+		for _, cmd := range cmds {
+			cmd.GroupID = group
+			root.AddCommand(cmd)
+			order = append(order, cmd)
 		}
-		c.usage(c.stdout)
-		return nil
-	case "version", "-version", "--version":
-		fmt.Fprintln(c.stdout, "execmesh", version)
-		return nil
 	}
-	for _, cmd := range commands {
-		if cmd.name == name && cmd.run != nil {
-			return cmd.run(ctx, c, rest)
-		}
+	add(groupDaemon, c.newUpCmd(), c.newGatewayCmd(), c.newNodeCmd())
+	add(groupClient, c.newExecCmd(), c.newCallCmd(), c.newProcessCmd(), c.newSessionCmd(), c.newEventsCmd(),
+		c.newNodesCmd(), c.newApprovalsCmd(), c.newAdminCmd(), c.newMCPCmd(), c.newConfigCmd())
+	add(groupOther, c.newVersionCmd())
+	root.AddCommand(c.newManCmd(root))
+	// cobra's completion command, made now so that it is a command like
+	// the others: its own summary, and a usage error for an unknown shell.
+	root.InitDefaultCompletionCmd()
+	if comp, _, err := root.Find([]string{"completion"}); err == nil && comp != root {
+		comp.Short = "print the shell completion script: bash, zsh, fish or powershell"
+		comp.Example = "  source <(execmesh completion bash)\n  execmesh completion zsh > \"${fpath[1]}/_execmesh\"\n  execmesh completion fish > ~/.config/fish/completions/execmesh.fish"
+		groupCmd(comp)
 	}
-	return usageErrorf("unknown command %q (run \"execmesh help\" for the list)", name)
-}
-
-// usage prints the command list.
-func (c *cli) usage(w io.Writer) {
-	fmt.Fprintln(w, "execmesh runs shell commands for AI agents, locally or on a fleet of node agents.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Usage: execmesh COMMAND [ARGS]")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Commands:")
-	for _, cmd := range commands {
-		syn := cmd.name
-		if cmd.args != "" {
-			syn += " " + cmd.args
-		}
-		fmt.Fprintf(w, "  %s\n      %s\n", syn, cmd.summary)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Client flags: --gateway URL (EXECMESH_GATEWAY_URL), --token T (EXECMESH_GATEWAY_TOKEN),")
-	fmt.Fprintln(w, "  --session-key K (default agent:main:main), --json, --config FILE, --state-dir DIR.")
-	fmt.Fprintln(w, "Run \"execmesh COMMAND -h\" for the flags of one command.")
+	setRootUsage(root, order)
+	return root
 }
 
 // usageError is a bad command line: exit status 2.
@@ -165,9 +168,6 @@ func usageErrorf(format string, args ...any) error {
 // errSilentUsage is a usage error whose explanation was already printed.
 var errSilentUsage = &usageError{}
 
-// errHelp means -h was asked for and the help was printed: exit 0.
-var errHelp = errors.New("help requested")
-
 // exitError ends the command with a specific status and no further message;
 // what the user needs to read was printed already (the result text of a
 // tool call, for instance).
@@ -177,18 +177,22 @@ func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code
 
 // exitCode turns a command's error into the process exit status, printing
 // the message where there is one. It is the only place that decides exit
-// codes.
-func (c *cli) exitCode(err error) int {
+// codes. cmd is the command that ran (or failed to parse), for the hint
+// that points at its help.
+func (c *cli) exitCode(cmd *cobra.Command, err error) int {
 	var ue *usageError
 	var ee *exitError
 	switch {
-	case err == nil, errors.Is(err, errHelp):
+	case err == nil:
 		return exitOK
 	case errors.As(err, &ee):
 		return ee.code
 	case errors.As(err, &ue):
 		if ue.msg != "" {
 			fmt.Fprintln(c.stderr, "execmesh:", ue.msg)
+			if cmd != nil && cmd.HasParent() {
+				fmt.Fprintf(c.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+			}
 		}
 		return exitUsage
 	default:

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -45,19 +47,29 @@ func TestUsage(t *testing.T) {
 		stderr   []string
 		noStdout bool
 	}{
-		{name: "no args", args: nil, code: 2, stderr: []string{"Usage: execmesh COMMAND", "exec", "nodes"}, noStdout: true},
+		{name: "no args", args: nil, code: 2, stderr: []string{"Usage: execmesh COMMAND", "exec", "nodes approvals get"}, noStdout: true},
 		{name: "help", args: []string{"help"}, code: 0, stdout: []string{"Usage: execmesh COMMAND"}},
 		{name: "-h", args: []string{"-h"}, code: 0, stdout: []string{"Usage: execmesh COMMAND"}},
 		{name: "--help", args: []string{"--help"}, code: 0, stdout: []string{"Usage: execmesh COMMAND"}},
-		{name: "help exec", args: []string{"help", "exec"}, code: 0, stdout: []string{"usage: execmesh exec", "-workdir", "-yield-ms"}},
-		{name: "exec -h", args: []string{"exec", "-h"}, code: 0, stdout: []string{"usage: execmesh exec", "-gateway", "-token", "-session-key"}},
-		{name: "version", args: []string{"version"}, code: 0, stdout: []string{"execmesh " + version}},
+		{name: "help exec", args: []string{"help", "exec"}, code: 0, stdout: []string{"execmesh exec [flags] [--] CMD…", "--workdir dir", "--yield-ms ms", "Examples:"}},
+		{name: "exec -h", args: []string{"exec", "-h"}, code: 0, stdout: []string{"execmesh exec [flags] [--] CMD…", "--gateway URL", "--token token", "--session-key sessionKey"}},
+		{name: "exec --help", args: []string{"exec", "--help"}, code: 0, stdout: []string{"--no-wait", "--background"}},
+		{name: "version", args: []string{"version"}, code: 0, stdout: []string{"execmesh "}},
+		{name: "--version", args: []string{"--version"}, code: 0, stdout: []string{"execmesh "}},
 		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderr: []string{`unknown command "frobnicate"`}, noStdout: true},
+		{name: "unknown command suggests", args: []string{"exce"}, code: 2, stderr: []string{`did you mean "exec"`}, noStdout: true},
 		{name: "exec without command", args: []string{"exec"}, code: 2, stderr: []string{"no command given"}},
-		{name: "exec unknown flag", args: []string{"exec", "--bogus", "--", "ls"}, code: 2, stderr: []string{"flag provided but not defined: -bogus", "usage: execmesh exec"}},
+		{name: "exec unknown flag", args: []string{"exec", "--bogus", "--", "ls"}, code: 2, stderr: []string{"unknown flag: --bogus", "Run 'execmesh exec --help' for usage."}},
+		{name: "exec background and no-wait", args: []string{"exec", "--background", "--no-wait", "true"}, code: 2, stderr: []string{"do not mix"}},
+		{name: "exec negative yield", args: []string{"exec", "--yield-ms", "-5", "true"}, code: 2, stderr: []string{"--yield-ms must not be negative"}},
 		{name: "exec bad env", args: []string{"exec", "--env", "NOEQUALS", "--", "ls"}, code: 2, stderr: []string{`--env "NOEQUALS"`}},
-		{name: "process without action", args: []string{"process"}, code: 2, stderr: []string{"no action given"}},
-		{name: "process unknown action", args: []string{"process", "explode"}, code: 2, stderr: []string{`unknown action "explode"`, "send-keys"}},
+		{name: "process without action", args: []string{"process"}, code: 2, stderr: []string{"want a subcommand", "send-keys"}},
+		{name: "process unknown action", args: []string{"process", "explode"}, code: 2, stderr: []string{`unknown subcommand "explode"`, "send-keys"}},
+		// Issue 13 item 8: a missing argument is a usage error before any request.
+		{name: "process poll without id", args: []string{"process", "poll"}, code: 2, stderr: []string{"no session id given"}},
+		{name: "process kill without id", args: []string{"process", "kill"}, code: 2, stderr: []string{"no session id given"}},
+		{name: "process list with an id", args: []string{"process", "list", "x"}, code: 2, stderr: []string{"unexpected arguments"}},
+		{name: "process data on poll", args: []string{"process", "poll", "x", "--data", "y"}, code: 2, stderr: []string{"unknown flag: --data"}},
 		{name: "process two ids", args: []string{"process", "poll", "a", "-s", "b"}, code: 2, stderr: []string{"two different session ids"}},
 		{name: "process negative timeout", args: []string{"process", "poll", "a", "--timeout", "-1"}, code: 2, stderr: []string{"--timeout must not be negative"}},
 		{name: "call not json", args: []string{"call", "{nope"}, code: 2, stderr: []string{"must be a JSON object"}},
@@ -66,18 +78,26 @@ func TestUsage(t *testing.T) {
 		{name: "call two args", args: []string{"call", "{}", "{}"}, code: 2, stderr: []string{"want one JSON argument"}},
 		{name: "nodes without subcommand", args: []string{"nodes"}, code: 2, stderr: []string{"want a subcommand"}},
 		{name: "nodes unknown subcommand", args: []string{"nodes", "explode"}, code: 2, stderr: []string{`unknown subcommand "explode"`}},
-		{name: "nodes approve without id", args: []string{"nodes", "approve"}, code: 2, stderr: []string{"want one node ID"}},
-		{name: "nodes list --name", args: []string{"nodes", "list", "--name", "x"}, code: 2, stderr: []string{"belong to \"nodes invite\""}},
+		{name: "nodes approve without id", args: []string{"nodes", "approve"}, code: 2, stderr: []string{"want one node id or name"}},
+		{name: "nodes list --name", args: []string{"nodes", "list", "--name", "x"}, code: 2, stderr: []string{"unknown flag: --name"}},
+		{name: "nodes --session-key", args: []string{"nodes", "list", "--session-key", "x"}, code: 2, stderr: []string{"unknown flag: --session-key"}},
+		{name: "nodes approvals set without hash", args: []string{"nodes", "approvals", "set", "n1", "f.json"}, code: 2, stderr: []string{"base-hash"}},
+		{name: "nodes invite negative ttl", args: []string{"nodes", "invite", "--ttl", "-1m"}, code: 2, stderr: []string{"--ttl must not be negative"}},
 		{name: "approvals bad decision", args: []string{"approvals", "resolve", "id1", "maybe"}, code: 2, stderr: []string{`invalid decision "maybe"`}},
 		{name: "approvals resolve missing decision", args: []string{"approvals", "resolve", "id1"}, code: 2, stderr: []string{"want ID and a decision"}},
-		{name: "admin unknown", args: []string{"admin", "explode"}, code: 2, stderr: []string{"admin blockers"}},
-		{name: "session without exec", args: []string{"session"}, code: 2, stderr: []string{"session exec"}},
+		{name: "approvals get without id", args: []string{"approvals", "get"}, code: 2, stderr: []string{"want one approval id"}},
+		{name: "admin unknown", args: []string{"admin", "explode"}, code: 2, stderr: []string{"blockers"}},
+		{name: "session without exec", args: []string{"session"}, code: 2, stderr: []string{"want a subcommand: exec"}},
 		{name: "events follow and wait", args: []string{"events", "--follow", "--wait-ms", "5"}, code: 2, stderr: []string{"do not mix"}},
 		{name: "config without subcommand", args: []string{"config"}, code: 2, stderr: []string{"want a subcommand"}},
-		{name: "config set without value", args: []string{"config", "set", "tools.exec.host"}, code: 2, stderr: []string{"wrong number of arguments"}},
+		{name: "config set without value", args: []string{"config", "set", "tools.exec.host"}, code: 2, stderr: []string{"want KEYPATH and VALUE"}},
 		{name: "config bad key path", args: []string{"config", "get", "tools..exec"}, code: 2, stderr: []string{"invalid key path", "empty key"}},
 		{name: "config bad index", args: []string{"config", "get", "agents.list[x]"}, code: 2, stderr: []string{"invalid key path"}},
 		{name: "mcp extra args", args: []string{"mcp", "extra"}, code: 2, stderr: []string{"unexpected arguments"}},
+		{name: "mcp --json", args: []string{"mcp", "--json"}, code: 2, stderr: []string{"unknown flag: --json"}},
+		{name: "up extra args", args: []string{"up", "extra"}, code: 2, stderr: []string{"unexpected arguments"}},
+		{name: "up bad flag", args: []string{"up", "--drain-timeout", "soon"}, code: 2, stderr: []string{"--drain-timeout"}},
+		{name: "completion without shell", args: []string{"completion", "nosh"}, code: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,14 +125,16 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// TestHelpListsEveryCommand checks the usage against DESIGN.md §2.
+// TestHelpListsEveryCommand checks the usage against DESIGN.md §2: every
+// command with its synopsis, subcommands included (issue 13 item 8: nodes
+// approvals get|set at the top level).
 func TestHelpListsEveryCommand(t *testing.T) {
 	t.Parallel()
 	r := runCLI(t, nil, "", "help")
 	for _, cmd := range []string{
-		"up", "gateway", "node", "nodes list|pending|approve ID|reject ID|invite [--name N] [--ttl D]", "call", "exec", "process",
-		"nodes list|pending|approve", "approvals list|resolve", "mcp", "config get", "session exec",
-		"events", "admin blockers", "version",
+		"up", "gateway", "node", "nodes list | pending | approve NODE | reject NODE | invite [--name N] [--ttl D]", "call", "exec", "process",
+		"nodes approvals get NODE | set NODE FILE|- --base-hash H", "approvals list | get ID | resolve ID allow-once|allow-always|deny",
+		"mcp", "config get", "session exec", "events", "admin blockers", "version", "completion bash|zsh|fish", "help",
 	} {
 		if !strings.Contains(r.stdout, "\n  "+cmd) {
 			t.Errorf("help does not list %q:\n%s", cmd, r.stdout)
@@ -195,32 +217,6 @@ func TestJoinCommand(t *testing.T) {
 	}
 }
 
-func TestParseArgsInterspersed(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		args []string
-		pos  []string
-		sid  string
-	}{
-		{[]string{"poll", "-s", "x"}, []string{"poll"}, "x"},
-		{[]string{"-s", "x", "poll"}, []string{"poll"}, "x"},
-		{[]string{"poll", "id1", "--json"}, []string{"poll", "id1"}, ""},
-		{[]string{"write", "--", "-s", "y"}, []string{"write", "-s", "y"}, ""},
-	}
-	for _, tt := range tests {
-		fs := newFlagSet("t")
-		sid := fs.String("s", "", "")
-		fs.Bool("json", false, "")
-		pos, err := parseArgs(fs, tt.args, true)
-		if err != nil {
-			t.Fatalf("%q: %v", tt.args, err)
-		}
-		if strings.Join(pos, "|") != strings.Join(tt.pos, "|") || *sid != tt.sid {
-			t.Errorf("%q: pos %q sid %q, want %q %q", tt.args, pos, *sid, tt.pos, tt.sid)
-		}
-	}
-}
-
 func TestListenURL(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
@@ -245,5 +241,33 @@ func TestListenURL(t *testing.T) {
 	}
 	if _, err := normalizeURL("ftp://x"); err == nil {
 		t.Error("normalizeURL(ftp://x) succeeded")
+	}
+}
+
+// TestVersionFromBuildInfo: the version comes from the build information:
+// the module version, the VCS revision and the dirty flag; -ldflags
+// -X main.version wins; SemVer for the node's micro service.
+func TestVersionFromBuildInfo(t *testing.T) {
+	t.Parallel()
+	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/execmesh/execmesh", Version: "v0.0.0-20261201092819-8d63f4e5d1bc+dirty"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "8d63f4e5d1bcb407d3afebf3ecd480bd9a8282d5"}, {Key: "vcs.time", Value: "2026-12-01T09:28:19Z"}, {Key: "vcs.modified", Value: "true"}}}
+	v := versionFrom(bi, "")
+	if got, want := v.short(), "execmesh v0.0.0-20261201092819-8d63f4e5d1bc+dirty (commit 8d63f4e5d1bc, modified, 2026-12-01T09:28:19Z, go1.26.0 "+v.Platform+")"; got != want {
+		t.Errorf("short() = %q, want %q", got, want)
+	}
+	if v.semver() != "0.0.0-20261201092819-8d63f4e5d1bc+dirty" {
+		t.Errorf("semver() = %q", v.semver())
+	}
+	if v := versionFrom(bi, "1.4.0"); v.Version != "1.4.0" || v.Revision == "" {
+		t.Errorf("override: %+v", v)
+	}
+	dev := versionFrom(&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, "")
+	if dev.Version != "devel" || dev.semver() != "0.0.0-devel" || !strings.Contains(dev.short(), "no commit recorded") {
+		t.Errorf("devel build: %+v %q", dev, dev.short())
+	}
+	r := runCLI(t, nil, "", "version", "--json")
+	var got versionInfo
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &got) != nil || got.GoVersion == "" {
+		t.Errorf("version --json: %d %q", r.code, r.stdout)
 	}
 }

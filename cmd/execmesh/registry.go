@@ -15,6 +15,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // nodeInfo is one entry of GET /v1/nodes. The fields whose JSON type the
@@ -31,111 +33,164 @@ type nodeInfo struct {
 	Server   json.RawMessage `json:"server"`
 }
 
-// runNodes is `execmesh nodes list|pending|approve ID|reject ID|invite`.
-func runNodes(ctx context.Context, c *cli, args []string) error {
-	const synopsis = "list | pending | approve ID | reject ID | invite [--name N] [--ttl D] | approvals get ID | approvals set ID FILE|- --base-hash H"
-	fs := newFlagSet("nodes")
+// newNodesCmd is `execmesh nodes list|pending|approve|reject|invite|
+// approvals get|set`.
+func (c *cli) newNodesCmd() *cobra.Command {
 	var f clientFlags
-	f.register(fs)
-	name := fs.String("name", "", "invite: `name` of the new node")
-	ttl := fs.Duration("ttl", 0, "invite: how long the join code stays valid, such as 15m (default: the gateway's)")
-	baseHash := fs.String("base-hash", "", "approvals set: the `hash` that approvals get printed (\"\" when the node has no file yet)")
-	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
+	cmd := groupCmd(&cobra.Command{
+		Use:   "nodes SUBCOMMAND",
+		Short: "node registry, pairing, join codes and the nodes' exec-approvals files",
+		Annotations: map[string]string{annSynopsis: "nodes list | pending | approve NODE | reject NODE | invite [--name N] [--ttl D]\n" +
+			"nodes approvals get NODE | set NODE FILE|- --base-hash H"},
+	})
+	f.register(cmd.PersistentFlags(), withJSON)
+	nodeArg := func(verb string) cobra.PositionalArgs {
+		return exactArgs(1, "want one node id or name ("+verb+" which node?)")
+	}
+	completeNode := func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return c.completeNodes(cmd.Context(), &f), cobra.ShellCompDirectiveNoFileComp
+	}
+	withClient := func(fn func(ctx context.Context, cl *client, args []string) error) func(*cobra.Command, []string) error {
+		return f.run(c, fn)
+	}
+	list := func(pending bool) func(ctx context.Context, cl *client, _ []string) error {
+		return func(ctx context.Context, cl *client, _ []string) error { return listNodes(ctx, c, cl, pending, f.json) }
+	}
+	cmd.AddCommand(
+		&cobra.Command{Use: "list", Short: "every known node: id, name, status, pairing, last seen, sessions, NATS server",
+			Example: "  execmesh nodes list\n  execmesh nodes list --json", Args: noArgs, RunE: withClient(list(false))},
+		&cobra.Command{Use: "pending", Short: "the nodes that wait for pairing", Example: "  execmesh nodes pending\n  execmesh nodes approve build-1", Args: noArgs, RunE: withClient(list(true))},
+	)
+	for _, verb := range []string{"approve", "reject"} {
+		sub := &cobra.Command{
+			Use:   verb + " NODE",
+			Short: map[string]string{"approve": "pair a node (by id or name)", "reject": "refuse a node: its identity is removed and its connections closed"}[verb],
+			Long: "NODE is a node id or a node's name, as for exec --node (an ambiguous name is refused: use the id).\n" +
+				"An operator call: it sends the operator token (--operator-token, $EXECMESH_OPERATOR_TOKEN, else <state-dir>/operator.token).",
+			Example:           "  execmesh nodes " + verb + " build-1",
+			Args:              nodeArg(verb),
+			ValidArgsFunction: completeNode,
+			RunE: withClient(func(ctx context.Context, cl *client, args []string) error {
+				var ans struct {
+					Node nodeInfo `json:"node"`
+				}
+				data, err := cl.asOperator().apiJSON(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(args[0])+"/"+verb, nil, struct{}{}, &ans)
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return printJSONOrEmpty(c.stdout, data)
+				}
+				who := args[0]
+				if ans.Node.ID != "" && ans.Node.ID != args[0] {
+					who = fmt.Sprintf("%s (id %s)", args[0], ans.Node.ID)
+				}
+				fmt.Fprintf(c.stdout, "node %s: %s\n", who, map[string]string{"approve": "approved", "reject": "rejected"}[verb])
+				return nil
+			}),
+		}
+		f.registerOperator(sub.Flags())
+		cmd.AddCommand(sub)
+	}
+
+	var name string
+	var ttl time.Duration
+	invite := &cobra.Command{
+		Use:   "invite [--name N] [--ttl D]",
+		Short: "print the one command line that joins a new machine: execmesh node --join CODE",
+		Long: "Create a join code and print the command to run on the new machine. The code carries the NATS\n" +
+			"URL(s) of the gateway's embedded server and a one-time secret; the node joins, gets its own\n" +
+			"confined NATS credentials and is paired. The embedded server must listen where the new machine\n" +
+			"can reach it: start the gateway with --nats-listen 0.0.0.0:4222 (and a --token); on loopback\n" +
+			"only, the gateway refuses. An operator call (see nodes approve).",
+		Example: "  execmesh nodes invite --name build-1\n  execmesh nodes invite --ttl 1h",
+		Args:    noArgs,
+		RunE: withClient(func(ctx context.Context, cl *client, _ []string) error {
+			if ttl < 0 {
+				return usageErrorf("nodes invite: --ttl must not be negative")
+			}
+			return inviteNode(ctx, c, cl.asOperator(), name, ttl, f.json)
+		}),
+	}
+	invite.Flags().StringVar(&name, "name", "", "`name` of the new node")
+	invite.Flags().DurationVar(&ttl, "ttl", 0, "how long the join code stays valid, such as 15m (default: the gateway's, 15m)")
+	f.registerOperator(invite.Flags())
+	cmd.AddCommand(invite)
+
+	approvals := groupCmd(&cobra.Command{
+		Use:   "approvals get|set NODE",
+		Short: "read or replace a node's exec-approvals.json",
+	})
+	var baseHash string
+	get := &cobra.Command{
+		Use:               "get NODE",
+		Short:             "print a node's exec-approvals.json with its path and hash",
+		Example:           "  execmesh nodes approvals get build-1",
+		Args:              nodeArg("get"),
+		ValidArgsFunction: completeNode,
+		RunE: withClient(func(ctx context.Context, cl *client, args []string) error {
+			data, err := cl.asOperator().apiJSON(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(args[0])+"/approvals", nil, nil, nil)
+			if err != nil {
+				return err
+			}
+			return printJSON(c.stdout, data)
+		}),
+	}
+	set := &cobra.Command{
+		Use:   "set NODE FILE|- --base-hash H",
+		Short: "replace a node's exec-approvals.json when it still has the hash get printed",
+		Example: "  execmesh nodes approvals get build-1 > a.json   # note its hash\n" +
+			"  execmesh nodes approvals set build-1 new.json --base-hash 3f2a…",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 2 {
+				return usageErrorf("nodes approvals set: want a node and a FILE (or - for stdin)")
+			}
+			if !cmd.Flags().Changed("base-hash") {
+				return usageErrorf("nodes approvals set: --base-hash is required (the hash printed by \"nodes approvals get\"; \"\" when the node has no file)")
+			}
+			return nil
+		},
+		RunE: withClient(func(ctx context.Context, cl *client, args []string) error {
+			return setNodeApprovals(ctx, c, cl.asOperator(), args[0], args[1], baseHash)
+		}),
+	}
+	set.Flags().StringVar(&baseHash, "base-hash", "", "the `hash` that approvals get printed (\"\" when the node has no file yet; required)")
+	for _, sub := range []*cobra.Command{get, set} {
+		f.registerOperator(sub.Flags())
+		approvals.AddCommand(sub)
+	}
+	cmd.AddCommand(approvals)
+	return cmd
+}
+
+// setNodeApprovals is `nodes approvals set NODE FILE --base-hash H`: it
+// replaces the node's exec-approvals.json when it still has that hash.
+func setNodeApprovals(ctx context.Context, c *cli, cl *client, node, file, baseHash string) error {
+	var raw []byte
+	var err error
+	if file == "-" {
+		raw, err = io.ReadAll(c.stdin)
+	} else {
+		raw, err = os.ReadFile(file)
+	}
 	if err != nil {
 		return err
 	}
-	defer cl.close()
-	if len(pos) == 0 {
-		return usageErrorf("nodes: want a subcommand: %s", synopsis)
+	if !json.Valid(raw) {
+		return fmt.Errorf("nodes approvals set: %s is not JSON", file)
 	}
-	sub, rest := pos[0], pos[1:]
-	if sub != "invite" && (isSet(fs, "name") || isSet(fs, "ttl")) {
-		return usageErrorf("nodes %s: --name and --ttl belong to \"nodes invite\"", sub)
+	body := struct {
+		File     json.RawMessage `json:"file"`
+		BaseHash string          `json:"baseHash"`
+	}{raw, baseHash}
+	data, err := cl.apiJSON(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(node)+"/approvals", nil, body, nil)
+	if err != nil {
+		return err
 	}
-	switch sub {
-	case "list", "pending":
-		if len(rest) > 0 {
-			return usageErrorf("nodes %s: unexpected arguments %q", sub, rest)
-		}
-		return listNodes(ctx, c, cl, sub == "pending", f.json)
-	case "approve", "reject":
-		if len(rest) != 1 {
-			return usageErrorf("nodes %s: want one node ID", sub)
-		}
-		data, err := cl.apiJSON(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(rest[0])+"/"+sub, nil, struct{}{}, nil)
-		if err != nil {
-			return err
-		}
-		if f.json {
-			return printJSONOrEmpty(c.stdout, data)
-		}
-		fmt.Fprintf(c.stdout, "node %s: %s\n", rest[0], map[string]string{"approve": "approved", "reject": "rejected"}[sub])
-		return nil
-	case "approvals":
-		return nodeApprovals(ctx, c, cl, rest, *baseHash, isSet(fs, "base-hash"))
-	case "invite":
-		if len(rest) > 0 {
-			return usageErrorf("nodes invite: unexpected arguments %q", rest)
-		}
-		if *ttl < 0 {
-			return usageErrorf("nodes invite: --ttl must not be negative")
-		}
-		return inviteNode(ctx, c, cl, *name, *ttl, f.json)
-	default:
-		return usageErrorf("nodes: unknown subcommand %q (want %s)", sub, synopsis)
-	}
-}
-
-// nodeApprovals is `nodes approvals get ID` (prints the node's
-// exec-approvals.json with its path and hash) and `nodes approvals set ID
-// FILE --base-hash H` (replaces it when it still has that hash).
-func nodeApprovals(ctx context.Context, c *cli, cl *client, args []string, baseHash string, hashSet bool) error {
-	if len(args) < 2 {
-		return usageErrorf("nodes approvals: want get ID or set ID FILE")
-	}
-	path := "/v1/nodes/" + url.PathEscape(args[1]) + "/approvals"
-	switch args[0] {
-	case "get":
-		if len(args) != 2 {
-			return usageErrorf("nodes approvals get: want one node ID")
-		}
-		data, err := cl.apiJSON(ctx, http.MethodGet, path, nil, nil, nil)
-		if err != nil {
-			return err
-		}
-		return printJSON(c.stdout, data)
-	case "set":
-		if len(args) != 3 {
-			return usageErrorf("nodes approvals set: want a node ID and a FILE (or - for stdin)")
-		}
-		if !hashSet {
-			return usageErrorf("nodes approvals set: --base-hash is required (the hash printed by \"nodes approvals get\"; \"\" when the node has no file)")
-		}
-		var raw []byte
-		var err error
-		if args[2] == "-" {
-			raw, err = io.ReadAll(c.stdin)
-		} else {
-			raw, err = os.ReadFile(args[2])
-		}
-		if err != nil {
-			return err
-		}
-		if !json.Valid(raw) {
-			return fmt.Errorf("nodes approvals set: %s is not JSON", args[2])
-		}
-		body := struct {
-			File     json.RawMessage `json:"file"`
-			BaseHash string          `json:"baseHash"`
-		}{raw, baseHash}
-		data, err := cl.apiJSON(ctx, http.MethodPut, path, nil, body, nil)
-		if err != nil {
-			return err
-		}
-		return printJSON(c.stdout, data)
-	default:
-		return usageErrorf("nodes approvals: unknown action %q (want get or set)", args[0])
-	}
+	return printJSON(c.stdout, data)
 }
 
 // listNodes prints the node registry as an aligned table; pending lists
@@ -224,49 +279,95 @@ type approvalInfo struct {
 // decisions are the answers an approval takes.
 var decisions = []string{"allow-once", "allow-always", "deny"}
 
-// runApprovals is `execmesh approvals list|resolve ID DECISION`.
-func runApprovals(ctx context.Context, c *cli, args []string) error {
-	const synopsis = "list | resolve ID allow-once|allow-always|deny"
-	fs := newFlagSet("approvals")
+// newApprovalsCmd is `execmesh approvals list|get ID|resolve ID DECISION`.
+func (c *cli) newApprovalsCmd() *cobra.Command {
 	var f clientFlags
-	f.register(fs)
-	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
-	if err != nil {
-		return err
+	cmd := groupCmd(&cobra.Command{
+		Use:         "approvals SUBCOMMAND",
+		Short:       "pending exec approvals: list them, see what became of one, decide",
+		Annotations: map[string]string{annSynopsis: "approvals list | get ID | resolve ID allow-once|allow-always|deny"},
+	})
+	f.register(cmd.PersistentFlags(), withJSON)
+	withClient := func(fn func(ctx context.Context, cl *client, args []string) error) func(*cobra.Command, []string) error {
+		return f.run(c, fn)
 	}
-	defer cl.close()
-	if len(pos) == 0 {
-		return usageErrorf("approvals: want a subcommand: %s", synopsis)
+	completeIDs := func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			if cmd.Name() == "resolve" && len(args) == 1 {
+				return decisions, cobra.ShellCompDirectiveNoFileComp
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return c.completeApprovals(cmd.Context(), &f), cobra.ShellCompDirectiveNoFileComp
 	}
-	switch sub, rest := pos[0], pos[1:]; sub {
-	case "list":
-		if len(rest) > 0 {
-			return usageErrorf("approvals list: unexpected arguments %q", rest)
-		}
-		return listApprovals(ctx, c, cl, f.json)
-	case "resolve":
-		if len(rest) != 2 {
-			return usageErrorf("approvals resolve: want ID and a decision (%s)", strings.Join(decisions, ", "))
-		}
-		id, decision := rest[0], rest[1]
-		if !slices.Contains(decisions, decision) {
-			return usageErrorf("approvals resolve: invalid decision %q (want %s)", decision, strings.Join(decisions, ", "))
-		}
-		body := struct {
-			Decision string `json:"decision"`
-		}{decision}
-		data, err := cl.apiJSON(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id), nil, body, nil)
-		if err != nil {
+	list := &cobra.Command{
+		Use: "list", Short: "the approvals waiting for a decision", Args: noArgs,
+		Example: "  execmesh approvals list",
+		RunE: withClient(func(ctx context.Context, cl *client, _ []string) error {
+			return listApprovals(ctx, c, cl, f.json)
+		}),
+	}
+	get := &cobra.Command{
+		Use:               "get ID",
+		Short:             "what became of an approval: pending, decided (and how) or expired, and the session of its run",
+		Example:           "  execmesh approvals get calm-otter\n  execmesh approvals get calm-otter --json",
+		Args:              exactArgs(1, "want one approval id or slug"),
+		ValidArgsFunction: completeIDs,
+		RunE: withClient(func(ctx context.Context, cl *client, args []string) error {
+			var st approvalState
+			data, err := cl.getJSON(ctx, "/v1/approvals/"+url.PathEscape(args[0]), nil, &st)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(c.stdout, data)
+			}
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			for _, kv := range [][2]string{{"id", st.ID}, {"state", st.State}, {"decision", st.Decision},
+				{"session", st.SessionID}, {"denied", st.DeniedReason}, {"command", oneLine(st.Command)}} {
+				fmt.Fprintf(tw, "%s\t%s\n", kv[0], orDash(kv[1], "-"))
+			}
+			return tw.Flush()
+		}),
+	}
+	resolve := &cobra.Command{
+		Use:   "resolve ID allow-once|allow-always|deny",
+		Short: "decide a pending approval (by id or slug)",
+		Long: "Decide a pending approval. An operator call: it sends the operator token (--operator-token,\n" +
+			"$EXECMESH_OPERATOR_TOKEN, else <state-dir>/operator.token, else --token).",
+		Example:           "  execmesh approvals resolve calm-otter allow-once",
+		Args:              exactArgs(2, "want ID and a decision ("+strings.Join(decisions, ", ")+")"),
+		ValidArgsFunction: completeIDs,
+		RunE: withClient(func(ctx context.Context, cl *client, args []string) error {
+			id, decision := args[0], args[1]
+			body := struct {
+				Decision string `json:"decision"`
+			}{decision}
+			data, err := cl.asOperator().apiJSON(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id), nil, body, nil)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSONOrEmpty(c.stdout, data)
+			}
+			fmt.Fprintf(c.stdout, "approval %s: %s\n", id, decision)
+			return nil
+		}),
+	}
+	// The decision is checked before any request.
+	resolveArgs := resolve.Args
+	resolve.Args = func(cmd *cobra.Command, args []string) error {
+		if err := resolveArgs(cmd, args); err != nil {
 			return err
 		}
-		if f.json {
-			return printJSONOrEmpty(c.stdout, data)
+		if !slices.Contains(decisions, args[1]) {
+			return usageErrorf("approvals resolve: invalid decision %q (want %s)", args[1], strings.Join(decisions, ", "))
 		}
-		fmt.Fprintf(c.stdout, "approval %s: %s\n", id, decision)
 		return nil
-	default:
-		return usageErrorf("approvals: unknown subcommand %q (want %s)", sub, synopsis)
 	}
+	f.registerOperator(resolve.Flags())
+	cmd.AddCommand(list, get, resolve)
+	return cmd
 }
 
 // listApprovals prints the pending approvals as an aligned table.
@@ -297,38 +398,42 @@ func listApprovals(ctx context.Context, c *cli, cl *client, raw bool) error {
 	return tw.Flush()
 }
 
-// runAdmin is `execmesh admin blockers`.
-func runAdmin(ctx context.Context, c *cli, args []string) error {
-	const synopsis = "blockers"
-	fs := newFlagSet("admin")
+// newAdminCmd is `execmesh admin blockers`.
+func (c *cli) newAdminCmd() *cobra.Command {
 	var f clientFlags
-	f.register(fs)
-	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
-	if err != nil {
-		return err
-	}
-	defer cl.close()
-	if len(pos) != 1 || pos[0] != "blockers" {
-		return usageErrorf("admin: want \"admin %s\"", synopsis)
-	}
-	var ans struct {
-		Blockers []json.RawMessage `json:"blockers"`
-	}
-	data, err := cl.getJSON(ctx, "/v1/admin/blockers", nil, &ans)
-	if err != nil {
-		return err
-	}
-	if f.json {
-		return printJSON(c.stdout, data)
-	}
-	if len(ans.Blockers) == 0 {
-		fmt.Fprintln(c.stdout, "no blockers: a restart would interrupt nothing")
-		return nil
-	}
-	for _, b := range ans.Blockers {
-		fmt.Fprintln(c.stdout, describe(b))
-	}
-	return nil
+	cmd := groupCmd(&cobra.Command{
+		Use:         "admin SUBCOMMAND",
+		Short:       "gateway administration",
+		Annotations: map[string]string{annSynopsis: "admin blockers"},
+	})
+	f.register(cmd.PersistentFlags(), withJSON)
+	cmd.AddCommand(&cobra.Command{
+		Use:     "blockers",
+		Short:   "the gateway-host sessions a restart would interrupt",
+		Example: "  execmesh admin blockers",
+		Args:    noArgs,
+		RunE: f.run(c, func(ctx context.Context, cl *client, _ []string) error {
+			var ans struct {
+				Blockers []json.RawMessage `json:"blockers"`
+			}
+			data, err := cl.getJSON(ctx, "/v1/admin/blockers", nil, &ans)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(c.stdout, data)
+			}
+			if len(ans.Blockers) == 0 {
+				fmt.Fprintln(c.stdout, "no blockers: a restart would interrupt nothing")
+				return nil
+			}
+			for _, b := range ans.Blockers {
+				fmt.Fprintln(c.stdout, describe(b))
+			}
+			return nil
+		}),
+	})
+	return cmd
 }
 
 // describe renders one JSON value on a line: an object as key=value pairs

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,9 +19,12 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/gateway"
+	"github.com/execmesh/execmesh/internal/statelock"
 	"github.com/execmesh/execmesh/mcpserver"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodeagent"
@@ -34,21 +36,63 @@ type serverFlags struct {
 	config, stateDir, listen, natsListen, natsURL, token, prefix string
 	drainTimeout                                                 time.Duration
 	logLevel                                                     string
+	// drainSet is whether --drain-timeout was given (0 is a value).
+	drainSet bool
 }
 
-func (f *serverFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.config, "config", "", "JSON configuration file (default <state-dir>/config.json when it exists)")
-	fs.StringVar(&f.stateDir, "state-dir", "", "state directory (default ~/.execmesh, or EXECMESH_STATE_DIR)")
-	fs.StringVar(&f.listen, "listen", "", "HTTP listen address (default 127.0.0.1:8420)")
-	fs.StringVar(&f.natsListen, "nats-listen", "", "embedded NATS client address (default 127.0.0.1:4222; beyond loopback every client authenticates)")
-	fs.StringVar(&f.natsURL, "nats-url", "", "external NATS server URL(s), comma-separated (no embedded server)")
-	fs.StringVar(&f.token, "token", "", "bearer token for the HTTP API (or EXECMESH_GATEWAY_TOKEN)")
-	fs.StringVar(&f.prefix, "prefix", "", "NATS subject prefix (default execmesh)")
-	fs.DurationVar(&f.drainTimeout, "drain-timeout", -1, "on SIGTERM, wait up to this long for gateway-host background sessions before ending them")
-	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+func (f *serverFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.config, "config", "", "JSON configuration `file` (default <state-dir>/config.json when it exists)")
+	fs.StringVar(&f.stateDir, "state-dir", "", "state `dir`ectory (default $EXECMESH_STATE_DIR, else ~/.execmesh); one daemon per directory")
+	fs.StringVar(&f.listen, "listen", "", "HTTP listen `address` (default gateway.listen, 127.0.0.1:8420)")
+	fs.StringVar(&f.natsListen, "nats-listen", "", "embedded NATS client `address` (default nats.listen, 127.0.0.1:4222); beyond loopback every client authenticates and nodes can join by code")
+	fs.StringVar(&f.natsURL, "nats-url", "", "external NATS server `URLs`, comma-separated (no embedded server)")
+	fs.StringVar(&f.token, "token", "", "bearer `token` for the HTTP API (default $EXECMESH_GATEWAY_TOKEN, else gateway.auth.token); required beyond loopback")
+	fs.StringVar(&f.prefix, "prefix", "", "NATS subject `prefix` (default nats.prefix, execmesh)")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", 0, "on SIGTERM, wait up to this `duration` for gateway-host background sessions before ending them (default gateway.drainTimeoutMs, 0)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 }
 
-// loadServerConfig applies defaults < file < EXECMESH_* < flags.
+// newUpCmd is `execmesh up`.
+func (c *cli) newUpCmd() *cobra.Command {
+	return c.newServeCmd("up", "embedded NATS + gateway + a local node agent, in one process",
+		"Run the single-host default in the foreground: the embedded NATS server, the gateway (HTTP API,\n"+
+			"MCP at /mcp, control page at /ui/) and a local node agent, paired automatically. Loopback only\n"+
+			"unless a token is set. SIGHUP reloads the configuration file (also one created after the start,\n"+
+			"by execmesh config set); SIGINT/SIGTERM drain and stop. One daemon per state directory.",
+		"  execmesh up\n  execmesh up --listen 127.0.0.1:9000\n  execmesh up --nats-listen 0.0.0.0:4222 --token \"$(openssl rand -hex 24)\"")
+}
+
+// newGatewayCmd is `execmesh gateway`.
+func (c *cli) newGatewayCmd() *cobra.Command {
+	return c.newServeCmd("gateway", "the gateway alone (embedded NATS unless --nats-url)",
+		"Run the gateway alone in the foreground: the embedded NATS server unless --nats-url names servers\n"+
+			"(then nodes connect there, see deploy/README.md). As up, without the local node agent.",
+		"  execmesh gateway --nats-url nats://nats-1:4222,nats://nats-2:4222 --token \"$TOKEN\"")
+}
+
+func (c *cli) newServeCmd(mode, short, long, example string) *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:     mode + " [flags]",
+		Short:   short,
+		Long:    long,
+		Example: example,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.drainSet = cmd.Flags().Changed("drain-timeout")
+			return c.serveDaemon(cmd.Context(), mode, &f)
+		},
+	}
+	f.register(cmd.Flags())
+	completeValues(cmd, "log-level", "debug", "info", "warn", "error")
+	_ = cmd.MarkFlagFilename("config", "json")
+	_ = cmd.MarkFlagDirname("state-dir")
+	return cmd
+}
+
+// loadServerConfig applies defaults < file < EXECMESH_* < flags. The file
+// is --config, else <state-dir>/config.json when it exists at the time of
+// the call: a reload finds a file created after the start.
 func (c *cli) loadServerConfig(f *serverFlags) (gateway.Config, string, error) {
 	stateDir := f.stateDir
 	if stateDir == "" {
@@ -83,7 +127,10 @@ func (c *cli) loadServerConfig(f *serverFlags) (gateway.Config, string, error) {
 	set(&cfg.NATS.URL, f.natsURL)
 	set(&cfg.Gateway.Auth.Token, f.token)
 	set(&cfg.NATS.Prefix, f.prefix)
-	if f.drainTimeout >= 0 {
+	if f.drainSet {
+		if f.drainTimeout < 0 {
+			return cfg, path, usageErrorf("--drain-timeout must not be negative")
+		}
 		cfg.Gateway.DrainTimeoutMs = int(f.drainTimeout / time.Millisecond)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -105,17 +152,6 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-// serveUp runs `execmesh up`: embedded NATS, the gateway and a local node
-// agent in one process, until ctx ends.
-func serveUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return serveDaemon(ctx, "up", args, stdout, stderr)
-}
-
-// serveGateway runs `execmesh gateway` until ctx ends.
-func serveGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return serveDaemon(ctx, "gateway", args, stdout, stderr)
-}
-
 // daemon is a running gateway process: what it started, in start order, so
 // that shutdown can undo it in reverse.
 type daemon struct {
@@ -131,30 +167,44 @@ type daemon struct {
 	grace   time.Duration
 	cfg     gateway.Config
 	cfgPth  string
+	// reload builds the configuration a SIGHUP applies, with the same
+	// layering as the start (file, EXECMESH_*, flags).
+	reload func() (gateway.Config, error)
 }
 
-func serveDaemon(ctx context.Context, mode string, args []string, stdout, stderr io.Writer) error {
-	c := &cli{stdout: stdout, stderr: stderr, env: environMap(os.Environ())}
-	var f serverFlags
-	fs := newFlagSet(mode)
-	f.register(fs)
-	if _, err := c.parseFlags(fs, "[flags]", args, true); err != nil {
-		return err
-	}
-	cfg, path, err := c.loadServerConfig(&f)
+// serveDaemon runs `execmesh up` (mode "up": with a local node agent) or
+// `execmesh gateway` until ctx ends.
+func (c *cli) serveDaemon(ctx context.Context, mode string, f *serverFlags) error {
+	cfg, path, err := c.loadServerConfig(f)
 	if err != nil {
 		return err
 	}
-	log := newLogger(stderr, f.logLevel)
+	// One daemon per state dir: a second one would share the JetStream
+	// store and the local node's identity.
+	lock, err := statelock.Acquire(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	log := newLogger(c.stderr, f.logLevel)
 	d := &daemon{log: log, cfg: cfg, cfgPth: path,
 		drain: time.Duration(cfg.Gateway.DrainTimeoutMs) * time.Millisecond,
-		grace: time.Duration(cfg.Tools.Exec.KillGraceMs) * time.Millisecond}
+		grace: time.Duration(cfg.Tools.Exec.KillGraceMs) * time.Millisecond,
+		reload: func() (gateway.Config, error) {
+			cfg, path, err := c.loadServerConfig(f)
+			if err == nil && path != "" {
+				log.Info("configuration file", "path", path)
+			}
+			return cfg, err
+		}}
 	if err := d.start(ctx, mode); err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		return multierror.Append(err, d.stop(sctx)).ErrorOrNil()
 	}
-	fmt.Fprintf(stdout, "execmesh %s: serving http://%s (NATS %s, state %s)\n", mode, d.http.Addr, d.natsDesc(), cfg.StateDir)
+	fmt.Fprintf(c.stdout, "execmesh %s: serving http://%s (state %s)\n", mode, d.http.Addr, cfg.StateDir)
+	fmt.Fprintf(c.stdout, "execmesh %s: NATS: %s\n", mode, d.natsDesc())
+	fmt.Fprintf(c.stdout, "execmesh %s: control page: http://%s%s/\n", mode, d.http.Addr, ui.Prefix)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -177,20 +227,22 @@ func serveDaemon(ctx context.Context, mode string, args []string, stdout, stderr
 	return d.stop(sctx)
 }
 
+// natsDesc describes the bus for the start-up line: the embedded server
+// by the address it listens on (every interface for 0.0.0.0:P), or the
+// external servers.
 func (d *daemon) natsDesc() string {
-	if d.srv != nil {
-		return "embedded " + d.srv.ClientURL()
+	if d.srv == nil {
+		return "external servers " + bus.RedactURLs(d.cfg.NATS.URL)
 	}
-	return d.cfg.NATS.URL
+	desc := "embedded server on " + d.srv.ListenAddr()
+	if d.srv.ListensOnLoopback() {
+		return desc + ", loopback only: nodes on other machines cannot join (--nats-listen 0.0.0.0:4222 lets them)"
+	}
+	return desc + ", every client authenticates; nodes join with: execmesh nodes invite"
 }
 
 func (d *daemon) start(ctx context.Context, mode string) error {
 	cfg := d.cfg
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("stateDir: %w", err)
-	}
-	// Bind the HTTP port first: a second daemon on the same state dir fails
-	// here, before it touches NATS or JetStream state.
 	ln, err := net.Listen("tcp", cfg.Gateway.Listen)
 	if err != nil {
 		return fmt.Errorf("gateway.listen: %w", err)
@@ -235,7 +287,13 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 		ln.Close()
 		return fmt.Errorf("nats.url: %w", err)
 	}
-	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Conn: d.nc, Server: d.srv, Logger: d.log, ConfigPath: d.cfgPth, Metrics: d.metrics})
+	// The exec-node binding is written to the file in force, else to
+	// <state-dir>/config.json (which a reload then reads).
+	cfgPath := d.cfgPth
+	if cfgPath == "" {
+		cfgPath = filepath.Join(cfg.StateDir, "config.json")
+	}
+	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Conn: d.nc, Server: d.srv, Logger: d.log, ConfigPath: cfgPath, Load: d.reload, Metrics: d.metrics})
 	if err != nil {
 		ln.Close()
 		return err
@@ -268,12 +326,15 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 func (d *daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", d.gw.Handler())
+	// A person who opens the gateway's address finds the control page.
+	mux.Handle("GET /{$}", http.RedirectHandler(ui.Prefix+"/", http.StatusFound))
 	mux.Handle(ui.Prefix+"/", ui.Handler())
 	mux.Handle(ui.Prefix, ui.Handler())
 	mux.Handle("GET /metrics", d.gw.Authed(d.metrics.Handler()))
 	mcp := mcpserver.HTTPHandler(func(sessionKey string) mcpserver.Invoker {
 		return mcpserver.NewGatewayInvoker(d.gw, sessionKey)
-	}, mcpserver.Options{Version: version, Logger: d.log.With("component", "mcp")})
+	}, mcpserver.Options{Version: buildVersion().Version, Logger: d.log.With("component", "mcp"),
+		ApplyPatch: func() bool { return d.gw.Config().Tools.Exec.ApplyPatch.Enabled }})
 	mux.Handle("/mcp", d.gw.Authed(mcp))
 	return d.metrics.Instrument(mux)
 }

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/spf13/cobra"
 
+	"github.com/execmesh/execmesh/internal/statelock"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodeagent"
 )
@@ -38,35 +38,58 @@ type nodeEnv struct {
 	MetricsAddr *string `env:"NODE_METRICS_ADDR"`
 }
 
+// nodeFlags are the flags of `execmesh node`.
+type nodeFlags struct {
+	urls                                                      listFlag
+	name, stateDir, creds, seed, tlsCA, prefix, join, workdir string
+	heartbeat                                                 time.Duration
+	security, ask, logLevel, metricsAddr                      string
+}
+
+func (c *cli) newNodeCmd() *cobra.Command {
+	var f nodeFlags
+	cmd := &cobra.Command{
+		Use:   "node [flags]",
+		Short: "a headless node agent (--nats-url, --name, --join CODE, …)",
+		Long: "Run a node agent in the foreground (container- and systemd-friendly: logs on stderr,\n" +
+			"SIGINT/SIGTERM end it cleanly). It connects to NATS (--nats-url, or the servers of an earlier\n" +
+			"--join), registers and waits to be paired: by a join code from \"execmesh nodes invite\", or by\n" +
+			"\"execmesh nodes approve NODE\" on the gateway. One agent per state directory.",
+		Example: "  execmesh node --join eyJ2Ijox…\n" +
+			"  execmesh node --nats-url nats://gw.example:4222 --creds node.creds --name build-1\n" +
+			"  execmesh node --state-dir /var/lib/execmesh-node --metrics-addr 127.0.0.1:9101",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.serveNode(cmd.Context(), &f) },
+	}
+	fs := cmd.Flags()
+	f.urls.split = true
+	fs.Var(&f.urls, "nats-url", "NATS server `URL`s, comma-separated or repeated (or $EXECMESH_NATS_URL; default: the servers of an earlier --join)")
+	fs.StringVar(&f.name, "name", "", "display `name` (default: the host name, or the name given at invite)")
+	fs.StringVar(&f.stateDir, "state-dir", "", "state `dir`ectory holding the node's key (default ~/"+nodeagent.DefaultStateDirName+", or $EXECMESH_NODE_STATE_DIR)")
+	fs.StringVar(&f.creds, "creds", "", "NATS .creds `file` (external NATS with account tooling)")
+	fs.StringVar(&f.seed, "nkey-seed", "", "`file` holding an nkey user seed (default: the node's own key in the state dir)")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA `file` to verify the NATS server's certificate")
+	fs.StringVar(&f.prefix, "prefix", "", "NATS subject `prefix` (default execmesh)")
+	fs.StringVar(&f.join, "join", "", "join `code` from \"execmesh nodes invite\": joins and pairs this machine")
+	fs.StringVar(&f.workdir, "workdir", "", "working `dir`ectory of commands that name none (default: the current directory)")
+	fs.DurationVar(&f.heartbeat, "heartbeat", 0, "heartbeat `interval` (default 5s)")
+	fs.StringVar(&f.security, "security", "", "node-local limit on the security `mode`: deny, allowlist or full (default: as the gateway sends)")
+	fs.StringVar(&f.ask, "ask", "", "node-local limit on the ask `mode`: off, on-miss or always (default: as the gateway sends)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`addr`/metrics, e.g. 127.0.0.1:9101 (or $EXECMESH_NODE_METRICS_ADDR; default: off)")
+	completeValues(cmd, "security", "deny", "allowlist", "full")
+	completeValues(cmd, "ask", "off", "on-miss", "always")
+	completeValues(cmd, "log-level", "debug", "info", "warn", "error")
+	_ = cmd.MarkFlagDirname("state-dir")
+	_ = cmd.MarkFlagDirname("workdir")
+	return cmd
+}
+
 // serveNode runs `execmesh node`: a headless node agent in the foreground
 // (container- and systemd-friendly: logs go to stderr, SIGINT/SIGTERM end
 // it cleanly), until ctx ends.
-func serveNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := &cli{stdout: stdout, stderr: stderr, env: environMap(os.Environ())}
-	fs := newFlagSet("node")
-	urls := &listFlag{split: true}
-	fs.Var(urls, "nats-url", "NATS server `URL`s, comma-separated or repeated (or $EXECMESH_NATS_URL; default: the servers of an earlier --join)")
-	name := fs.String("name", "", "display `name` (default: the host name, or the name given at invite)")
-	stateDir := fs.String("state-dir", "", "state `dir`ectory holding the node's key (default ~/"+nodeagent.DefaultStateDirName+", or $EXECMESH_NODE_STATE_DIR)")
-	creds := fs.String("creds", "", "NATS .creds `file` (external NATS with account tooling)")
-	seed := fs.String("nkey-seed", "", "`file` holding an nkey user seed (default: the node's own key in the state dir)")
-	tlsCA := fs.String("tls-ca", "", "CA `file` to verify the NATS server's certificate")
-	prefix := fs.String("prefix", "", "NATS subject `prefix` (default execmesh)")
-	join := fs.String("join", "", "join `code` from `execmesh nodes invite`: joins and pairs this machine")
-	workdir := fs.String("workdir", "", "working `dir`ectory of commands that name none (default: the current directory)")
-	heartbeat := fs.Duration("heartbeat", 0, "heartbeat `interval` (default 5s)")
-	security := fs.String("security", "", "node-local limit on the security mode: deny, allowlist or full (default: as the gateway sends)")
-	ask := fs.String("ask", "", "node-local limit on the ask mode: off, on-miss or always (default: as the gateway sends)")
-	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://`addr`/metrics, e.g. 127.0.0.1:9101 (or $EXECMESH_NODE_METRICS_ADDR; default: off)")
-	pos, err := c.parseFlags(fs, "[flags]", args, true)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usageErrorf("node: unexpected arguments %q", pos)
-	}
-
+func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
+	stdout, stderr := c.stdout, c.stderr
 	var ev nodeEnv
 	if err := env.ParseWithOptions(&ev, env.Options{Prefix: "EXECMESH_", Environment: c.env}); err != nil {
 		return fmt.Errorf("environment: %w", err)
@@ -81,48 +104,55 @@ func serveNode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return ""
 	}
 
-	log := newLogger(stderr, *logLevel).With("component", "node")
+	log := newLogger(stderr, f.logLevel).With("component", "node")
 	cfg := nodeagent.DefaultConfig()
 	cfg.Logger = log
-	cfg.Version = version
+	cfg.Version = buildVersion().semver()
 	cfg.Session.ApplyEnv(c.getenv)
 	cfg.Session.Logger = log.With("component", "session")
-	if d := pick(*stateDir, ev.StateDir); d != "" {
+	if d := pick(f.stateDir, ev.StateDir); d != "" {
 		cfg.StateDir = d
 	} else if home := c.getenv("HOME"); home != "" {
 		cfg.StateDir = home + "/" + nodeagent.DefaultStateDirName
 	}
-	cfg.Name = pick(*name, ev.Name)
-	if p := pick(*prefix, ev.Prefix); p != "" {
+	cfg.Name = pick(f.name, ev.Name)
+	if p := pick(f.prefix, ev.Prefix); p != "" {
 		cfg.Prefix = p
 	}
-	cfg.Join = pick(*join, ev.Join)
-	cfg.Cwd = *workdir
-	cfg.Security = pick(*security, ev.Security)
-	cfg.Ask = pick(*ask, ev.Ask)
+	cfg.Join = pick(f.join, ev.Join)
+	cfg.Cwd = f.workdir
+	cfg.Security = pick(f.security, ev.Security)
+	cfg.Ask = pick(f.ask, ev.Ask)
 	switch {
-	case *heartbeat > 0:
-		cfg.HeartbeatInterval = *heartbeat
+	case f.heartbeat > 0:
+		cfg.HeartbeatInterval = f.heartbeat
 	case ev.HeartbeatMs != nil && *ev.HeartbeatMs > 0:
 		cfg.HeartbeatInterval = time.Duration(*ev.HeartbeatMs) * time.Millisecond
 	}
-	cfg.Client.URLs = urls.values
+	cfg.Client.URLs = f.urls.values
 	if len(cfg.Client.URLs) == 0 && ev.NATSURL != nil && strings.TrimSpace(*ev.NATSURL) != "" {
 		cfg.Client.URLs = []string{*ev.NATSURL}
 	}
-	cfg.Client.CredsFile = pick(*creds, ev.Creds)
-	cfg.Client.NKeySeedFile = pick(*seed, ev.NKeySeed)
-	cfg.Client.TLSCAFile = pick(*tlsCA, ev.TLSCA)
+	cfg.Client.CredsFile = pick(f.creds, ev.Creds)
+	cfg.Client.NKeySeedFile = pick(f.seed, ev.NKeySeed)
+	cfg.Client.TLSCAFile = pick(f.tlsCA, ev.TLSCA)
 	if cfg.Client.CredsFile != "" && cfg.Client.NKeySeedFile != "" {
 		return usageErrorf("node: pass --creds or --nkey-seed, not both")
 	}
 
+	// One agent per state dir: a second one would share the node's key
+	// and identity.
+	lock, err := statelock.Acquire(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	agent, err := nodeagent.New(cfg)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "execmesh node: id %s, name %q, state %s\n", agent.ID(), agent.Name(), cfg.StateDir)
-	if addr := pick(*metricsAddr, ev.MetricsAddr); addr != "" {
+	if addr := pick(f.metricsAddr, ev.MetricsAddr); addr != "" {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("node: --metrics-addr: %w", err)

@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -25,28 +27,48 @@ type execDefaults struct {
 	Node     string `json:"node"`
 }
 
-// runSession is `execmesh session exec [--host H] [--security S] [--ask A]
-// [--node N]`: without setting flags it shows the sessionKey's exec
-// defaults; with them it changes only the named settings (an empty value
-// clears one) and shows the result.
-func runSession(ctx context.Context, c *cli, args []string) error {
-	const synopsis = "exec [--host H] [--security S] [--ask A] [--node N]"
-	fs := newFlagSet("session")
+// newSessionCmd is `execmesh session exec [--host H] [--security S]
+// [--ask A] [--node N]`: without setting flags it shows the sessionKey's
+// exec defaults; with them it changes only the named settings (an empty
+// value clears one) and shows the result.
+func (c *cli) newSessionCmd() *cobra.Command {
 	var f clientFlags
-	f.register(fs)
-	host := fs.String("host", "", "default exec `host`: auto|sandbox|gateway|node (\"\" clears)")
-	security := fs.String("security", "", "default `security`: deny|allowlist|full (\"\" clears)")
-	ask := fs.String("ask", "", "default `ask`: off|on-miss|always (\"\" clears)")
-	node := fs.String("node", "", "default `node` id or name (\"\" clears)")
-	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
+	var d execDefaults
+	cmd := groupCmd(&cobra.Command{
+		Use:         "session exec [flags]",
+		Short:       "show or set this sessionKey's exec defaults",
+		Annotations: map[string]string{annSynopsis: "session exec [--host H] [--security S] [--ask A] [--node N]"},
+	})
+	exec := &cobra.Command{
+		Use:   "exec [--host H] [--security S] [--ask A] [--node N]",
+		Short: "show or set the sessionKey's exec defaults (they only tighten the configuration)",
+		Long: "Without flags, print the sessionKey's exec defaults (GET /v1/sessions/<sessionKey>/exec); with\n" +
+			"flags, change only the settings named (an empty value clears one) and print the result.",
+		Example: "  execmesh session exec\n  execmesh session exec --security allowlist --ask always\n" +
+			"  execmesh session exec --session-key agent:ops:main --host node --node build-1\n  execmesh session exec --node ''",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.runSessionExec(cmd, &f, &d) },
+	}
+	fs := exec.Flags()
+	f.register(fs, withSessionKey|withJSON)
+	fs.StringVar(&d.Host, "host", "", "default exec `host`: auto|sandbox|gateway|node (\"\" clears)")
+	fs.StringVar(&d.Security, "security", "", "default `security`: deny|allowlist|full (\"\" clears)")
+	fs.StringVar(&d.Ask, "ask", "", "default `ask`: off|on-miss|always (\"\" clears)")
+	fs.StringVar(&d.Node, "node", "", "default `node` id or name (\"\" clears)")
+	completeValues(exec, "host", "auto", "sandbox", "gateway", "node")
+	completeValues(exec, "security", "deny", "allowlist", "full")
+	completeValues(exec, "ask", "off", "on-miss", "always")
+	cmd.AddCommand(exec)
+	return cmd
+}
+
+func (c *cli) runSessionExec(cmd *cobra.Command, f *clientFlags, want *execDefaults) error {
+	ctx := cmd.Context()
+	cl, err := f.client(c)
 	if err != nil {
 		return err
 	}
 	defer cl.close()
-	if len(pos) != 1 || pos[0] != "exec" {
-		return usageErrorf("session: want \"session %s\"", synopsis)
-	}
-
 	path := "/v1/sessions/" + url.PathEscape(f.sessionKey) + "/exec"
 	var cur execDefaults
 	data, err := cl.getJSON(ctx, path, nil, &cur)
@@ -58,8 +80,8 @@ func runSession(ctx context.Context, c *cli, args []string) error {
 		name string
 		val  *string
 		dst  *string
-	}{{"host", host, &cur.Host}, {"security", security, &cur.Security}, {"ask", ask, &cur.Ask}, {"node", node, &cur.Node}} {
-		if isSet(fs, s.name) {
+	}{{"host", &want.Host, &cur.Host}, {"security", &want.Security, &cur.Security}, {"ask", &want.Ask, &cur.Ask}, {"node", &want.Node, &cur.Node}} {
+		if cmd.Flags().Changed(s.name) {
 			*s.dst, changed = *s.val, true
 		}
 	}
@@ -94,41 +116,55 @@ func orDash(s, alt string) string {
 	return s
 }
 
-// runEvents is `execmesh events [--wait-ms N] [--follow]`: prints the
+// newEventsCmd is `execmesh events [--wait-ms N] [--follow]`: prints the
 // sessionKey's queued system events (acknowledging them), waiting up to
 // --wait-ms for the first; --follow streams them until interrupted.
-func runEvents(ctx context.Context, c *cli, args []string) error {
-	const synopsis = "[--wait-ms N] [--follow]"
-	fs := newFlagSet("events")
+func (c *cli) newEventsCmd() *cobra.Command {
 	var f clientFlags
-	f.register(fs)
-	waitMs := fs.Int("wait-ms", 0, "wait up to `ms` for an event when none is queued")
-	follow := fs.Bool("follow", false, "stream events (server-sent events) until interrupted")
-	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
-	if err != nil {
-		return err
+	var waitMs int
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "events [--wait-ms N] [--follow]",
+		Short: "print queued system events (exec exits, approvals); they are acknowledged",
+		Long: "Print the sessionKey's queued system events (exec.exit, exec.denied, exec.running,\n" +
+			"exec.finished) as TIME KIND TEXT. Reading them acknowledges them: they are the agent's, so\n" +
+			"read them with the agent's sessionKey only when you stand in for the agent.",
+		Example: "  execmesh events --wait-ms 30000\n  execmesh events --follow --session-key agent:ops:main",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case waitMs < 0:
+				return usageErrorf("events: --wait-ms must not be negative")
+			case follow && cmd.Flags().Changed("wait-ms"):
+				return usageErrorf("events: --wait-ms and --follow do not mix")
+			}
+			cl, err := f.client(c)
+			if err != nil {
+				return err
+			}
+			defer cl.close()
+			if follow {
+				return followEvents(cmd.Context(), c, cl, f.sessionKey, f.json)
+			}
+			return printEvents(cmd.Context(), c, cl, f.sessionKey, waitMs, f.json)
+		},
 	}
-	defer cl.close()
-	switch {
-	case len(pos) > 0:
-		return usageErrorf("events: unexpected arguments %q", pos)
-	case *waitMs < 0:
-		return usageErrorf("events: --wait-ms must not be negative")
-	case *follow && isSet(fs, "wait-ms"):
-		return usageErrorf("events: --wait-ms and --follow do not mix")
-	}
-	if *follow {
-		return followEvents(ctx, c, cl, f.sessionKey, f.json)
-	}
+	f.register(cmd.Flags(), withSessionKey|withJSON)
+	cmd.Flags().IntVar(&waitMs, "wait-ms", 0, "wait up to `ms` for an event when none is queued")
+	cmd.Flags().BoolVar(&follow, "follow", false, "stream events (server-sent events) until interrupted")
+	return cmd
+}
 
-	q := url.Values{"sessionKey": {f.sessionKey}, "waitMs": {strconv.Itoa(*waitMs)}}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(*waitMs)*time.Millisecond+pollMargin)
+// printEvents is one long poll of GET /v1/events.
+func printEvents(ctx context.Context, c *cli, cl *client, sessionKey string, waitMs int, raw bool) error {
+	q := url.Values{"sessionKey": {sessionKey}, "waitMs": {strconv.Itoa(waitMs)}}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(waitMs)*time.Millisecond+pollMargin)
 	defer cancel()
 	data, err := cl.request(ctx, http.MethodGet, "/v1/events", q, nil)
 	if err != nil {
 		return err
 	}
-	if f.json {
+	if raw {
 		return printJSON(c.stdout, data)
 	}
 	var ans struct {

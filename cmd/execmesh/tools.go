@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -17,30 +19,37 @@ import (
 // anything over 2 MB anyway.
 const maxCallInput = 4 << 20
 
-// runCall is `execmesh call [flags] [JSON]`: one tool call, printed as the
-// gateway's JSON answer. Exit 1 when ok is false or details.status is
+// newCallCmd is `execmesh call [flags] [JSON]`: one tool call, printed as
+// the gateway's JSON answer. Exit 1 when ok is false or details.status is
 // failed.
-func runCall(ctx context.Context, c *cli, args []string) error {
-	const synopsis = "[flags] [JSON]  (JSON from the argument, or stdin when absent or \"-\")"
-	fs := newFlagSet("call")
+func (c *cli) newCallCmd() *cobra.Command {
 	var f clientFlags
-	f.register(fs)
-	pos, err := c.parseFlags(fs, synopsis, args, true)
-	if err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "call [flags] [JSON]",
+		Short: "one tool call; JSON from the argument or stdin; prints the JSON answer",
+		Long: "Send one tool call to POST /tools/invoke and print the gateway's JSON answer. The request is\n" +
+			"{\"tool\":…,\"args\":{…}} (or OpenClaw's flat form) from the argument, or from stdin when the\n" +
+			"argument is absent or \"-\"; --session-key is added unless the request names one.\n\n" +
+			"Exit status: 0 for an answer with ok true, 1 when ok is false or details.status is failed.",
+		Example: "  execmesh call '{\"tool\":\"process\",\"args\":{\"action\":\"list\"}}'\n" +
+			"  echo '{\"tool\":\"exec\",\"command\":\"uname -a\"}' | execmesh call",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageErrorf("call: want one JSON argument, got %d (quote the JSON)", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return c.runCall(cmd.Context(), &f, args) },
 	}
-	if len(pos) > 1 {
-		return usageErrorf("call: want one JSON argument, got %d (quote the JSON)", len(pos))
-	}
-	cl, err := f.client(c)
-	if err != nil {
-		return err
-	}
-	defer cl.close()
+	f.register(cmd.Flags(), withSessionKey)
+	return cmd
+}
 
+func (c *cli) runCall(ctx context.Context, f *clientFlags, args []string) error {
 	var raw []byte
-	if len(pos) == 1 && pos[0] != "-" {
-		raw = []byte(pos[0])
+	var err error
+	if len(args) == 1 && args[0] != "-" {
+		raw = []byte(args[0])
 	} else if raw, err = io.ReadAll(io.LimitReader(c.stdin, maxCallInput)); err != nil {
 		return fmt.Errorf("call: reading stdin: %w", err)
 	}
@@ -48,6 +57,11 @@ func runCall(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	cl, err := f.client(c)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
 
 	data, ans, err := cl.invoke(ctx, body)
 	var pe *protocol.Error
@@ -94,102 +108,6 @@ func errOr(err error, msg string) string {
 	return msg
 }
 
-// runExec is `execmesh exec [flags] [--] CMD…`.
-//
-// Several words are shell-quoted where needed and joined with spaces, so
-// `exec -- sh -c 'exit 3'` runs exactly those three words; a single word is
-// the command line as is (`exec 'ls *.go | wc -l'`).
-//
-// Exit status: 0 when the command completed with exit code 0, is still
-// running (backgrounded) or awaits approval; the command's own exit code
-// when it completed with a non-zero one (codes above 125 become 125, so
-// they cannot be mistaken for the shell's "not executable", "not found" and
-// signal statuses); 1 when the result is failed (not found, timeout,
-// signal, …) or the call failed; 2 for a bad command line.
-func runExec(ctx context.Context, c *cli, args []string) error {
-	const synopsis = "[flags] [--] CMD…"
-	fs := newFlagSet("exec")
-	var f clientFlags
-	f.register(fs)
-	var env listFlag
-	workdir := fs.String("workdir", "", "working `dir`ectory of the command")
-	fs.Var(&env, "env", "environment variable `K=V` for the command (repeatable)")
-	yieldMs := fs.Int("yield-ms", 0, "background the command after this many `ms` (default tools.exec.backgroundMs)")
-	background := fs.Bool("background", false, "start in the background at once and return a session id")
-	timeout := fs.Float64("timeout", 0, "kill the command after this many `seconds` (0: no timeout; default tools.exec.timeoutSec)")
-	pty := fs.Bool("pty", false, "run in a pseudo-terminal (120×30)")
-	elevated := fs.Bool("elevated", false, "run outside the sandbox (needs tools.elevated.enabled)")
-	host := fs.String("host", "", "where to run: `auto|sandbox|gateway|node`")
-	security := fs.String("security", "", "tighten security: `deny|allowlist|full`")
-	ask := fs.String("ask", "", "tighten approvals: `off|on-miss|always`")
-	node := fs.String("node", "", "target node `id or name` (host=node)")
-	follow := fs.Bool("follow", false, "stream the output live until the command exits (the default on a terminal)")
-	words, cl, err := f.parseAndConnect(c, fs, synopsis, args, false)
-	if err != nil {
-		return err
-	}
-	defer cl.close()
-	if len(words) == 0 {
-		return usageErrorf("exec: no command given (usage: execmesh exec %s)", synopsis)
-	}
-
-	a := protocol.ExecArgs{
-		Command:    joinCommand(words),
-		Workdir:    *workdir,
-		Background: *background,
-		PTY:        *pty,
-		Host:       *host,
-		Security:   *security,
-		Ask:        *ask,
-		Node:       *node,
-	}
-	if len(env.values) > 0 {
-		a.Env = make(map[string]string, len(env.values))
-		for _, kv := range env.values {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return usageErrorf("exec: --env %q: want KEY=VALUE", kv)
-			}
-			a.Env[k] = v
-		}
-	}
-	if isSet(fs, "yield-ms") {
-		y := float64(*yieldMs)
-		a.YieldMs = &y
-	}
-	if isSet(fs, "timeout") {
-		a.Timeout = timeout
-	}
-	if isSet(fs, "elevated") {
-		a.Elevated = elevated
-	}
-
-	// Live output: start in the background almost at once and tail the
-	// session, instead of waiting silently for the yield window.
-	live := !f.json && !*background && !isSet(fs, "yield-ms") && (*follow || (!isSet(fs, "follow") && isTerminal(c.stdout)))
-	if live {
-		y := float64(10)
-		a.YieldMs = &y
-	}
-	data, ans, err := cl.invokeTool(ctx, protocol.ToolExec, a, f.sessionKey)
-	if live && err == nil && ans.Result.Status() == protocol.StatusRunning {
-		res, err := c.follow(ctx, cl, f.sessionKey, ans.Result.SessionID())
-		if err != nil {
-			return err
-		}
-		return c.exitFor(res, execExitCode)
-	}
-	return c.finishTool(f.json, data, ans, err, execExitCode)
-}
-
-// exitFor turns a result into the command's exit status.
-func (c *cli) exitFor(res protocol.Result, code func(protocol.Result) int) error {
-	if n := code(res); n != exitOK {
-		return &exitError{code: n}
-	}
-	return nil
-}
-
 // finishTool prints a tool answer (the raw JSON with --json, else the
 // result text an agent would see) and picks the exit status with code.
 func (c *cli) finishTool(raw bool, data []byte, ans invokeAnswer, err error, code func(protocol.Result) int) error {
@@ -212,28 +130,6 @@ func (c *cli) finishTool(raw bool, data []byte, ans invokeAnswer, err error, cod
 	return nil
 }
 
-// execExitCode maps an exec result to the CLI's exit status (see runExec).
-func execExitCode(r protocol.Result) int {
-	switch r.Status() {
-	case protocol.StatusFailed:
-		return exitFail
-	case protocol.StatusCompleted:
-		n, ok := r.Details.ExitCode.Get()
-		switch {
-		case !ok || n == 0:
-			return exitOK
-		case n < 0:
-			return exitFail
-		case n > 125:
-			return 125
-		default:
-			return n
-		}
-	default: // running, approval-pending
-		return exitOK
-	}
-}
-
 // processExitCode is 1 for a failed process result, else 0.
 func processExitCode(r protocol.Result) int {
 	if r.Status() == protocol.StatusFailed {
@@ -242,122 +138,218 @@ func processExitCode(r protocol.Result) int {
 	return exitOK
 }
 
-// joinCommand turns the command words into one command line: a single word
-// is taken as is, several are quoted where the shell would split or expand
-// them.
-func joinCommand(words []string) string {
-	if len(words) == 1 {
-		return words[0]
-	}
-	quoted := make([]string, len(words))
-	for i, w := range words {
-		quoted[i] = shellQuote(w)
-	}
-	return strings.Join(quoted, " ")
+// processAction describes one `execmesh process ACTION` subcommand.
+type processAction struct {
+	name    string
+	short   string
+	example string
+	// flags registers the action's own flags; set copies them into the
+	// tool arguments (only those given: absent is not zero).
+	flags func(fs *pflag.FlagSet)
+	set   func(fs *pflag.FlagSet, a *protocol.ProcessArgs) error
 }
 
-// shellQuote returns w unchanged when it holds only characters no POSIX
-// shell treats specially, and single-quoted otherwise.
-func shellQuote(w string) string {
-	if w == "" {
-		return "''"
-	}
-	plain := strings.IndexFunc(w, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("@%+=:,./_-", r))
-	}) < 0
-	if plain {
-		return w
-	}
-	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+// processFlags holds every action flag; each action registers its own.
+type processFlags struct {
+	data, literal, text string
+	eof, noBracketed    bool
+	keys, hex           listFlag
+	offset, limit       int
+	timeout             int
+	follow              bool
 }
 
-// processActionsList returns the process tool's actions.
-func processActionsList() []string { return slices.Clone(protocol.ProcessActions) }
+func (p *processFlags) actions() []processAction {
+	paging := func(what string) func(fs *pflag.FlagSet) {
+		return func(fs *pflag.FlagSet) {
+			fs.IntVar(&p.offset, "offset", 0, "first `N` of the "+what)
+			fs.IntVar(&p.limit, "limit", 0, "how many `N` of the "+what)
+		}
+	}
+	setPaging := func(fs *pflag.FlagSet, a *protocol.ProcessArgs) error {
+		return setInts(fs, map[string]struct {
+			v   *int
+			dst **int
+		}{"offset": {&p.offset, &a.Offset}, "limit": {&p.limit, &a.Limit}})
+	}
+	return []processAction{
+		{name: "list", short: "the sessionKey's background and recently finished sessions, newest first",
+			example: "  execmesh process list\n  execmesh process list --limit 50 --offset 50",
+			flags:   paging("sessions (newest first) to list"), set: setPaging},
+		{name: "poll", short: "new output and the status of a session (--follow: until it exits)",
+			example: "  execmesh process poll nimble-coral --timeout 5000\n  execmesh process poll nimble-coral --follow",
+			flags: func(fs *pflag.FlagSet) {
+				fs.IntVar(&p.timeout, "timeout", 0, "wait up to this many `ms` for output or the exit (at most 30000)")
+				fs.BoolVar(&p.follow, "follow", false, "print the output live until the session exits, then exit with its status")
+			},
+			set: func(fs *pflag.FlagSet, a *protocol.ProcessArgs) error {
+				return setInts(fs, map[string]struct {
+					v   *int
+					dst **int
+				}{"timeout": {&p.timeout, &a.Timeout}})
+			}},
+		{name: "log", short: "the session's retained output by lines (the last 200 without --offset and --limit)",
+			example: "  execmesh process log nimble-coral --offset 0 --limit 20",
+			flags:   paging("lines to show"), set: setPaging},
+		{name: "write", short: "write data to the session's stdin (PTY sessions)",
+			example: "  execmesh process write nimble-coral --data 'yes\\n'\n  execmesh process write nimble-coral --eof",
+			flags: func(fs *pflag.FlagSet) {
+				fs.StringVar(&p.data, "data", "", "the `text` to write")
+				fs.BoolVar(&p.eof, "eof", false, "close stdin after the data (sends ^D)")
+			},
+			set: func(fs *pflag.FlagSet, a *protocol.ProcessArgs) error {
+				if fs.Changed("data") {
+					a.Data = &p.data
+				}
+				a.EOF = p.eof
+				return nil
+			}},
+		{name: "send-keys", short: "send key tokens, raw bytes or literal text to a PTY session",
+			example: "  execmesh process send-keys nimble-coral --keys C-c\n  execmesh process send-keys nimble-coral --keys Up,Enter --literal q",
+			flags: func(fs *pflag.FlagSet) {
+				p.keys.split, p.hex.split = true, true
+				fs.Var(&p.keys, "keys", "key `tokens` such as C-c,Enter,Up (comma-separated or repeated)")
+				fs.Var(&p.hex, "hex", "raw `bytes` in hex, such as 1b,5b,41 (comma-separated or repeated)")
+				fs.StringVar(&p.literal, "literal", "", "literal `text` to type")
+			},
+			set: func(fs *pflag.FlagSet, a *protocol.ProcessArgs) error {
+				a.Keys, a.Hex = p.keys.values, p.hex.values
+				if fs.Changed("literal") {
+					a.Literal = &p.literal
+				}
+				return nil
+			}},
+		{name: "submit", short: "press Enter in a PTY session (sends CR)", example: "  execmesh process submit nimble-coral"},
+		{name: "paste", short: "paste text into a PTY session (bracketed paste unless --no-bracketed)",
+			example: "  execmesh process paste nimble-coral --text 'print(1)'",
+			flags: func(fs *pflag.FlagSet) {
+				fs.StringVar(&p.text, "text", "", "the `text` to paste")
+				fs.BoolVar(&p.noBracketed, "no-bracketed", false, "without bracketed-paste markers")
+			},
+			set: func(fs *pflag.FlagSet, a *protocol.ProcessArgs) error {
+				if fs.Changed("text") {
+					a.Text = &p.text
+				}
+				if p.noBracketed {
+					a.Bracketed = new(bool)
+				}
+				return nil
+			}},
+		{name: "kill", short: "end the session's whole process tree (SIGTERM, SIGKILL after the grace)", example: "  execmesh process kill nimble-coral"},
+		{name: "clear", short: "forget a finished session's output", example: "  execmesh process clear nimble-coral"},
+		{name: "remove", short: "remove a session (killing it when it still runs)", example: "  execmesh process remove nimble-coral"},
+	}
+}
 
-// runProcess is `execmesh process ACTION [SESSION-ID] [flags]`. Exit 1 when
-// details.status is failed.
-func runProcess(ctx context.Context, c *cli, args []string) error {
-	synopsis := "ACTION [SESSION-ID] [flags]  (ACTION: " + strings.Join(protocol.ProcessActions, ", ") + ")"
-	fs := newFlagSet("process")
-	var f clientFlags
-	f.register(fs)
-	var keys, hex listFlag
-	keys.split, hex.split = true, true
-	var sessionID string
-	fs.StringVar(&sessionID, "session-id", "", "the session `id` (or pass it after ACTION)")
-	fs.StringVar(&sessionID, "s", "", "shorthand for --session-id")
-	data := fs.String("data", "", "write: the `text` to write to stdin")
-	eof := fs.Bool("eof", false, "write: close stdin after the data")
-	fs.Var(&keys, "keys", "send-keys: key `tokens` such as C-c,Enter,Up (comma-separated or repeatable)")
-	fs.Var(&hex, "hex", "send-keys: raw `bytes` in hex, such as 1b,5b,41 (comma-separated or repeatable)")
-	literal := fs.String("literal", "", "send-keys: literal `text` to type")
-	text := fs.String("text", "", "paste: the `text` to paste")
-	noBracketed := fs.Bool("no-bracketed", false, "paste: without bracketed-paste markers")
-	offset := fs.Int("offset", 0, "log: first `line` to show")
-	limit := fs.Int("limit", 0, "log: how many `lines` to show")
-	timeout := fs.Int("timeout", 0, "poll: wait up to this many `ms` for output or exit (at most 30000)")
-	follow := fs.Bool("follow", false, "poll: tail the session until it exits")
-	pos, cl, err := f.parseAndConnect(c, fs, synopsis, args, true)
-	if err != nil {
-		return err
-	}
-	defer cl.close()
-
-	if len(pos) == 0 {
-		return usageErrorf("process: no action given (one of: %s)", strings.Join(protocol.ProcessActions, ", "))
-	}
-	action := pos[0]
-	if !slices.Contains(protocol.ProcessActions, action) {
-		return usageErrorf("process: unknown action %q (one of: %s)", action, strings.Join(protocol.ProcessActions, ", "))
-	}
-	switch {
-	case len(pos) > 2:
-		return usageErrorf("process %s: unexpected arguments %q", action, pos[2:])
-	case len(pos) == 2 && sessionID != "" && sessionID != pos[1]:
-		return usageErrorf("process %s: two different session ids: %q and %q", action, sessionID, pos[1])
-	case len(pos) == 2:
-		sessionID = pos[1]
-	}
-
-	a := protocol.ProcessArgs{Action: action, SessionID: sessionID, EOF: *eof, Keys: keys.values, Hex: hex.values}
-	if isSet(fs, "data") {
-		a.Data = data
-	}
-	if isSet(fs, "literal") {
-		a.Literal = literal
-	}
-	if isSet(fs, "text") {
-		a.Text = text
-	}
-	if *noBracketed {
-		a.Bracketed = new(bool)
-	}
-	for _, n := range []struct {
-		name string
-		val  *int
-		dst  **int
-	}{{"offset", offset, &a.Offset}, {"limit", limit, &a.Limit}, {"timeout", timeout, &a.Timeout}} {
-		if !isSet(fs, n.name) {
+// setInts copies the integer flags that were given into their arguments,
+// refusing negative values.
+func setInts(fs *pflag.FlagSet, flags map[string]struct {
+	v   *int
+	dst **int
+}) error {
+	for name, fl := range flags {
+		if !fs.Changed(name) {
 			continue // absent, not zero: the tool's default applies
 		}
-		if *n.val < 0 {
-			return usageErrorf("process: --%s must not be negative", n.name)
+		if *fl.v < 0 {
+			return usageErrorf("--%s must not be negative", name)
 		}
-		*n.dst = n.val
+		*fl.dst = fl.v
 	}
+	return nil
+}
 
-	if *follow {
-		if action != "poll" {
-			return usageErrorf("process %s: --follow is for poll", action)
+// newProcessCmd is `execmesh process ACTION [SESSION-ID] [flags]`. Exit 1
+// when details.status is failed.
+func (c *cli) newProcessCmd() *cobra.Command {
+	var f clientFlags
+	var sessionID string
+	var pf processFlags
+	cmd := groupCmd(&cobra.Command{
+		Use:   "process ACTION [SESSION-ID] [flags]",
+		Short: "the process tool: follow up on background sessions",
+		Long: "The process tool, one subcommand per action. Every action but list takes the session id,\n" +
+			"after the action or with --session-id. Exit status 1 when the result's status is failed\n" +
+			"(an unknown session, for instance).",
+		Annotations: map[string]string{annSynopsis: "process " + strings.Join(protocol.ProcessActions, "|") + " [SESSION-ID] [flags]"},
+	})
+	f.register(cmd.PersistentFlags(), withSessionKey|withJSON)
+	cmd.PersistentFlags().StringVarP(&sessionID, "session-id", "s", "", "the session `id` (or pass it after the action)")
+	for _, act := range pf.actions() {
+		use := act.name + " SESSION-ID"
+		if act.name == "list" {
+			use = "list"
 		}
-		res, err := c.follow(ctx, cl, f.sessionKey, sessionID)
-		if err != nil {
-			return err
+		sub := &cobra.Command{
+			Use:     use,
+			Short:   act.short,
+			Example: act.example,
+			Args: func(cmd *cobra.Command, args []string) error {
+				if act.name == "list" {
+					return noArgs(cmd, args)
+				}
+				_, err := sessionArg(act.name, args, sessionID)
+				return err
+			},
+			ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+				if act.name == "list" || len(args) > 0 {
+					return nil, cobra.ShellCompDirectiveNoFileComp
+				}
+				return c.completeSessionIDs(cmd.Context(), &f), cobra.ShellCompDirectiveNoFileComp
+			},
+			RunE: func(cmd *cobra.Command, args []string) error {
+				id := sessionID
+				if act.name != "list" {
+					id, _ = sessionArg(act.name, args, sessionID)
+				}
+				a := protocol.ProcessArgs{Action: act.name, SessionID: id}
+				if act.set != nil {
+					if err := act.set(cmd.Flags(), &a); err != nil {
+						return &usageError{msg: "process " + act.name + ": " + err.Error()}
+					}
+				}
+				cl, err := f.client(c)
+				if err != nil {
+					return err
+				}
+				defer cl.close()
+				if act.name == "poll" && pf.follow {
+					res, err := c.follow(cmd.Context(), cl, f.sessionKey, id, true)
+					if err != nil {
+						return err
+					}
+					if n, _ := exitStatus(res); n != exitOK {
+						return &exitError{code: n}
+					}
+					return nil
+				}
+				data, ans, err := cl.invokeTool(cmd.Context(), protocol.ToolProcess, a, f.sessionKey)
+				return c.finishTool(f.json, data, ans, err, processExitCode)
+			},
 		}
-		return c.exitFor(res, execExitCode)
+		if act.flags != nil {
+			act.flags(sub.Flags())
+		}
+		cmd.AddCommand(sub)
 	}
-	dataOut, ans, err := cl.invokeTool(ctx, protocol.ToolProcess, a, f.sessionKey)
-	return c.finishTool(f.json, dataOut, ans, err, processExitCode)
+	return cmd
+}
+
+// sessionArg returns the session id of a process action, from its one
+// positional argument or --session-id; none, two or two different ones
+// are usage errors.
+func sessionArg(action string, args []string, flagID string) (string, error) {
+	switch {
+	case len(args) > 1:
+		return "", usageErrorf("process %s: unexpected arguments %q", action, args[1:])
+	case len(args) == 1 && flagID != "" && flagID != args[0]:
+		return "", usageErrorf("process %s: two different session ids: %q and %q", action, flagID, args[0])
+	case len(args) == 1:
+		return args[0], nil
+	case flagID == "":
+		return "", usageErrorf("process %s: no session id given (pass it after %q or with --session-id)", action, action)
+	}
+	return flagID, nil
 }
 
 // printText prints a result text, ending it with a newline.
@@ -380,4 +372,13 @@ func printJSON(w io.Writer, data []byte) error {
 	buf.WriteByte('\n')
 	_, err := w.Write(buf.Bytes())
 	return err
+}
+
+// writeJSONValue prints v as indented JSON.
+func writeJSONValue(w io.Writer, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return printJSON(w, data)
 }

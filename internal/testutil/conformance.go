@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -25,4 +26,30 @@ func ConformanceFile(t testing.TB, name string) string {
 		}
 		dir = parent
 	}
+}
+
+// Deviation is a text execmesh changes on purpose from OpenClaw's recorded
+// answers in testdata/conformance.
+type Deviation struct {
+	Old, New string
+	Why      string
+}
+
+// Deviations lists the deliberate differences from the recorded texts.
+// The conformance tests apply them to a fixture (ApplyDeviations) before
+// comparing; anything else must match OpenClaw byte for byte.
+func Deviations() []Deviation {
+	return []Deviation{{
+		Old: "so OpenClaw can register a pollable process session",
+		New: "so execmesh can register a pollable process session",
+		Why: "the timeout guidance names the product that registers the session (issue 13 item 9)",
+	}}
+}
+
+// ApplyDeviations returns a fixture's bytes with Deviations applied.
+func ApplyDeviations(data []byte) []byte {
+	for _, d := range Deviations() {
+		data = bytes.ReplaceAll(data, []byte(d.Old), []byte(d.New))
+	}
+	return data
 }

@@ -286,6 +286,17 @@
       el('td', { class: 'actions' }, output, kill, remove));
   }
 
+  // outcome names how a session ended, for its colour: only an exit 0 is
+  // "ok" (green); a non-zero exit is "nonzero", a kill or a signal
+  // "killed", and running and failed stay as they are.
+  function outcome(d) {
+    const st = String(d.status || '');
+    if (st !== 'completed') return st.replace(/[^a-z-]/g, '');
+    if (d.exitReason === 'manual-cancel' || d.exitSignal) return 'killed';
+    if (d.exitCode !== undefined && d.exitCode !== null && d.exitCode !== 0) return 'nonzero';
+    return 'ok';
+  }
+
   function updateSessionRow(tr, s) {
     const [, host, status, name, runtime, command] = tr.cells;
     // Node sessions carry the node that runs them; the rest run on the
@@ -299,8 +310,9 @@
     else if (st !== 'running' && s.exitCode !== undefined && s.exitCode !== null) label += ' · exit ' + s.exitCode;
     if (s.waitingForInput) label += ' · waiting for input';
     status.textContent = label;
-    status.className = 'status-' + st.replace(/[^a-z-]/g, '');
+    status.className = 'status-' + outcome(s);
     status.dataset.status = st;
+    status.dataset.outcome = outcome(s);
     tr.dataset.status = st;
     name.textContent = s.name || '';
     runtime.textContent = fmtDuration(s.runtimeMs);
@@ -497,6 +509,9 @@
       if (d.waitingForInput) label += ' · waiting for input';
       setText('tail-status', label, st === 'failed');
       $('tail-status').dataset.status = st;
+      $('tail-status').dataset.outcome = outcome(d);
+      $('tail-status').classList.toggle('status-nonzero', outcome(d) === 'nonzero');
+      $('tail-status').classList.toggle('status-killed', outcome(d) === 'killed');
       if (st !== 'running') {
         // The last event: a finished session's output no longer changes.
         tail.done = true;
