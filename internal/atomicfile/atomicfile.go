@@ -46,3 +46,44 @@ func Write(path string, data []byte, mode os.FileMode) error {
 	}
 	return nil
 }
+
+// WriteNew creates path with data and mode unless it exists: a temporary
+// file is written, synced and hard-linked into place, so path appears
+// complete or not at all, and of two processes racing to create it the
+// first wins. It fails with an error matching fs.ErrExist when path
+// already exists.
+func WriteNew(path string, data []byte, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after Link the name is not needed; on error it is garbage
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Link(tmp, path); err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
