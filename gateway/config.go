@@ -35,15 +35,29 @@ type Config struct {
 type GatewayConfig struct {
 	Listen string     `json:"listen"`
 	Auth   AuthConfig `json:"auth"`
+	// AllowedHosts are further names (host, or host:port) the HTTP API
+	// answers to in the Host header, beside its listen address and the
+	// loopback names: the name of a reverse proxy or a DNS name of the
+	// gateway machine. A request for any other Host is refused (421), so
+	// that a web page cannot reach the gateway by rebinding a name of its
+	// own to the gateway's address.
+	AllowedHosts []string `json:"allowedHosts,omitempty"`
 	// DrainTimeoutMs is how long SIGTERM waits for active gateway-host
 	// background sessions before ending them (0: end them at once).
 	DrainTimeoutMs int `json:"drainTimeoutMs"`
 }
 
-// AuthConfig holds the bearer token. An empty token disables auth, which is
-// only allowed on loopback listeners.
+// AuthConfig holds the bearer tokens of the two roles (DESIGN.md §3.4).
 type AuthConfig struct {
+	// Token is the agents' tool token: tool calls, events, sessions. An
+	// empty token lets every local client call tools, which is only
+	// allowed on loopback listeners.
 	Token string `json:"token,omitempty"`
+	// OperatorToken is the operator's token: approval decisions, node
+	// pairing, node approvals files, configuration changes, and tool
+	// calls too. Empty: the gateway generates one in
+	// <stateDir>/operator.token (mode 0600).
+	OperatorToken string `json:"operatorToken,omitempty"`
 }
 
 // NATSConfig says where the bus is: an external cluster (URL) or the
@@ -136,22 +150,27 @@ type AgentExecConfig struct {
 
 // Defaults and clamps, in one place.
 const (
-	DefaultListen        = "127.0.0.1:8420"
-	DefaultNATSListen    = "127.0.0.1:4222"
-	DefaultPrefix        = "execmesh"
-	MinYieldMs           = 10
-	MaxYieldMs           = 120000
-	DefaultTimeoutSec    = 1800
-	MinCleanupMs         = 60 * 1000
-	MaxCleanupMs         = 3 * 60 * 60 * 1000
-	DefaultNoticeMs      = 10000
-	DefaultApprovalMs    = 30 * 60 * 1000
-	DefaultKillGraceMs   = 5000
-	MaxPayloadBytes      = 2 << 20
-	DefaultSessionKey    = "agent:main:main"
-	DefaultAgentID       = "main"
-	authFailureLimit     = 10
-	authFailureWindowSec = 60
+	DefaultListen      = "127.0.0.1:8420"
+	DefaultNATSListen  = "127.0.0.1:4222"
+	DefaultPrefix      = "execmesh"
+	MinYieldMs         = 10
+	MaxYieldMs         = 120000
+	DefaultTimeoutSec  = 1800
+	MinCleanupMs       = 60 * 1000
+	MaxCleanupMs       = 3 * 60 * 60 * 1000
+	DefaultNoticeMs    = 10000
+	DefaultApprovalMs  = 30 * 60 * 1000
+	DefaultKillGraceMs = 5000
+	MaxPayloadBytes    = 2 << 20
+	DefaultSessionKey  = "agent:main:main"
+	DefaultAgentID     = "main"
+	// Failed authentications within authFailureWindowSec: this many
+	// from one address, or authFailureGlobalLimit from all addresses
+	// together, and authentication is refused (429) until the window
+	// moves on (DESIGN.md §7).
+	authFailureLimit       = 10
+	authFailureGlobalLimit = 100
+	authFailureWindowSec   = 60
 )
 
 // DefaultConfig returns a fresh configuration with every default set.
@@ -188,6 +207,7 @@ type envOverrides struct {
 	StateDir      *string `env:"STATE_DIR"`
 	Listen        *string `env:"LISTEN"`
 	Token         *string `env:"GATEWAY_TOKEN"`
+	OperatorToken *string `env:"OPERATOR_TOKEN"`
 	DrainTimeout  *int    `env:"DRAIN_TIMEOUT_MS"`
 	NATSURL       *string `env:"NATS_URL"`
 	NATSListen    *string `env:"NATS_LISTEN"`
@@ -290,6 +310,7 @@ func applyEnv(cfg *Config, environ map[string]string) error {
 	set(&cfg.StateDir, o.StateDir)
 	set(&cfg.Gateway.Listen, o.Listen)
 	set(&cfg.Gateway.Auth.Token, o.Token)
+	set(&cfg.Gateway.Auth.OperatorToken, o.OperatorToken)
 	setInt(&cfg.Gateway.DrainTimeoutMs, o.DrainTimeout)
 	set(&cfg.NATS.URL, o.NATSURL)
 	set(&cfg.NATS.Listen, o.NATSListen)
@@ -346,6 +367,19 @@ func (c *Config) Validate() error {
 	}
 	if c.Gateway.DrainTimeoutMs < 0 {
 		bad("gateway.drainTimeoutMs", "must not be negative")
+	}
+	a := &c.Gateway.Auth
+	a.Token, a.OperatorToken = strings.TrimSpace(a.Token), strings.TrimSpace(a.OperatorToken)
+	if a.OperatorToken != "" && a.OperatorToken == a.Token {
+		bad("gateway.auth.operatorToken", "must differ from gateway.auth.token: the operator's token would be the agents' too")
+	}
+	for i, h := range c.Gateway.AllowedHosts {
+		norm, err := normalizeAllowedHost(h)
+		if err != nil {
+			bad(fmt.Sprintf("gateway.allowedHosts[%d]", i), "%v", err)
+			continue
+		}
+		c.Gateway.AllowedHosts[i] = norm
 	}
 	if c.NATS.URL == "" {
 		if _, _, err := net.SplitHostPort(c.NATS.Listen); err != nil {
@@ -416,6 +450,17 @@ func (c *Config) Validate() error {
 		oneOf(key+".tools.exec.ask", a.Tools.Exec.Ask, askValues, true)
 	}
 	oneOf("sandbox.mode", c.Sandbox.Mode, sandboxModes, false)
+	// host=sandbox runs in a sandbox or not at all (DESIGN.md §3.3).
+	if c.Sandbox.Mode == sandbox.ModeOff {
+		if e.Host == hostSandbox {
+			bad("tools.exec.host", "%q needs a sandbox runtime, but sandbox.mode is %q: set sandbox.mode to %q, or tools.exec.host to \"auto\" or \"gateway\" (which go through exec approvals)", hostSandbox, c.Sandbox.Mode, sandbox.ModeBwrap)
+		}
+		for i, a := range c.Agents.List {
+			if a.Tools.Exec.Host == hostSandbox {
+				bad(fmt.Sprintf("agents.list[%d].tools.exec.host", i), "%q needs a sandbox runtime, but sandbox.mode is %q: set sandbox.mode to %q, or this agent's host to \"auto\" or \"gateway\"", hostSandbox, c.Sandbox.Mode, sandbox.ModeBwrap)
+			}
+		}
+	}
 	if c.Sandbox.Workspace == "" {
 		c.Sandbox.Workspace = filepath.Join(c.StateDir, "workspace")
 	}

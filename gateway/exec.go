@@ -186,37 +186,14 @@ func (c *call) runGateway(ctx context.Context, p *plan) (protocol.Result, error)
 	return c.g.local.Exec(ctx, *run)
 }
 
-// runSandbox runs a host=sandbox call. With sandbox.mode off the command
-// runs directly on the gateway host without approvals (DESIGN.md §3.3); the
-// request env is not blocklisted there, and a requested PATH is applied
-// after the shell starts through an internal variable.
+// runSandbox runs a host=sandbox call inside the sandbox runtime, never
+// directly (DESIGN.md §3.3; resolveHost already refused the host without
+// one).
 func (c *call) runSandbox(ctx context.Context, p *plan) (protocol.Result, error) {
-	if c.g.sandbox.Mode() != sandbox.ModeOff {
-		return c.runBwrap(ctx, p)
+	if c.g.sandbox.Mode() == sandbox.ModeOff {
+		return protocol.Result{}, protocol.Errorf(protocol.ErrHostNotAllowed, "exec host not allowed (sandbox runtime is off).")
 	}
-	workdir, ok := c.localWorkdir(p.args.Workdir)
-	if !ok {
-		return protocol.WorkdirUnavailableResult(p.args.Workdir), nil
-	}
-	env, _, _ := protocol.SanitizeHostEnv(protocol.EnvMap(c.g.opts.Environ), nil, true)
-	var prepend []string
-	for k, v := range p.args.Env {
-		if strings.EqualFold(k, "PATH") {
-			if v != "" {
-				prepend = append(prepend, v)
-			}
-			continue
-		}
-		env[k] = v
-	}
-	prepend = append(prepend, c.cfg.Tools.Exec.PathPrepend...)
-	req := c.sessionRequest(p, workdir, nil)
-	if len(prepend) > 0 {
-		env["OPENCLAW_PREPEND_PATH"] = strings.Join(prepend, ":")
-		req.Argv = []string{"/bin/sh", "-c", `export PATH="${OPENCLAW_PREPEND_PATH}:$PATH"; unset OPENCLAW_PREPEND_PATH; ` + p.args.Command}
-	}
-	req.Env = protocol.EnvList(env)
-	return c.g.local.Exec(ctx, req)
+	return c.runBwrap(ctx, p)
 }
 
 // runBwrap runs a host=sandbox call inside the sandbox runtime: the
@@ -224,6 +201,11 @@ func (c *call) runSandbox(ctx context.Context, p *plan) (protocol.Result, error)
 // configured (DESIGN.md §3.3).
 func (c *call) runBwrap(ctx context.Context, p *plan) (protocol.Result, error) {
 	rt := c.g.sandbox
+	// The request env meets host=gateway's blocklists here too (DESIGN.md
+	// §7); only PATH is allowed, applied inside after the profile.
+	if err := protocol.ValidateHostEnvOverrides(withoutPath(p.args.Env)); err != nil {
+		return protocol.Result{}, err
+	}
 	if err := rt.Available(); err != nil {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrHostNotAllowed, "exec host=sandbox: %v", err)
 	}
@@ -245,6 +227,17 @@ func (c *call) runBwrap(ctx context.Context, p *plan) (protocol.Result, error) {
 	req := c.sessionRequest(p, prep.Workdir, prep.Env)
 	req.Argv = prep.Argv
 	return c.g.local.Exec(ctx, req)
+}
+
+// withoutPath returns env without its PATH entry (any case).
+func withoutPath(env map[string]string) map[string]string {
+	out := make(map[string]string, len(env))
+	for k, v := range env {
+		if !strings.EqualFold(strings.TrimSpace(k), "PATH") {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // runNode runs a host=node call on a node agent.

@@ -83,6 +83,9 @@ type Gateway struct {
 	publish func(protocol.SystemEvent)
 	// routes are extra HTTP routes (nodes, approvals).
 	routes []route
+
+	opMu        sync.Mutex
+	opFileToken string // the generated operator token (operator.go)
 }
 
 // SessionExecDefaults are per-sessionKey exec defaults set through
@@ -129,6 +132,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		limiter:      newAuthLimiter(),
 		execDefaults: map[string]SessionExecDefaults{},
 		approvals:    newApprovalStore(),
+	}
+	if err := g.ensureOperatorToken(cfg); err != nil {
+		return nil, err
 	}
 	g.bg, g.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	g.loginPath = opts.LoginShellPath
@@ -203,9 +209,12 @@ func (g *Gateway) Reload() error {
 	if err != nil {
 		return err
 	}
-	g.cfgMu.Lock()
-	old := g.cfg
+	old := g.Config()
 	cfg.Gateway.Listen, cfg.StateDir, cfg.NATS = old.Gateway.Listen, old.StateDir, old.NATS
+	if err := g.ensureOperatorToken(cfg); err != nil {
+		return err
+	}
+	g.cfgMu.Lock()
 	g.cfg = cfg
 	g.cfgMu.Unlock()
 	g.log.Info("configuration reloaded", "path", g.opts.ConfigPath)
@@ -247,8 +256,9 @@ func (g *Gateway) Events(ctx context.Context, sessionKey string, wait time.Durat
 // Blockers lists the gateway-host sessions that block a safe restart.
 func (g *Gateway) Blockers() []session.Blocker { return g.local.Blockers() }
 
-// Authed wraps h with the gateway's bearer-token check and failure rate
-// limit, for handlers mounted beside the API (such as /mcp and /metrics).
+// Authed wraps h with the gateway's bearer-token check (the tool token or
+// the operator token) and the failure limits, for handlers mounted beside
+// the API (such as /mcp and /metrics).
 func (g *Gateway) Authed(h http.Handler) http.Handler { return g.authed(h.ServeHTTP) }
 
 // Close stops taking calls and ends every gateway-host process tree.

@@ -42,7 +42,8 @@ func parseRequestedHost(v string) (string, error) {
 // resolveHost applies spec §4: a requested host may differ from the
 // configured one only when that is auto, and then not gateway or node
 // while a sandbox runtime is active. elevated moves everything but node to
-// the gateway. The result is the effective host: sandbox, gateway or node.
+// the gateway. host=sandbox without a sandbox runtime is refused. The
+// result is the effective host: sandbox, gateway or node.
 func resolveHost(configured, requested string, sandboxAvailable, elevated bool) (string, error) {
 	if requested != "" && requested != configured {
 		allowed := configured == "auto" && !(sandboxAvailable && (requested == hostGateway || requested == hostNode))
@@ -71,6 +72,12 @@ func resolveHost(configured, requested string, sandboxAvailable, elevated bool) 
 			return hostSandbox, nil
 		}
 		return hostGateway, nil
+	}
+	if selected == hostSandbox && !sandboxAvailable {
+		// Never a direct run with less policy than host=gateway's
+		// (DESIGN.md §3.3): a sandbox host runs in a sandbox or not at all.
+		return "", protocol.Errorf(protocol.ErrHostNotAllowed,
+			"exec host not allowed (sandbox runtime is off; set sandbox.mode to \"bwrap\" to run host=sandbox commands in a bubblewrap sandbox, or use host=gateway, which runs them on the gateway host through exec approvals).")
 	}
 	return selected, nil
 }

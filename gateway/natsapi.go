@@ -35,8 +35,9 @@ func EventSubject(prefix, sessionKey string) string {
 }
 
 // ServeNATS answers tool calls on <prefix>.gw.invoke with the same JSON as
-// POST /tools/invoke and publishes system events. Requests carry the token,
-// when one is configured, in an Authorization header. It stops with Close.
+// POST /tools/invoke and publishes system events. Requests carry the tool
+// token (or the operator token), when one is configured, in an
+// Authorization header. It stops with Close.
 func (g *Gateway) ServeNATS(nc *nats.Conn, prefix string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	api := &natsAPI{g: g, nc: nc, prefix: prefix, ctx: ctx, cancel: cancel}
@@ -85,7 +86,7 @@ func (a *natsAPI) handle(msg *nats.Msg) {
 		defer a.wg.Done()
 		var resp any
 		status := 200
-		if token := a.g.Config().Gateway.Auth.Token; token != "" && !tokenMatches(msg.Header.Get("Authorization"), token) {
+		if !a.g.toolTokenOK(msg.Header.Get("Authorization")) {
 			e := protocol.Errorf(protocol.ErrUnauthorized, "unauthorized: missing or invalid bearer token")
 			resp, status = invokeResponse{Error: e}, e.Type.HTTPStatus()
 		} else {

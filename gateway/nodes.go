@@ -678,8 +678,9 @@ func (r *nodeRouter) decide(ctx context.Context, id, pairing string, allowUnknow
 		r.mu.Unlock()
 		return nodeInfo{}, protocol.Errorf(protocol.ErrInternal, "%v", err)
 	}
-	// A node admitted by code loses (or regains) its NATS identity.
-	if srv != nil && stored.Joined && stored.PublicKey != "" && r.serverAuthOn(srv) {
+	// A node with a known key loses (or gains) its identity on the
+	// embedded server.
+	if srv != nil && stored.PublicKey != "" && r.serverAuthOn(srv) {
 		var err error
 		if pairing == protocol.NodePairingRejected {
 			err = srv.RemoveNKeyUser(stored.PublicKey)

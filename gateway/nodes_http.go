@@ -68,11 +68,12 @@ func (g *Gateway) Nodes() []NodeView {
 // routes are the /v1/nodes routes of the node backend.
 func (r *nodeRouter) routes() []route {
 	return []route{
-		{"GET /v1/nodes", r.handleList},
-		{"GET /v1/nodes/{id}", r.handleGet},
-		{"POST /v1/nodes/invite", r.handleInvite},
-		{"POST /v1/nodes/{id}/approve", r.handleDecide(protocol.NodePairingPaired)},
-		{"POST /v1/nodes/{id}/reject", r.handleDecide(protocol.NodePairingRejected)},
+		{pattern: "GET /v1/nodes", handler: r.handleList},
+		{pattern: "GET /v1/nodes/{id}", handler: r.handleGet},
+		// Pairing is the operator's: a join code admits a NATS identity.
+		{pattern: "POST /v1/nodes/invite", handler: r.handleInvite, operator: true},
+		{pattern: "POST /v1/nodes/{id}/approve", handler: r.handleDecide(protocol.NodePairingPaired), operator: true},
+		{pattern: "POST /v1/nodes/{id}/reject", handler: r.handleDecide(protocol.NodePairingRejected), operator: true},
 	}
 }
 

@@ -50,9 +50,9 @@ func randomHex(n int) string {
 // server, which join codes need: each code adds a one-time user limited
 // to the join subject, and a redeemed code adds the node's nkey with
 // permissions confined to its own subjects (bus.NodeUser), without
-// disturbing other connections. Nodes that joined earlier (recorded in
-// <state-dir>/nodes.json) are admitted again at once, since a restarted
-// server starts without them. Call it after ServeNATS.
+// disturbing other connections. Nodes paired earlier (recorded in
+// <state-dir>/nodes.json with their keys) are admitted again at once,
+// since a restarted server starts without them. Call it after ServeNATS.
 func (g *Gateway) SetEmbeddedServer(s *bus.Server) error {
 	r := g.router()
 	if r == nil {
@@ -74,7 +74,7 @@ func (g *Gateway) SetEmbeddedServer(s *bus.Server) error {
 	}
 	added := 0
 	for _, n := range r.store.all() {
-		if n.Pairing != protocol.NodePairingPaired || !n.Joined || n.PublicKey == "" || have[n.PublicKey] {
+		if n.Pairing != protocol.NodePairingPaired || n.PublicKey == "" || have[n.PublicKey] {
 			continue
 		}
 		u, err := bus.NodeUser(r.prefix, n.PublicKey)
@@ -99,8 +99,8 @@ func (g *Gateway) SetEmbeddedServer(s *bus.Server) error {
 // the decision is stored (marked joined, so that a restarted embedded
 // server re-admits the key), and when the embedded server authenticates
 // clients its nkey is added with permissions confined to the node's own
-// subjects. `execmesh up` uses it for its local node when the embedded
-// server listens beyond loopback; on loopback ApproveNode is enough. Call
+// subjects. `execmesh up` uses it for its local node: the embedded
+// server admits no client without an identity, loopback included. Call
 // it after ServeNATS (and SetEmbeddedServer, if the key must be admitted
 // to the server right away).
 func (g *Gateway) AdmitNode(publicKey string) error {
