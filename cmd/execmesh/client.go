@@ -36,7 +36,10 @@ const (
 type client struct {
 	base  string // http(s)://host:port, no trailing slash
 	token string
-	hc    *http.Client
+	// operatorToken goes to operator endpoints instead of token
+	// (operator_token.go); "" sends token there too.
+	operatorToken string
+	hc            *http.Client
 }
 
 // newClient returns a client for the gateway at base. Call close when done
@@ -115,8 +118,12 @@ func (c *client) send(ctx context.Context, method, path string, query url.Values
 	}
 	req.Header.Set("Accept", accept)
 	req.Header.Set("User-Agent", "execmesh/"+version)
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	token := c.token
+	if c.operatorToken != "" && isOperatorRequest(method, path) {
+		token = c.operatorToken
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -235,7 +235,9 @@ func (f *clientFlags) client(c *cli) (*client, error) {
 		// LoadConfig already put $EXECMESH_GATEWAY_TOKEN over the file's.
 		token = cfg.Gateway.Auth.Token
 	}
-	return newClient(u, token), nil
+	cl := newClient(u, token)
+	cl.operatorToken = f.operatorTokenFor(c, cfg)
+	return cl, nil
 }
 
 // listenURL turns a listen address into a URL a client can dial: a
