@@ -49,7 +49,7 @@ func (g *Gateway) require(need role, h http.HandlerFunc) http.HandlerFunc {
 // a limit is reached no token is even compared.
 func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request, need role) (role, bool) {
 	header := r.Header.Get("Authorization")
-	toolToken := g.Config().Gateway.Auth.Token
+	toolToken, operatorToken := g.tokens()
 	if header == "" && toolToken == "" && need == roleAgent {
 		return roleAgent, true
 	}
@@ -65,7 +65,7 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request, need role
 		if toolToken == "" {
 			got = roleAgent
 		}
-	case tokenMatches(header, g.operatorToken()):
+	case tokenMatches(header, operatorToken):
 		got = roleOperator
 	case toolToken != "" && tokenMatches(header, toolToken):
 		got = roleAgent
@@ -91,8 +91,8 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request, need role
 // passes: any header on a gateway without a tool token, else the tool
 // or the operator token.
 func (g *Gateway) toolTokenOK(header string) bool {
-	token := g.Config().Gateway.Auth.Token
-	return token == "" || tokenMatches(header, token) || tokenMatches(header, g.operatorToken())
+	token, operatorToken := g.tokens()
+	return token == "" || tokenMatches(header, token) || tokenMatches(header, operatorToken)
 }
 
 // authLimiter counts failed authentications per client address and over

@@ -52,8 +52,10 @@ func (g *Gateway) Protect(h http.Handler) http.Handler {
 
 // checkBrowser returns the refusal of a request, or nil.
 func (g *Gateway) checkBrowser(r *http.Request) error {
-	allowed := g.Config().Gateway.AllowedHosts
-	if err := checkHost(r, allowed, g.Config().Gateway.Listen); err != nil {
+	g.cfgMu.RLock()
+	allowed, listen := g.cfg.Gateway.AllowedHosts, g.cfg.Gateway.Listen
+	g.cfgMu.RUnlock()
+	if err := checkHost(r, allowed, listen); err != nil {
 		return err
 	}
 	if err := checkOrigin(r, allowed); err != nil {

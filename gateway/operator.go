@@ -93,12 +93,22 @@ func loadOrCreateOperatorToken(stateDir string) (tok string, refused error, err 
 // operatorToken is the operator's token in force: the configured one,
 // else the generated one.
 func (g *Gateway) operatorToken() string {
-	if t := g.Config().Gateway.Auth.OperatorToken; t != "" {
-		return t
+	_, op := g.tokens()
+	return op
+}
+
+// tokens returns the tool token ("" for none) and the operator token in
+// force, without copying the whole configuration.
+func (g *Gateway) tokens() (tool, operator string) {
+	g.cfgMu.RLock()
+	tool, operator = g.cfg.Gateway.Auth.Token, g.cfg.Gateway.Auth.OperatorToken
+	g.cfgMu.RUnlock()
+	if operator == "" {
+		g.opMu.Lock()
+		operator = g.opFileToken
+		g.opMu.Unlock()
 	}
-	g.opMu.Lock()
-	defer g.opMu.Unlock()
-	return g.opFileToken
+	return tool, operator
 }
 
 // ensureOperatorToken loads (or generates) the operator.token file when

@@ -317,6 +317,7 @@ func TestDaemonSurfaces(t *testing.T) {
 		b, _ := json.Marshal(map[string]any{"tool": "exec", "args": map[string]any{"command": "echo m"}})
 		req, _ := http.NewRequest("POST", d.url+"/tools/invoke", bytes.NewReader(b))
 		req.Header.Set("Authorization", "Bearer tok")
+		req.Header.Set("Content-Type", "application/json")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
