@@ -480,3 +480,32 @@ func TestNodeOperatorEndpoints(t *testing.T) {
 		t.Fatalf("GET /v1/nodes as the agent: %d %s", r.Status, r.Raw)
 	}
 }
+
+// BenchmarkProtect is what the browser defences and the token check add
+// to a request: Protect and the operator check around an empty handler,
+// for a same-origin JSON POST with the operator token.
+func BenchmarkProtect(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.StateDir = b.TempDir()
+	cfg.Gateway.Auth.Token = "tool-tok"
+	g, err := New(b.Context(), cfg, Options{Cwd: b.TempDir(), LoginShellPath: func() string { return "" }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = g.Close(context.Background()) })
+	h := g.Protect(g.operator(func(w http.ResponseWriter, r *http.Request) {}))
+	req, _ := http.NewRequest("POST", "http://127.0.0.1:8420/v1/approvals/x", nil)
+	req.Header.Set("Origin", "http://127.0.0.1:8420")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+g.operatorToken())
+	w := &statusRecorder{header: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		w.status = 0
+		h.ServeHTTP(w, req)
+		if w.status != 0 {
+			b.Fatalf("refused: %d", w.status)
+		}
+	}
+}
