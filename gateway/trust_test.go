@@ -1,20 +1,17 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/execmesh/execmesh/internal/testutil"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -26,37 +23,16 @@ type rawAnswer struct {
 	errTyp protocol.ErrorType
 }
 
-// rawRequest writes one HTTP/1.1 request, byte for byte as given (the
-// request line, the header lines, the body; Content-Length is added),
-// to addr, from the local address from when not empty, and reads the
-// answer.
+// rawRequest sends one request byte for byte (testutil.RawHTTP) and
+// decodes the error type of the answer.
 func rawRequest(t *testing.T, addr, from, head, body string) rawAnswer {
 	t.Helper()
-	d := net.Dialer{Timeout: 10 * time.Second}
-	if from != "" {
-		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
-	}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatalf("dial %s from %q: %v", addr, from, err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	req := strings.ReplaceAll(strings.TrimSpace(head), "\n", "\r\n") + fmt.Sprintf("\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", len(body)) + body
-	if _, err := io.WriteString(conn, req); err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("reading the answer to %q: %v", head, err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	a := rawAnswer{status: res.StatusCode, header: res.Header, body: string(b)}
+	r := testutil.RawHTTP(t, addr, from, head, body)
+	a := rawAnswer{status: r.Status, header: r.Header, body: r.Body}
 	var env struct {
 		Error *protocol.Error `json:"error"`
 	}
-	if json.Unmarshal(b, &env) == nil && env.Error != nil {
+	if json.Unmarshal([]byte(r.Body), &env) == nil && env.Error != nil {
 		a.errTyp = env.Error.Type
 	}
 	return a

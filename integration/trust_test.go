@@ -1,14 +1,11 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/execmesh/execmesh/internal/testutil"
 )
 
 // These tests are issue 14's attacks on a real `execmesh up`, one test per
@@ -31,32 +30,11 @@ import (
 // upOutOfTheBox is the configuration `{}`: the defaults.
 var upOutOfTheBox = map[string]any{}
 
-// rawHTTP sends one request written out byte for byte (the request line
-// and headers as given, Content-Length added) from the local address
-// from ("" any) and returns the status and body.
+// rawHTTP sends one request byte for byte (testutil.RawHTTP).
 func rawHTTP(t *testing.T, addr, from, head, body string) (int, http.Header, string) {
 	t.Helper()
-	d := net.Dialer{Timeout: 10 * time.Second}
-	if from != "" {
-		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
-	}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
-	req := strings.ReplaceAll(strings.TrimSpace(head), "\n", "\r\n") + fmt.Sprintf("\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", len(body)) + body
-	if _, err := io.WriteString(conn, req); err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("reading the answer: %v", err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, res.Header, string(b)
+	r := testutil.RawHTTP(t, addr, from, head, body)
+	return r.Status, r.Header, r.Body
 }
 
 func execBody(command string, extra map[string]any) string {
