@@ -448,3 +448,107 @@ func TestNodeIdentitySeedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOperatorPermissions: the operator's identity watches everything and
+// reads JetStream, calls the tool API, and cannot send to a node, speak
+// for a node or the gateway, or write JetStream.
+func TestOperatorPermissions(t *testing.T) {
+	gwID, op, node := newIdentity(t), newIdentity(t), newIdentity(t)
+	opPerms, err := bus.OperatorPermissions(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := bustest.StartServer(t, bustest.WithNKeys(bus.NKeyUser{PublicKey: gwID.PublicKey},
+		bus.NKeyUser{PublicKey: op.PublicKey, Permissions: opPerms}, nodeUser(t, node)))
+	gw := bustest.Connect(t, s, bus.ClientConfig{Name: "gateway", NKeySeed: gwID.Seed})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := bus.EnsureStreams(ctx, bustest.JetStream(t, gw), prefix, 1); err != nil {
+		t.Fatal(err)
+	}
+	sink := &errSink{}
+	opc := bustest.Connect(t, s, bus.ClientConfig{Name: "operator", NKeySeed: op.Seed, ErrorHandler: sink.handler})
+	ncN, _ := nodeClient(t, s, node)
+
+	// Watching: a node's heartbeat and the gateway's requests to it.
+	watch, err := opc.SubscribeSync(prefix + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	invoke, err := gw.Subscribe(prefix+".gw.invoke", func(m *nats.Msg) { _ = m.Respond([]byte(`{"ok":true}`)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer invoke.Unsubscribe()
+	nodeSubj := prefix + ".node." + node.NodeID + ".exec"
+	toNode, err := ncN.SubscribeSync(prefix + ".node." + node.NodeID + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range []*nats.Conn{opc, gw, ncN} {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ncN.Publish(prefix+".presence."+node.NodeID, []byte("alive")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := watch.NextMsgWithContext(ctx); err != nil || m.Subject != prefix+".presence."+node.NodeID {
+		t.Fatalf("the operator watching presence: %v %v", m, err)
+	}
+	// The tool API answers (the gateway checks the token).
+	if m, err := opc.RequestWithContext(ctx, prefix+".gw.invoke", []byte("{}")); err != nil || string(m.Data) != `{"ok":true}` {
+		t.Fatalf("gw.invoke: %v %v", m, err)
+	}
+	// JetStream reads.
+	js := bustest.JetStream(t, opc)
+	if _, err := js.Stream(ctx, bus.StreamNamesFor(prefix).Exit); err != nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	// Nothing in anyone else's name.
+	opc.Publish(nodeSubj, []byte(`{"approval":{"id":"forged","decision":"allow-once"}}`))
+	opc.Publish(prefix+".presence."+node.NodeID, []byte("fake"))
+	opc.Publish(prefix+".events.exit."+node.NodeID, []byte("{}"))
+	opc.Publish(prefix+".gw.events.x", []byte("{}"))
+	opc.Publish("$KV."+bus.StreamNamesFor(prefix).Nodes+".x", []byte("{}"))
+	opc.Publish("$JS.API.STREAM.DELETE."+bus.StreamNamesFor(prefix).Exit, nil)
+	opc.Flush()
+	bustest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		for _, want := range []string{nodeSubj, prefix + ".presence.", prefix + ".events.exit.", prefix + ".gw.events.", "$KV.", "$JS.API.STREAM.DELETE."} {
+			if sink.violations(`Publish to "`+want) == 0 {
+				return fmt.Errorf("no violation for %s; errors: %v", want, sink.all())
+			}
+		}
+		return nil
+	})
+	// The gateway's message reaches the node after the operator's was
+	// dropped, so that one was not merely late.
+	gw.Publish(nodeSubj, []byte("from gateway"))
+	if m, err := toNode.NextMsgWithContext(ctx); err != nil || string(m.Data) != "from gateway" {
+		t.Fatalf("the node received %v %v", m, err)
+	}
+	if _, err := js.Stream(ctx, bus.StreamNamesFor(prefix).Exit); err != nil {
+		t.Fatalf("the exit stream after the operator's delete: %v", err)
+	}
+}
+
+// TestGatewayIdentityPersisted: the gateway's nkey lives in
+// <state-dir>/gateway.nkey (0600) and is the same on the next start.
+func TestGatewayIdentityPersisted(t *testing.T) {
+	dir := t.TempDir()
+	id1, err := bus.LoadOrCreateGatewayIdentity(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id2, err := bus.LoadOrCreateGatewayIdentity(dir)
+	if err != nil || id2.PublicKey != id1.PublicKey {
+		t.Fatalf("second load: %v %v", id2.PublicKey, err)
+	}
+	st, err := os.Stat(filepath.Join(dir, bus.GatewayKeyFile))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("gateway.nkey: %v %v", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, bus.NodeKeyFile)); err == nil {
+		t.Fatal("the gateway's identity is the node's file")
+	}
+}

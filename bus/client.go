@@ -75,6 +75,10 @@ type ClientConfig struct {
 	// trying in the background, instead of waiting for the first
 	// connection.
 	Async bool
+	// AuthHint, when set, is logged with a connection attempt the server
+	// refused for its credentials: what to do about it (a node: join
+	// with a code).
+	AuthHint string
 	// ErrorHandler, when set, is called after bus logs an asynchronous
 	// error (permissions violation, slow consumer, …).
 	ErrorHandler nats.ErrHandler
@@ -140,7 +144,11 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*nats.
 	attemptFailed := func(err error) {
 		err = tlsCheck.explain(err, time.Now())
 		if st.noteFailure(err, time.Now()) {
-			log.Warn("nats connect attempt failed; retrying", "err", err)
+			attrs := []any{"err", err}
+			if cfg.AuthHint != "" && isAuthorizationError(err) {
+				attrs = append(attrs, "hint", cfg.AuthHint)
+			}
+			log.Warn("nats connect attempt failed; retrying", attrs...)
 		} else {
 			log.Debug("nats connect attempt failed", "err", err)
 		}

@@ -162,3 +162,10 @@ func redactURLs(s string) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// isAuthorizationError reports whether the server refused a connection's
+// credentials (nats.go reports it as an error value or, from some
+// handlers, only as text).
+func isAuthorizationError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation")
+}

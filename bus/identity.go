@@ -11,17 +11,32 @@ import (
 	"strings"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/execmesh/execmesh/internal/atomicfile"
 )
 
-// NodeKeyFile is the name of a node's nkey seed file in its state dir.
-const NodeKeyFile = "node.nkey"
+// Seed files in a state dir, each an nkey user seed on one line, mode 0600.
+const (
+	// NodeKeyFile is a node's identity (its node id derives from it).
+	NodeKeyFile = "node.nkey"
+	// GatewayKeyFile is the gateway's identity on its embedded NATS
+	// server: the gateway connects with it, and only it may send requests
+	// to nodes' subjects there. Its public key is the gateway's
+	// public identity (nodes can verify what the gateway signs with it).
+	GatewayKeyFile = "gateway.nkey"
+	// OperatorKeyFile is the operator's identity on the embedded server,
+	// for the nats CLI (`nats --nkey <state-dir>/operator.nkey …`),
+	// confined by OperatorPermissions.
+	OperatorKeyFile = "operator.nkey"
+)
 
 // nodeIDLen is the length of a node id: 16 base32 characters of the
 // public key carry 77 bits of it (the first character after the 'U' holds
 // only 2 key bits), plenty to keep ids of one installation apart.
 const nodeIDLen = 16
 
-// Identity is a node's NATS identity: an nkey user key pair.
+// Identity is a NATS identity: an nkey user key pair (a node's, the
+// gateway's or the operator's).
 type Identity struct {
 	// PublicKey is the nkey user public key ("U…", 56 characters); the
 	// server's NKeyUser entry names it.
@@ -29,7 +44,8 @@ type Identity struct {
 	// Seed is the secret seed ("SU…"); it signs the server's nonce at
 	// connect (ClientConfig.NKeySeed). Never log it.
 	Seed []byte
-	// NodeID is derived from PublicKey (NodeIDFromPublicKey).
+	// NodeID is derived from PublicKey (NodeIDFromPublicKey); it names
+	// nothing for the gateway's and the operator's identities.
 	NodeID string
 }
 
@@ -88,34 +104,35 @@ func identityFromSeed(seed []byte) (Identity, error) {
 }
 
 // LoadOrCreateNodeIdentity returns the identity stored in
-// <stateDir>/node.nkey, creating it on first use. The state dir is
-// created (0700) if missing. A new seed is written to a temporary file
-// with mode 0600, synced, and then hard-linked into place, so the file
-// appears complete or not at all, and when two processes race the first
-// one wins and the second loads its key.
+// <stateDir>/node.nkey, creating it on first use (LoadOrCreateIdentity).
 func LoadOrCreateNodeIdentity(stateDir string) (Identity, error) {
-	return LoadOrCreateIdentityFile(filepath.Join(stateDir, NodeKeyFile))
+	return LoadOrCreateIdentity(filepath.Join(stateDir, NodeKeyFile))
 }
 
-// LoadOrCreateIdentityFile is LoadOrCreateNodeIdentity for an nkey seed
-// file of any name (a gateway's identity, say); its directory is created
-// (0700) if missing.
-func LoadOrCreateIdentityFile(path string) (Identity, error) {
+// LoadOrCreateGatewayIdentity returns the gateway's identity stored in
+// <stateDir>/gateway.nkey, creating it on first use.
+func LoadOrCreateGatewayIdentity(stateDir string) (Identity, error) {
+	return LoadOrCreateIdentity(filepath.Join(stateDir, GatewayKeyFile))
+}
+
+// LoadOrCreateIdentity returns the identity whose seed is in path,
+// creating it on first use. The directory is created (0700) if missing.
+// A new seed appears complete or not at all, with mode 0600, and when two
+// processes race the first one wins and the second loads its key
+// (atomicfile.WriteNew).
+func LoadOrCreateIdentity(path string) (Identity, error) {
 	if id, err := loadIdentity(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return id, err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return Identity{}, fmt.Errorf("bus: node identity: %w", err)
 	}
 	id, err := NewIdentity()
 	if err != nil {
 		return Identity{}, err
 	}
-	if err := writeNew(path, append(append([]byte(nil), id.Seed...), '\n')); err != nil {
+	if err := atomicfile.WriteNew(path, append(append([]byte(nil), id.Seed...), '\n'), 0o600); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return loadIdentity(path)
 		}
-		return Identity{}, fmt.Errorf("bus: node identity: %w", err)
+		return Identity{}, fmt.Errorf("bus: identity %s: %w", path, err)
 	}
 	return id, nil
 }
@@ -126,53 +143,15 @@ func loadIdentity(path string) (Identity, error) {
 		return Identity{}, err
 	}
 	if !fi.Mode().IsRegular() {
-		return Identity{}, fmt.Errorf("bus: node identity: %s is not a regular file", path)
+		return Identity{}, fmt.Errorf("bus: identity: %s is not a regular file", path)
 	}
 	seed, err := os.ReadFile(path)
 	if err != nil {
-		return Identity{}, fmt.Errorf("bus: node identity: %w", err)
+		return Identity{}, fmt.Errorf("bus: identity: %w", err)
 	}
 	id, err := IdentityFromSeed(seed)
 	if err != nil {
-		return Identity{}, fmt.Errorf("bus: node identity %s: %w", path, err)
+		return Identity{}, fmt.Errorf("bus: identity %s: %w", path, err)
 	}
 	return id, nil
-}
-
-// writeNew creates path with data and mode 0600, failing with fs.ErrExist
-// if it already exists.
-func writeNew(path string, data []byte) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		_ = os.Remove(tmp) // after Link the name is not needed; on error it is garbage
-	}()
-	// CreateTemp already uses 0600; Chmod keeps that true whatever the umask.
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Link(tmp, path); err != nil {
-		return err
-	}
-	// Make the new directory entry durable too.
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }

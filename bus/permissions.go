@@ -124,3 +124,38 @@ func JoinPermissions(prefix, name string) (*server.Permissions, error) {
 		Subscribe: &server.SubjectPermission{Allow: []string{nodeInboxPrefix(name) + ".>"}},
 	}, nil
 }
+
+// OperatorPermissions confines the operator's identity on the embedded
+// server (OperatorKeyFile), the one an operator gives the nats CLI. It
+// may watch every subject (presence, events, node traffic, replies) and
+// ask:
+//
+//	<prefix>.gw.invoke                     tool calls (the gateway checks the token)
+//	$SRV.>                                 micro discovery and stats (nats micro ls|info|stats)
+//	$JS.API.INFO, STREAM.NAMES|LIST|INFO.*, CONSUMER.NAMES|LIST.*, CONSUMER.INFO.*.*
+//	$JS.API.DIRECT.GET.>, STREAM.MSG.GET.*  JetStream and KV reads (nats stream ls|info|get, nats kv ls|get)
+//
+// and nothing else: no request to a node's subjects (only the gateway's
+// identity sends work and decisions there), no heartbeat, event, pairing
+// or KV write in anyone's name, no JetStream change.
+func OperatorPermissions(prefix string) (*server.Permissions, error) {
+	if err := validPrefix(prefix); err != nil {
+		return nil, err
+	}
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{
+			protocol.Subjects(prefix).Invoke,
+			"$SRV.>",
+			"$JS.API.INFO",
+			"$JS.API.STREAM.NAMES",
+			"$JS.API.STREAM.LIST",
+			"$JS.API.STREAM.INFO.*",
+			"$JS.API.STREAM.MSG.GET.*",
+			"$JS.API.DIRECT.GET.>",
+			"$JS.API.CONSUMER.NAMES.*",
+			"$JS.API.CONSUMER.LIST.*",
+			"$JS.API.CONSUMER.INFO.*.*",
+		}},
+		Subscribe: &server.SubjectPermission{Allow: []string{">"}},
+	}, nil
+}

@@ -43,15 +43,29 @@ type EventsConfig struct {
 type GatewayConfig struct {
 	Listen string     `json:"listen"`
 	Auth   AuthConfig `json:"auth"`
+	// AllowedHosts are further names (host, or host:port) the HTTP API
+	// answers to in the Host header, beside its listen address and the
+	// loopback names: the name of a reverse proxy or a DNS name of the
+	// gateway machine. A request for any other Host is refused (421), so
+	// that a web page cannot reach the gateway by rebinding a name of its
+	// own to the gateway's address.
+	AllowedHosts []string `json:"allowedHosts,omitempty"`
 	// DrainTimeoutMs is how long SIGTERM waits for active gateway-host
 	// background sessions before ending them (0: end them at once).
 	DrainTimeoutMs int `json:"drainTimeoutMs"`
 }
 
-// AuthConfig holds the bearer token. An empty token disables auth, which is
-// only allowed on loopback listeners.
+// AuthConfig holds the bearer tokens of the two roles (DESIGN.md §3.4).
 type AuthConfig struct {
+	// Token is the agents' tool token: tool calls, events, sessions. An
+	// empty token lets every local client call tools, which is only
+	// allowed on loopback listeners.
 	Token string `json:"token,omitempty"`
+	// OperatorToken is the operator's token: approval decisions, node
+	// pairing, node approvals files, configuration changes, and tool
+	// calls too. Empty: the gateway generates one in
+	// <stateDir>/operator.token (mode 0600).
+	OperatorToken string `json:"operatorToken,omitempty"`
 }
 
 // NATSConfig says where the bus is: an external cluster (URL) or the
@@ -162,7 +176,12 @@ const (
 	// (events.maxQueued), at most MaxMaxQueuedEvents.
 	DefaultMaxQueuedEvents = 1000
 	MaxMaxQueuedEvents     = 1000000
+	// Failed authentications within authFailureWindowSec: this many
+	// from one address, or authFailureGlobalLimit from all addresses
+	// together, and authentication is refused (429) until the window
+	// moves on (DESIGN.md §7).
 	authFailureLimit       = 10
+	authFailureGlobalLimit = 100
 	authFailureWindowSec   = 60
 )
 
@@ -202,6 +221,7 @@ type envOverrides struct {
 	StateDir      *string `env:"STATE_DIR" key:"stateDir"`
 	Listen        *string `env:"LISTEN" key:"gateway.listen"`
 	Token         *string `env:"GATEWAY_TOKEN" key:"gateway.auth.token"`
+	OperatorToken *string `env:"OPERATOR_TOKEN" key:"gateway.auth.operatorToken"`
 	DrainTimeout  *int    `env:"DRAIN_TIMEOUT_MS" key:"gateway.drainTimeoutMs"`
 	NATSURL       *string `env:"NATS_URL" key:"nats.url"`
 	NATSListen    *string `env:"NATS_LISTEN" key:"nats.listen"`
@@ -414,6 +434,7 @@ func applyEnv(cfg *Config, environ map[string]string) error {
 	set(&cfg.StateDir, o.StateDir)
 	set(&cfg.Gateway.Listen, o.Listen)
 	set(&cfg.Gateway.Auth.Token, o.Token)
+	set(&cfg.Gateway.Auth.OperatorToken, o.OperatorToken)
 	setInt(&cfg.Gateway.DrainTimeoutMs, o.DrainTimeout)
 	set(&cfg.NATS.URL, o.NATSURL)
 	set(&cfg.NATS.Listen, o.NATSListen)
@@ -470,6 +491,19 @@ func (c *Config) Validate() error {
 	}
 	if c.Gateway.DrainTimeoutMs < 0 {
 		bad("gateway.drainTimeoutMs", "must not be negative")
+	}
+	a := &c.Gateway.Auth
+	a.Token, a.OperatorToken = strings.TrimSpace(a.Token), strings.TrimSpace(a.OperatorToken)
+	if a.OperatorToken != "" && a.OperatorToken == a.Token {
+		bad("gateway.auth.operatorToken", "must differ from gateway.auth.token: the operator's token would be the agents' too")
+	}
+	for i, h := range c.Gateway.AllowedHosts {
+		norm, err := normalizeAllowedHost(h)
+		if err != nil {
+			bad(fmt.Sprintf("gateway.allowedHosts[%d]", i), "%v", err)
+			continue
+		}
+		c.Gateway.AllowedHosts[i] = norm
 	}
 	if c.NATS.URL == "" {
 		if _, _, err := net.SplitHostPort(c.NATS.Listen); err != nil {
@@ -543,14 +577,14 @@ func (c *Config) Validate() error {
 		bad("events.maxQueued", "must be between 1 and %d, got %d", MaxMaxQueuedEvents, c.Events.MaxQueued)
 	}
 	oneOf("sandbox.mode", c.Sandbox.Mode, sandboxModes, false)
+	// host=sandbox runs in a sandbox or not at all (DESIGN.md §3.3).
 	if c.Sandbox.Mode == sandbox.ModeOff {
-		// DESIGN.md §3.3: host=sandbox runs in a sandbox or not at all.
 		if e.Host == hostSandbox {
-			bad("tools.exec.host", "%q needs a sandbox runtime, but sandbox.mode is off (set sandbox.mode to bwrap, or tools.exec.host to auto or gateway)", hostSandbox)
+			bad("tools.exec.host", "%q needs a sandbox runtime, but sandbox.mode is %q: set sandbox.mode to %q, or tools.exec.host to \"auto\" or \"gateway\" (which go through exec approvals)", hostSandbox, c.Sandbox.Mode, sandbox.ModeBwrap)
 		}
 		for i, a := range c.Agents.List {
 			if a.Tools.Exec.Host == hostSandbox {
-				bad(fmt.Sprintf("agents.list[%d].tools.exec.host", i), "%q needs a sandbox runtime, but sandbox.mode is off (set sandbox.mode to bwrap)", hostSandbox)
+				bad(fmt.Sprintf("agents.list[%d].tools.exec.host", i), "%q needs a sandbox runtime, but sandbox.mode is %q: set sandbox.mode to %q, or this agent's host to \"auto\" or \"gateway\"", hostSandbox, c.Sandbox.Mode, sandbox.ModeBwrap)
 			}
 		}
 	}

@@ -87,17 +87,52 @@ func (g *Gateway) handleExit(ctx context.Context, ev protocol.ExitEvent, nodeID 
 		}
 	}
 	if ev.Notify && ev.Text != "" && ev.SessionKey != "" && !rec.Polled {
-		se := protocol.SystemEvent{SessionKey: ev.SessionKey, ContextKey: "exec:" + ev.SessionID, Kind: protocol.EventExecExit, Text: ev.Text}
-		if err := g.events.Push(ctx, se, exitDedupe(ev)); err != nil {
+		if err := g.notifyExit(ctx, ev); err != nil {
 			return err
-		}
-		// A poll that delivered the end while the event was stored: it is
-		// redundant after all.
-		if again, ok := g.index.lookup(ctx, ev.SessionID); ok && again.Polled {
-			_ = g.events.Drop(ctx, ev.SessionKey, se.ContextKey)
 		}
 	}
 	return g.finish(ctx, ev)
+}
+
+// notifyExit queues the exit notice of a session no poll delivered the
+// end of. The session's index record settles the race with a poll that
+// delivers the end meanwhile: the notice is marked pending before it is
+// stored and stored after, by compare-and-set; a poll that finds it
+// pending waits for it (polled), and one that comes after the mark sees
+// it and removes the notice, or is seen here and the notice is removed
+// here. Either way no notice stays for a session a poll delivered.
+func (g *Gateway) notifyExit(ctx context.Context, ev protocol.ExitEvent) error {
+	skip := false
+	if err := g.index.update(ctx, ev.SessionID, func(r *sessionRecord) bool {
+		skip = r.Polled || r.Notice == noticeStored
+		if skip || r.Notice == noticePending {
+			return false
+		}
+		r.Notice = noticePending
+		return true
+	}); err != nil {
+		return err
+	}
+	if skip {
+		return nil
+	}
+	se := protocol.SystemEvent{SessionKey: ev.SessionKey, ContextKey: "exec:" + ev.SessionID, Kind: protocol.EventExecExit, Text: ev.Text}
+	if err := g.events.Push(ctx, se, exitDedupe(ev)); err != nil {
+		return err
+	}
+	polled := false
+	if err := g.index.update(ctx, ev.SessionID, func(r *sessionRecord) bool {
+		polled = r.Polled
+		r.Notice = noticeStored
+		return true
+	}); err != nil {
+		return err
+	}
+	if polled {
+		// A poll delivered the end while the notice was stored.
+		return g.events.Drop(ctx, ev.SessionKey, se.ContextKey)
+	}
+	return nil
 }
 
 // finish marks a session finished in the index.

@@ -118,6 +118,9 @@ type Gateway struct {
 	nats     *natsAPI
 	// routes are extra HTTP routes (nodes, approvals).
 	routes []route
+
+	opMu        sync.Mutex
+	opFileToken string // the generated operator token (operator.go)
 }
 
 // SessionExecDefaults are per-sessionKey exec defaults set through
@@ -163,7 +166,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("stateDir: %w", err)
 	}
-	id, err := bus.LoadOrCreateIdentityFile(filepath.Join(cfg.StateDir, GatewayKeyFile))
+	id, err := bus.LoadOrCreateGatewayIdentity(cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("gateway identity: %w", err)
 	}
@@ -187,6 +190,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	// No host id (no /proc) only means clients never take the gateway
 	// for local.
 	g.hostID, _ = hostid.ID()
+	if err := g.ensureOperatorToken(cfg); err != nil {
+		return nil, err
+	}
 	g.bg, g.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	loginPath := opts.LoginShellPath
 	if loginPath == nil {
@@ -269,10 +275,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// GatewayKeyFile is the gateway's identity in its state dir: the nkey
-// whose public key gives the gateway's id.
-const GatewayKeyFile = "gateway.nkey"
-
 // ID returns the gateway's id.
 func (g *Gateway) ID() string { return g.id }
 
@@ -346,13 +348,15 @@ func (g *Gateway) Reload() error {
 	if err != nil {
 		return err
 	}
-	g.cfgMu.Lock()
-	old := g.cfg
+	old := g.Config()
 	cfg.Gateway.Listen, cfg.StateDir, cfg.NATS = old.Gateway.Listen, old.StateDir, old.NATS
 	if cfg.Gateway.Auth.Token == "" && !isLoopbackListen(cfg.Gateway.Listen) {
-		g.cfgMu.Unlock()
 		return fmt.Errorf("gateway.auth.token: the gateway listens on %s, beyond loopback, and the new configuration has no token", cfg.Gateway.Listen)
 	}
+	if err := g.ensureOperatorToken(cfg); err != nil {
+		return err
+	}
+	g.cfgMu.Lock()
 	g.cfg = cfg
 	g.cfgMu.Unlock()
 	g.applySettings(cfg)
@@ -388,8 +392,9 @@ func (g *Gateway) Blockers() []session.Blocker {
 	return b
 }
 
-// Authed wraps h with the gateway's bearer-token check and failure rate
-// limit, for handlers mounted beside the API (such as /mcp and /metrics).
+// Authed wraps h with the gateway's bearer-token check (the tool token or
+// the operator token) and the failure limits, for handlers mounted beside
+// the API (such as /mcp and /metrics).
 func (g *Gateway) Authed(h http.Handler) http.Handler { return g.authed(h.ServeHTTP) }
 
 // Close stops taking calls and ends every gateway-host process tree: the

@@ -88,7 +88,7 @@ func TestInvokeShapesAndStatusCodes(t *testing.T) {
 func TestAuth(t *testing.T) {
 	tg := startGateway(t, func(c *Config, _ *Options) { c.Gateway.Auth.Token = "s3cret" })
 	body := []byte(`{"tool":"exec","args":{"command":"echo ok"}}`)
-	if r := tg.do("POST", "/tools/invoke", body, nil); r.Status != 200 {
+	if r := tg.do("POST", "/tools/invoke", body, tg.asAgent()); r.Status != 200 {
 		t.Fatalf("with token: %d %s", r.Status, r.Raw)
 	}
 	if r := tg.do("GET", "/healthz", nil, http.Header{"Authorization": {"Bearer nope"}}); r.Status != 200 {
@@ -102,6 +102,7 @@ func TestAuth(t *testing.T) {
 	}
 	req, _ := http.NewRequest("POST", tg.srv.URL+"/tools/invoke", strings.NewReader(string(body)))
 	req.Header.Set("Authorization", "Bearer wrong")
+	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +276,9 @@ func TestEventStream(t *testing.T) {
 	}
 }
 
+// sandboxOffError is the refusal of host=sandbox without a sandbox runtime.
+const sandboxOffError = `exec host not allowed (sandbox runtime is off; set sandbox.mode to "bwrap" to run host=sandbox commands in a bubblewrap sandbox, or use host=gateway, which runs them on the gateway host through exec approvals).`
+
 func TestHostResolution(t *testing.T) {
 	cases := []struct {
 		configured, requested string
@@ -285,8 +289,12 @@ func TestHostResolution(t *testing.T) {
 		{"auto", "", true, false, "sandbox", ""},
 		{"auto", "gateway", false, false, "gateway", ""},
 		{"auto", "node", false, false, "node", ""},
-		{"auto", "sandbox", false, false, "", "exec host not allowed (sandbox runtime is off; set sandbox.mode=bwrap to run host=sandbox commands in a bubblewrap sandbox, or use host=gateway, which goes through exec approvals)."},
-		{"sandbox", "", false, false, "", "exec host not allowed (sandbox runtime is off; set sandbox.mode=bwrap to run host=sandbox commands in a bubblewrap sandbox, or use host=gateway, which goes through exec approvals)."},
+		{"auto", "sandbox", true, false, "sandbox", ""},
+		// host=sandbox runs in a sandbox or not at all (DESIGN.md §3.3).
+		{"auto", "sandbox", false, false, "", sandboxOffError},
+		{"sandbox", "", false, false, "", sandboxOffError},
+		{"sandbox", "sandbox", false, false, "", sandboxOffError},
+		{"sandbox", "", false, true, "gateway", ""},
 		{"auto", "gateway", true, false, "", "exec host not allowed (requested gateway; configured host is auto; set tools.exec.host=gateway to allow this override)."},
 		{"auto", "node", true, false, "", "exec host not allowed (requested node; configured host is auto; set tools.exec.host=node to allow this override)."},
 		{"sandbox", "gateway", false, false, "", "exec host not allowed (requested gateway; configured host is sandbox; set tools.exec.host=gateway or auto to allow this override)."},

@@ -16,13 +16,23 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// testGateway is a gateway served over a real HTTP listener.
+// testGateway is a gateway served over a real HTTP listener. Its do sends
+// the operator token unless the caller sets Authorization.
 type testGateway struct {
 	t     *testing.T
 	g     *Gateway
 	srv   *httptest.Server
-	token string
+	token string // the tool token, "" for none
 	cwd   string
+}
+
+// asAgent is the Authorization header of the agent's tool token (none on
+// a token-less gateway).
+func (tg *testGateway) asAgent() http.Header {
+	if tg.token == "" {
+		return http.Header{"Authorization": {""}}
+	}
+	return http.Header{"Authorization": {"Bearer " + tg.token}}
 }
 
 // startGateway builds a gateway with a temp state dir, security=full and
@@ -85,8 +95,15 @@ func (tg *testGateway) do(method, path string, body []byte, header http.Header) 
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	if tg.token != "" && req.Header.Get("Authorization") == "" {
-		req.Header.Set("Authorization", "Bearer "+tg.token)
+	if len(body) > 0 && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	// The operator runs these tests: its token calls tools too. Tests of
+	// the tool token pass their own Authorization header.
+	if _, set := req.Header["Authorization"]; !set {
+		req.Header.Set("Authorization", "Bearer "+tg.g.operatorToken())
+	} else if req.Header.Get("Authorization") == "" {
+		req.Header.Del("Authorization") // an explicit "": no token at all
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

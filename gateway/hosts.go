@@ -43,7 +43,8 @@ func parseRequestedHost(v string) (string, error) {
 // resolveHost applies spec §4: a requested host may differ from the
 // configured one only when that is auto, and then not gateway or node
 // while a sandbox runtime is active. elevated moves everything but node to
-// the gateway. The result is the effective host: sandbox, gateway or node.
+// the gateway. host=sandbox without a sandbox runtime is refused. The
+// result is the effective host: sandbox, gateway or node.
 func resolveHost(configured, requested string, sandboxAvailable, elevated bool) (string, error) {
 	if requested != "" && requested != configured {
 		allowed := configured == "auto" && !(sandboxAvailable && (requested == hostGateway || requested == hostNode))

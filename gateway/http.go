@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -21,27 +20,38 @@ import (
 // maxEventWait bounds GET /v1/events?waitMs.
 const maxEventWait = 60 * time.Second
 
-// Handler returns the gateway's HTTP API (DESIGN.md §3).
+// Handler returns the gateway's HTTP API (DESIGN.md §3), behind Protect.
+// Every route but GET /healthz needs the agent's authority (the tool
+// token, or none on a token-less loopback gateway); the operator routes
+// (approval decisions, node pairing, node approvals files, configuration
+// changes) need the operator token.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", g.handleHealth)
+	mux.HandleFunc("GET /v1/whoami", g.handleWhoami)
 	mux.HandleFunc("POST /tools/invoke", g.authed(g.handleInvoke))
 	mux.HandleFunc("GET /v1/events", g.authed(g.handleEvents))
 	mux.HandleFunc("GET /v1/events/stream", g.authed(g.handleEventStream))
 	mux.HandleFunc("GET /v1/sessions/{sessionKey}/exec", g.authed(g.handleGetSessionExec))
+	// Per-sessionKey defaults stay the agent's: they only tighten, and
+	// select what a call may select itself (host, node).
 	mux.HandleFunc("PUT /v1/sessions/{sessionKey}/exec", g.authed(g.handlePutSessionExec))
 	mux.HandleFunc("GET /v1/sessions/{sessionKey}/{sessionId}/stream", g.authed(g.handleSessionStream))
 	mux.HandleFunc("GET /v1/admin/blockers", g.authed(g.handleBlockers))
 	mux.HandleFunc("GET /v1/config/exec-node", g.authed(g.handleGetExecNode))
-	mux.HandleFunc("PUT /v1/config/exec-node", g.authed(g.handlePutExecNode))
-	mux.HandleFunc("GET /v1/nodes/{id}/approvals", g.authed(g.handleNodeApprovals(protocol.NodeEndpointApprovalsGet)))
-	mux.HandleFunc("PUT /v1/nodes/{id}/approvals", g.authed(g.handleNodeApprovals(protocol.NodeEndpointApprovalsSet)))
+	mux.HandleFunc("PUT /v1/config/exec-node", g.operator(g.handlePutExecNode))
+	mux.HandleFunc("GET /v1/nodes/{id}/approvals", g.operator(g.handleNodeApprovals(protocol.NodeEndpointApprovalsGet)))
+	mux.HandleFunc("PUT /v1/nodes/{id}/approvals", g.operator(g.handleNodeApprovals(protocol.NodeEndpointApprovalsSet)))
 	mux.HandleFunc("GET /v1/approvals", g.authed(g.handleListApprovals))
 	mux.HandleFunc("GET /v1/approvals/{id}", g.authed(g.handleGetApproval))
-	mux.HandleFunc("POST /v1/approvals/{id}", g.authed(g.handleDecideApproval))
+	mux.HandleFunc("POST /v1/approvals/{id}", g.operator(g.handleDecideApproval))
 	mux.HandleFunc("POST /v1/events/ack", g.authed(g.handleEventsAck))
 	for _, extra := range g.extraRoutes() {
-		mux.HandleFunc(extra.pattern, g.authed(extra.handler))
+		if extra.operator {
+			mux.HandleFunc(extra.pattern, g.operator(extra.handler))
+		} else {
+			mux.HandleFunc(extra.pattern, g.authed(extra.handler))
+		}
 	}
 	// Paths without a method: the method-specific patterns above win, so
 	// these only see wrong methods and unknown paths, answered in JSON.
@@ -50,13 +60,15 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.Errorf(protocol.ErrNotFound, "not found: %s", r.URL.Path))
 	})
-	return mux
+	return g.Protect(mux)
 }
 
 // route is an extra API route registered by other parts of the gateway.
 type route struct {
 	pattern string
 	handler http.HandlerFunc
+	// operator: the route needs the operator token.
+	operator bool
 }
 
 // extraRoutes lists routes of the node registry and the approvals flow.
@@ -87,28 +99,19 @@ func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rep)
 }
 
-// authed checks the bearer token and the failure rate limit.
-func (g *Gateway) authed(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		token := g.Config().Gateway.Auth.Token
-		if token == "" {
-			h(w, r)
-			return
-		}
-		addr := clientAddr(r)
-		if wait, blocked := g.limiter.blocked(addr); blocked {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(max(wait, time.Second).Seconds()))))
-			writeError(w, protocol.Errorf(protocol.ErrRateLimited, "too many failed authentications; retry later"))
-			return
-		}
-		if !tokenMatches(r.Header.Get("Authorization"), token) {
-			g.limiter.fail(addr)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="execmesh"`)
-			writeError(w, protocol.Errorf(protocol.ErrUnauthorized, "unauthorized: missing or invalid bearer token"))
-			return
-		}
-		h(w, r)
+// handleWhoami answers GET /v1/whoami: {"role":"operator"|"agent"}, the
+// authority of the request's token (401 for a wrong one), so that the
+// control page and the CLI can say which token they hold.
+func (g *Gateway) handleWhoami(w http.ResponseWriter, r *http.Request) {
+	got, ok := g.authenticate(w, r, roleAgent)
+	if !ok {
+		return
 	}
+	name := "agent"
+	if got == roleOperator {
+		name = "operator"
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"role": name})
 }
 
 // reservedInvokeKeys are the top-level keys of an invoke body; in the flat

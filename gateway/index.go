@@ -39,6 +39,12 @@ const (
 	stateLost     = "lost"
 )
 
+// Exit notice states (sessionRecord.Notice).
+const (
+	noticePending = "pending"
+	noticeStored  = "stored"
+)
+
 // indexTimeout bounds one index operation.
 const indexTimeout = 5 * time.Second
 
@@ -57,6 +63,10 @@ type sessionRecord struct {
 	// Polled: a poll delivered the session's end, so its exit notice is
 	// redundant.
 	Polled bool `json:"polled,omitempty"`
+	// Notice is where the exit notice stands: noticePending while it is
+	// being stored, noticeStored once it is; a poll and the exit feed
+	// settle through it which of them removes it.
+	Notice string `json:"notice,omitempty"`
 	// LostReason says why a lost session is lost.
 	LostReason string `json:"lostReason,omitempty"`
 	// RunID is the approval of an approval-gated run.
@@ -305,6 +315,26 @@ func (ix *sessionIndex) lookup(ctx context.Context, id string) (sessionRecord, b
 	e, ok = ix.cache[id]
 	ix.mu.RUnlock()
 	return e.rec, ok
+}
+
+// read returns the record of id as the bucket has it now (not the cache).
+func (ix *sessionIndex) read(ctx context.Context, id string) (sessionRecord, bool) {
+	kv, err := ix.bucket(ctx)
+	if err != nil {
+		return sessionRecord{}, false
+	}
+	actx, cancel := context.WithTimeout(ctx, indexTimeout)
+	defer cancel()
+	e, err := kv.Get(actx, id)
+	if err != nil {
+		return sessionRecord{}, false
+	}
+	var rec sessionRecord
+	if json.Unmarshal(e.Value(), &rec) != nil {
+		return sessionRecord{}, false
+	}
+	ix.apply(e)
+	return rec, true
 }
 
 // update changes the record of id by compare-and-set; fn returns false

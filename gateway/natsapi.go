@@ -94,7 +94,7 @@ func (a *natsAPI) handle(msg *nats.Msg) {
 		defer a.wg.Done()
 		var resp any
 		status := 200
-		if token := a.g.Config().Gateway.Auth.Token; token != "" && !tokenMatches(msg.Header.Get("Authorization"), token) {
+		if !a.g.toolTokenOK(msg.Header.Get("Authorization")) {
 			e := protocol.Errorf(protocol.ErrUnauthorized, "unauthorized: missing or invalid bearer token")
 			resp, status = invokeResponse{Error: e}, e.Type.HTTPStatus()
 		} else {

@@ -45,7 +45,7 @@ func TestNATSInvokeMatchesHTTP(t *testing.T) {
 	}
 	body := `{"tool":"exec","args":{"command":"echo over-nats; exit 2"}}`
 	viaNATS, status := request(body, "tok")
-	viaHTTP := tg.do("POST", "/tools/invoke", []byte(body), nil)
+	viaHTTP := tg.do("POST", "/tools/invoke", []byte(body), tg.asAgent())
 	if status != "200" || viaNATS["ok"] != true {
 		t.Fatalf("NATS answer %s: %v", status, viaNATS)
 	}
@@ -68,6 +68,9 @@ func TestNATSInvokeMatchesHTTP(t *testing.T) {
 	}
 	if _, status := request(body, "wrong"); status != "401" {
 		t.Fatalf("wrong token over NATS: %s", status)
+	}
+	if _, status := request(body, tg.g.operatorToken()); status != "200" {
+		t.Fatalf("the operator token over NATS: %s", status)
 	}
 	if _, status := request(`{"tool":`, "tok"); status != "400" {
 		t.Fatalf("malformed JSON over NATS: %s", status)

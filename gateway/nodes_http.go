@@ -76,11 +76,12 @@ func (g *Gateway) NodeRegistry() *nodes.Registry { return g.nodes }
 // nodeRoutes are the /v1/nodes routes.
 func (g *Gateway) nodeRoutes() []route {
 	return []route{
-		{"GET /v1/nodes", g.handleNodeList},
-		{"GET /v1/nodes/{id}", g.handleNodeGet},
-		{"POST /v1/nodes/invite", g.handleInvite},
-		{"POST /v1/nodes/{id}/approve", g.handleDecide(protocol.NodePairingPaired)},
-		{"POST /v1/nodes/{id}/reject", g.handleDecide(protocol.NodePairingRejected)},
+		{pattern: "GET /v1/nodes", handler: g.handleNodeList},
+		{pattern: "GET /v1/nodes/{id}", handler: g.handleNodeGet},
+		// Pairing is the operator's: a join code admits a NATS identity.
+		{pattern: "POST /v1/nodes/invite", handler: g.handleInvite, operator: true},
+		{pattern: "POST /v1/nodes/{id}/approve", handler: g.handleDecide(protocol.NodePairingPaired), operator: true},
+		{pattern: "POST /v1/nodes/{id}/reject", handler: g.handleDecide(protocol.NodePairingRejected), operator: true},
 	}
 }
 
@@ -128,6 +129,9 @@ func (g *Gateway) AdmitNode(publicKey, name string) error {
 type inviteRequest struct {
 	Name  string `json:"name"`
 	TTLMs int64  `json:"ttlMs"`
+	// Local: the node runs on this machine, so the embedded server's
+	// loopback address is fine.
+	Local bool `json:"local"`
 }
 
 func (g *Gateway) handleInvite(w http.ResponseWriter, req *http.Request) {
@@ -141,7 +145,7 @@ func (g *Gateway) handleInvite(w http.ResponseWriter, req *http.Request) {
 		dec := json.NewDecoder(bytes.NewReader(t))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
-			writeError(w, protocol.Errorf(protocol.ErrInvalidRequest, "invalid body: %v (expected {\"name\",\"ttlMs\"})", err))
+			writeError(w, protocol.Errorf(protocol.ErrInvalidRequest, "invalid body: %v (expected {\"name\",\"ttlMs\",\"local\"})", err))
 			return
 		}
 	}
@@ -154,7 +158,7 @@ func (g *Gateway) handleInvite(w http.ResponseWriter, req *http.Request) {
 		writeError(w, protocol.Errorf(protocol.ErrInvalidRequest, "name is longer than 128 characters"))
 		return
 	}
-	inv, err := g.Invite(req, in.Name, time.Duration(in.TTLMs)*time.Millisecond)
+	inv, err := g.Invite(req, in.Name, time.Duration(in.TTLMs)*time.Millisecond, in.Local)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -164,12 +168,12 @@ func (g *Gateway) handleInvite(w http.ResponseWriter, req *http.Request) {
 
 // Invite issues a join code. With the embedded server listening on
 // loopback only (and no join URLs configured), no other machine could use
-// it: that is refused.
-func (g *Gateway) Invite(req *http.Request, name string, ttl time.Duration) (nodes.Invite, error) {
-	if srv := g.nodes.Server(); srv != nil && g.configuredJoinURLs() == nil && srv.ListensOnLoopback() {
+// it: that is refused unless local says the node runs on this machine.
+func (g *Gateway) Invite(req *http.Request, name string, ttl time.Duration, local bool) (nodes.Invite, error) {
+	if srv := g.nodes.Server(); srv != nil && !local && g.configuredJoinURLs() == nil && srv.ListensOnLoopback() {
 		// A code whose URLs are nats://127.0.0.1:… works on no other machine.
 		return nodes.Invite{}, protocol.Errorf(protocol.ErrConflict,
-			"the embedded NATS server listens on loopback only (%s), so a join code would work on no other machine: restart the gateway with --nats-listen 0.0.0.0:4222 (or an address the new machine can reach) and a --token, or set EXECMESH_NODE_JOIN_URLS to an address that reaches this server", srv.ListenAddr())
+			"the embedded NATS server listens on loopback only (%s), so a join code would work on no other machine: restart the gateway with --nats-listen 0.0.0.0:4222 (or an address the new machine can reach) and a --token, or set EXECMESH_NODE_JOIN_URLS to an address that reaches this server (for a node on this machine: nodes invite --local)", srv.ListenAddr())
 	}
 	return g.nodes.Invite(req.Context(), name, ttl)
 }

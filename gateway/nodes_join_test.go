@@ -42,6 +42,17 @@ func TestNodeInviteRefusedOnLoopback(t *testing.T) {
 	if r.Status != 409 || !strings.Contains(string(r.Raw), "loopback only") || !strings.Contains(string(r.Raw), "--nats-listen") {
 		t.Fatalf("invite on loopback: %d %s", r.Status, r.Raw)
 	}
+	// A node on this machine reaches the loopback address: asked for as
+	// such, the code is issued and names it.
+	r = env.do("POST", "/v1/nodes/invite", []byte(`{"name":"side","local":true}`), nil)
+	var inv nodes.Invite
+	if r.Status != 200 || json.Unmarshal(r.Raw, &inv) != nil || inv.Code == "" {
+		t.Fatalf("local invite on loopback: %d %s", r.Status, r.Raw)
+	}
+	jc, err := nodeagent.DecodeJoinCode(inv.Code)
+	if err != nil || len(jc.URLs) != 1 || jc.URLs[0] != env.srv.ClientURL() {
+		t.Fatalf("local code %+v %v, want the server's URL %s", jc, err, env.srv.ClientURL())
+	}
 }
 
 func (e *nodeEnv) invite(name string, ttl time.Duration) nodes.Invite {

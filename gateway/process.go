@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/nodes"
@@ -105,21 +106,37 @@ func (c *call) onHost(ctx context.Context, h host.Host, id string, args protocol
 	return res, nil
 }
 
-// polled records that a poll delivered a session's end: a still-queued
-// exit notice is dropped, and one that arrives later is not queued (the
-// exit feed reads the mark; see onNodeExit).
+// polled records that a poll delivered a session's end: a queued exit
+// notice is removed before the poll answers, and one not queued yet never
+// will be (notifyExit reads the mark).
 func (g *Gateway) polled(ctx context.Context, sessionKey, id string) {
+	var notice string
 	_ = g.index.update(ctx, id, func(r *sessionRecord) bool {
+		notice = r.Notice
 		if r.Polled {
 			return false
 		}
 		r.Polled = true
 		return true
 	})
+	if notice == noticePending {
+		// Being stored right now: wait for it, so that the notice is gone
+		// before the agent reads its events.
+		deadline := time.Now().Add(noticeWait)
+		for notice == noticePending && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+			if r, ok := g.index.read(ctx, id); ok {
+				notice = r.Notice
+			}
+		}
+	}
 	if err := g.events.Drop(ctx, sessionKey, "exec:"+id); err != nil {
 		g.log.Warn("dropping the exit notice of a polled session", "sessionId", id, "err", err)
 	}
 }
+
+// noticeWait bounds how long a poll waits for an exit notice being stored.
+const noticeWait = 2 * time.Second
 
 // markLost records that a session is gone with its host.
 func (g *Gateway) markLost(ctx context.Context, id, reason string) {

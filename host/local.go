@@ -285,7 +285,7 @@ func (l *Local) execSandbox(ctx context.Context, req protocol.ExecRequest, sreq 
 // host=gateway applies unless a real sandbox contains it.
 func SandboxOffError() error {
 	return protocol.Errorf(protocol.ErrHostNotAllowed,
-		"exec host not allowed (sandbox runtime is off; set sandbox.mode=bwrap to run host=sandbox commands in a bubblewrap sandbox, or use host=gateway, which goes through exec approvals).")
+		"exec host not allowed (sandbox runtime is off; set sandbox.mode to \"bwrap\" to run host=sandbox commands in a bubblewrap sandbox, or use host=gateway, which runs them on the gateway host through exec approvals).")
 }
 
 // start hands the request to the session core, with the hook that reports

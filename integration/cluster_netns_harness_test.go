@@ -618,7 +618,19 @@ func (c *clCluster) do(method, path string, body any) (int, []byte) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
+	if isOperatorPath(method, path) {
+		// The operator's token, from the gateway's state dir (it
+		// generates one there when gateway.auth.operatorToken is unset).
+		tok, err := gateway.ReadOperatorTokenFile(c.gwState)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	res, err := c.http.Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())
@@ -626,6 +638,12 @@ func (c *clCluster) do(method, path string, body any) (int, []byte) {
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	return res.StatusCode, raw
+}
+
+// isOperatorPath: the requests of these tests that need the operator
+// token (pairing; tool calls keep the tool token).
+func isOperatorPath(method, path string) bool {
+	return method == "POST" && strings.HasPrefix(path, "/v1/nodes/")
 }
 
 // call invokes a tool under sessionKey.

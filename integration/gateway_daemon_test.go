@@ -71,11 +71,13 @@ func freeAddr(t *testing.T) string {
 
 // daemonProc is an execmesh daemon started as a separate process.
 type daemonProc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	url    string
-	stderr *testutil.SyncBuffer
-	done   chan error
+	t        *testing.T
+	cmd      *exec.Cmd
+	url      string
+	stateDir string
+	natsAddr string // the embedded server's client address
+	stderr   *testutil.SyncBuffer
+	done     chan error
 }
 
 // startDaemon runs `execmesh <mode> --state-dir … --listen … --nats-listen …`
@@ -92,17 +94,17 @@ func startDaemon(t *testing.T, mode string, config map[string]any, extra ...stri
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	listen := freeAddr(t)
-	args := append([]string{mode, "--state-dir", state, "--config", cfgPath, "--listen", listen, "--nats-listen", freeAddr(t)}, extra...)
+	listen, natsAddr := freeAddr(t), freeAddr(t)
+	args := append([]string{mode, "--state-dir", state, "--config", cfgPath, "--listen", listen, "--nats-listen", natsAddr}, extra...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "EXECMESH_GATEWAY_TOKEN=")
+	cmd.Env = append(os.Environ(), "EXECMESH_GATEWAY_TOKEN=", "EXECMESH_OPERATOR_TOKEN=")
 	stderr := &testutil.SyncBuffer{}
 	cmd.Stderr = stderr
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d := &daemonProc{t: t, cmd: cmd, url: "http://" + listen, stderr: stderr, done: make(chan error, 1)}
+	d := &daemonProc{t: t, cmd: cmd, url: "http://" + listen, stateDir: state, natsAddr: natsAddr, stderr: stderr, done: make(chan error, 1)}
 	go func() {
 		_, _ = io.Copy(io.Discard, bufio.NewReader(stdout))
 		d.done <- cmd.Wait()
@@ -325,6 +327,7 @@ func TestDaemonSurfaces(t *testing.T) {
 		b, _ := json.Marshal(map[string]any{"tool": "exec", "args": map[string]any{"command": "echo m"}})
 		req, _ := http.NewRequest("POST", d.url+"/tools/invoke", bytes.NewReader(b))
 		req.Header.Set("Authorization", "Bearer tok")
+		req.Header.Set("Content-Type", "application/json")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -409,7 +412,8 @@ func slicesIndex(list []string, v string) int {
 }
 
 // TestNodeApprovalsFileEdit: `execmesh nodes approvals get|set` reads and
-// replaces a node's own exec-approvals.json with optimistic concurrency.
+// replaces a node's own exec-approvals.json with optimistic concurrency,
+// as the operator (the token in the daemon's state dir).
 func TestNodeApprovalsFileEdit(t *testing.T) {
 	d := startDaemon(t, "up", fullAccess)
 	bin, _ := execmeshBinary()
@@ -427,7 +431,8 @@ func TestNodeApprovalsFileEdit(t *testing.T) {
 	cli := func(stdin string, args ...string) (string, error) {
 		cmd := exec.Command(bin, append(args, "--gateway", d.url)...)
 		cmd.Stdin = strings.NewReader(stdin)
-		cmd.Env = append(os.Environ(), "EXECMESH_STATE_DIR="+t.TempDir())
+		// The operator's CLI, on the daemon's state dir (operator.token).
+		cmd.Env = append(os.Environ(), "EXECMESH_STATE_DIR="+d.stateDir)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}

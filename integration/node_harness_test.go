@@ -185,6 +185,16 @@ func (gw *itGateway) do(method, path string, body any) *itResponse {
 	if err != nil {
 		gw.t.Fatal(err)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	// The operator drives these tests (pairing, approvals); its token
+	// calls tools too.
+	tok, err := gateway.ReadOperatorTokenFile(gw.stateDir)
+	if err != nil {
+		gw.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		gw.t.Fatal(err)

@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -216,4 +217,52 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Logf("%s", strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestStreamableHTTPBehindBrowserGuard: the official SDK's streamable-HTTP
+// client works through what the daemon puts in front of /mcp
+// (Gateway.Protect, then the token check): its JSON POSTs, its event
+// stream (GET) and its session end (DELETE) pass, with the bearer token;
+// a browser's cross-origin request does not.
+func TestStreamableHTTPBehindBrowserGuard(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.Gateway.Auth.Token = "mcp-tok"
+	emb, err := NewEmbedded(t.Context(), cfg, testGatewayOptions(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = emb.Close(ctx)
+	})
+	g := emb.Gateway
+	srv := httptest.NewServer(g.Protect(g.Authed(HTTPHandler(emb.Invoker, Options{Version: "test"}))))
+	t.Cleanup(srv.Close)
+
+	hc := &http.Client{Transport: headerTransport{"Authorization", "Bearer mcp-tok", http.DefaultTransport}}
+	sink := make(logSink, 16)
+	cs, err := newClient(sink).Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	exerciseTools(t, cs, sink)
+	if err := cs.Close(); err != nil {
+		t.Errorf("Close (DELETE): %v", err)
+	}
+
+	req, _ := http.NewRequest("POST", srv.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer mcp-tok")
+	req.Header.Set("Origin", "http://evil.example")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-origin POST /mcp: %d", resp.StatusCode)
+	}
 }

@@ -312,6 +312,9 @@ func (a *Agent) Start(ctx context.Context) error {
 		cc.NKeySeed = a.id.Seed
 	}
 	cc.InboxPrefix = bus.InboxPrefix(a.id.NodeID)
+	if cc.AuthHint == "" {
+		cc.AuthHint = "the server does not know this node's credentials: for a gateway with the embedded NATS server (execmesh up or execmesh gateway), run `execmesh nodes invite` there and start this node with --join <code>; for an external NATS, give it --creds or --nkey-seed of a user in the servers' configuration (deploy/README.md)"
+	}
 	if cc.Name == "" {
 		cc.Name = "execmesh-node " + a.name
 	}

@@ -153,9 +153,9 @@ func (r *Registry) SetServer(srv *bus.Server) {
 	}
 }
 
-// syncIdentity admits to the embedded server the key of a node that joined
-// by code and is paired, and removes it when the node is rejected or
-// forgotten.
+// syncIdentity admits to the embedded server the key of a paired node,
+// confined to its own subjects (the server admits no client without an
+// identity), and removes it when the node is rejected or forgotten.
 func (r *Registry) syncIdentity(old, now record) {
 	srv := r.server.Load()
 	if srv == nil || !serverAuthOn(srv) {
@@ -163,12 +163,12 @@ func (r *Registry) syncIdentity(old, now record) {
 	}
 	var err error
 	switch {
-	case now.Joined && now.Pairing == protocol.NodePairingPaired && now.PublicKey != "":
+	case now.Pairing == protocol.NodePairingPaired && now.PublicKey != "":
 		var u bus.NKeyUser
 		if u, err = bus.NodeUser(r.opts.Prefix, now.PublicKey); err == nil && !hasNKey(srv, now.PublicKey) {
 			err = srv.AddNKeyUser(u)
 		}
-	case old.Joined && old.PublicKey != "":
+	case old.Pairing == protocol.NodePairingPaired && old.PublicKey != "" && hasNKey(srv, old.PublicKey):
 		err = srv.RemoveNKeyUser(old.PublicKey)
 	}
 	if err != nil {

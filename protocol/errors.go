@@ -14,18 +14,21 @@ type ErrorType string
 // these (DESIGN.md §7); what happens to a command or session is a normal
 // result instead.
 const (
-	ErrInvalidRequest    ErrorType = "invalid_request"    // 400: bad JSON, wrong types, unknown parameters
-	ErrSecurityViolation ErrorType = "security_violation" // 400: blocked env keys and the like
-	ErrHostNotAllowed    ErrorType = "host_not_allowed"   // 400: host resolution refused the call
-	ErrDenied            ErrorType = "denied"             // 400: exec denied by policy
-	ErrUnauthorized      ErrorType = "unauthorized"       // 401
-	ErrNotFound          ErrorType = "not_found"          // 404: unknown or denied tool, unknown route
-	ErrMethodNotAllowed  ErrorType = "method_not_allowed" // 405
-	ErrConflict          ErrorType = "conflict"           // 409
-	ErrTooLarge          ErrorType = "payload_too_large"  // 413
-	ErrRateLimited       ErrorType = "rate_limited"       // 429
-	ErrUnavailable       ErrorType = "unavailable"        // 503: node unreachable, shutting down (retryable)
-	ErrInternal          ErrorType = "internal"           // 500
+	ErrInvalidRequest    ErrorType = "invalid_request"        // 400: bad JSON, wrong types, unknown parameters
+	ErrSecurityViolation ErrorType = "security_violation"     // 400: blocked env keys and the like
+	ErrHostNotAllowed    ErrorType = "host_not_allowed"       // 400: host resolution refused the call
+	ErrDenied            ErrorType = "denied"                 // 400: exec denied by policy
+	ErrUnauthorized      ErrorType = "unauthorized"           // 401
+	ErrForbidden         ErrorType = "forbidden"              // 403: an operator action with the tool token, a foreign Origin
+	ErrNotFound          ErrorType = "not_found"              // 404: unknown or denied tool, unknown route
+	ErrMethodNotAllowed  ErrorType = "method_not_allowed"     // 405
+	ErrConflict          ErrorType = "conflict"               // 409
+	ErrTooLarge          ErrorType = "payload_too_large"      // 413
+	ErrUnsupportedMedia  ErrorType = "unsupported_media_type" // 415: a POST or PUT body that is not JSON
+	ErrMisdirected       ErrorType = "misdirected_request"    // 421: a Host the gateway does not answer to
+	ErrRateLimited       ErrorType = "rate_limited"           // 429
+	ErrUnavailable       ErrorType = "unavailable"            // 503: node unreachable, shutting down (retryable)
+	ErrInternal          ErrorType = "internal"               // 500
 )
 
 // HTTPStatus maps an error type to its HTTP status code.
@@ -35,6 +38,8 @@ func (t ErrorType) HTTPStatus() int {
 		return http.StatusBadRequest
 	case ErrUnauthorized:
 		return http.StatusUnauthorized
+	case ErrForbidden:
+		return http.StatusForbidden
 	case ErrNotFound:
 		return http.StatusNotFound
 	case ErrMethodNotAllowed:
@@ -43,6 +48,10 @@ func (t ErrorType) HTTPStatus() int {
 		return http.StatusConflict
 	case ErrTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case ErrUnsupportedMedia:
+		return http.StatusUnsupportedMediaType
+	case ErrMisdirected:
+		return http.StatusMisdirectedRequest
 	case ErrRateLimited:
 		return http.StatusTooManyRequests
 	case ErrUnavailable:

@@ -5,8 +5,9 @@
 //
 // # Modes
 //
-// With ModeOff (the default) Prepare returns no Argv and the command runs on
-// the gateway host exactly as for host=gateway. With ModeBwrap it runs under
+// With ModeOff (the default) there is no sandbox runtime: Prepare returns
+// no Argv, and the gateway refuses host=sandbox calls rather than run them
+// with less policy than host=gateway's. With ModeBwrap a command runs under
 // bubblewrap (bwrap, Debian package "bubblewrap"); New fails with
 // ErrNotInstalled when bwrap is missing, and Runtime.Available reports, once
 // per Runtime, whether bwrap can actually build a sandbox here (it cannot

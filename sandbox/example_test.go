@@ -11,8 +11,8 @@ import (
 	"github.com/execmesh/execmesh/sandbox"
 )
 
-// The default mode runs host=sandbox commands on the gateway host: Prepare
-// returns no Argv, and the caller spawns its usual shell.
+// The default mode is no sandbox runtime: Prepare returns no Argv, and the
+// gateway refuses host=sandbox calls.
 func ExampleNew() {
 	rt, err := sandbox.New(sandbox.DefaultConfig("/var/lib/execmesh"))
 	if err != nil {

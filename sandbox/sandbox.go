@@ -14,7 +14,8 @@ import (
 
 // Sandbox modes, the values of Config.Mode (config key sandbox.mode).
 const (
-	// ModeOff runs host=sandbox commands directly on the gateway host.
+	// ModeOff is no sandbox runtime: the gateway refuses host=sandbox
+	// (DESIGN.md §3.3).
 	ModeOff = "off"
 	// ModeBwrap runs host=sandbox commands inside a bubblewrap sandbox.
 	ModeBwrap = "bwrap"

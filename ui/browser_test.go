@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/execmesh/execmesh/gateway"
 )
 
 // skipLoudly skips with a banner on stderr, so that a run without a
@@ -83,10 +85,11 @@ func artifactDir(t *testing.T) string {
 	return t.TempDir()
 }
 
-// browser starts headless Chromium and returns a tab's context.
-func browser(t *testing.T, chrome string) context.Context {
+// browser starts headless Chromium and returns a tab's context; extra
+// adds command-line options.
+func browser(t *testing.T, chrome string, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(t.Context(),
+	opts := append([]chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chrome),
 		chromedp.Flag("headless", true),
 		chromedp.NoSandbox,
@@ -98,7 +101,8 @@ func browser(t *testing.T, chrome string) context.Context {
 		chromedp.NoFirstRun,
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 1400),
-	)
+	}, extra...)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
 	ctx, cancelTab := chromedp.NewContext(allocCtx)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
 	t.Cleanup(func() {
@@ -231,6 +235,9 @@ func TestBrowserControlPage(t *testing.T) {
 	if got := eval[string](t, ctx, `sessionStorage.getItem('execmesh.token')`); got != token {
 		t.Errorf("stored token %q", got)
 	}
+	if got := eval[string](t, ctx, `document.getElementById('conn-status').dataset.role`); got != "agent" {
+		t.Errorf("role with the tool token: %q", got)
+	}
 	for _, tc := range []struct{ row, want string }{{row, "gateway"}, {nodeRow, "node build-1"}} {
 		if got := eval[string](t, ctx, tc.row+`.querySelector('[data-testid="session-host"]').textContent`); got != tc.want {
 			t.Errorf("session host shown: %q, want %q", got, tc.want)
@@ -321,6 +328,24 @@ func TestBrowserControlPage(t *testing.T) {
 	arow := `document.querySelector('[data-testid="approval-row"][data-approval-id=` + strconv.Quote(approvalID) + `]')`
 	waitJS(t, ctx, "the pending approval", arow+` && `+arow+`.querySelector('[data-testid="approval-command"]').textContent === 'echo approved-run'`)
 	screenshot(t, ctx, shots, "ui-3-approval.png")
+
+	// The tool token cannot decide it (the agent would approve itself):
+	// the page says what is needed and the approval stays pending.
+	do(t, ctx, "allow once with the tool token", chromedp.Click(chromedp.ID("approve-allow-once-"+approvalID)))
+	waitJS(t, ctx, "the refusal", `document.getElementById('approvals-result').textContent.includes('needs the operator token')`)
+	if left := g.PendingApprovals(); len(left) != 1 {
+		t.Fatalf("the tool token decided an approval: %+v", left)
+	}
+	// Signing in as the operator: the token from the state dir.
+	opToken, err := gateway.ReadOperatorTokenFile(g.Config().StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "sign in as operator", chromedp.Click(chromedp.ID("logout")))
+	waitJS(t, ctx, "the prompt", `!document.getElementById('login').hidden`)
+	do(t, ctx, "operator token", chromedp.SendKeys(chromedp.ID("token-input"), opToken), chromedp.Click(chromedp.ID("token-submit")))
+	waitJS(t, ctx, "the operator role", `document.getElementById('conn-status').dataset.role === 'operator' && !document.getElementById('app').hidden`)
+	waitJS(t, ctx, "the pending approval again", arow)
 	do(t, ctx, "allow once", chromedp.Click(chromedp.ID("approve-allow-once-"+approvalID)))
 	waitJS(t, ctx, "the approval to go", `!`+arow+` && document.getElementById('approvals-result').textContent === 'Allow once: echo approved-run'`)
 	if left := g.PendingApprovals(); len(left) != 0 {

@@ -3,15 +3,25 @@
 //
 // Handler serves the control page at /ui/: a token prompt (the token is
 // kept in the tab's sessionStorage and sent as a bearer token; a loopback
-// gateway without a token is tried first), the node registry with the
+// gateway without a tool token is tried first, and GET /v1/whoami says
+// whether the token is the operator's), the node registry with the
 // exec node binding, the process sessions of a chosen sessionKey with
 // their output, a kill button and an input box, the pending exec approvals
 // with allow-once, allow-always and deny, and a form to run a command. The
 // page is three embedded files, plain HTML, CSS and JavaScript with no
 // build step and nothing fetched from elsewhere; it talks to the gateway's
-// HTTP API only (POST /tools/invoke, GET /v1/approvals, POST
-// /v1/approvals/<id>, GET /v1/nodes, PUT /v1/config/exec-node, GET
-// /v1/sessions/<sessionKey>/<id>/stream).
+// HTTP API only (GET /v1/whoami, POST /tools/invoke, GET /v1/approvals,
+// POST /v1/approvals/<id>, GET /v1/nodes, PUT /v1/config/exec-node, GET
+// /v1/sessions/<sessionKey>/<id>/stream), from its own origin: the gateway
+// refuses other origins.
+//
+// Deciding approvals and changing the binding need the operator token
+// (DESIGN.md §3.4). The page gets it only from the user, who pastes it
+// (on the gateway's machine: the file operator.token in the state dir,
+// mode 0600); it is never in a URL (browser history, logs, the Referer)
+// nor served by the gateway, so neither another local user nor another
+// web page can obtain it. With the tool token, or none, those actions
+// answer 403 and the page says to sign in as the operator.
 //
 // The page only reads what agents rely on: a session's live output comes
 // from the gateway's session stream (server-sent events read with fetch,

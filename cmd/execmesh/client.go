@@ -36,8 +36,8 @@ const (
 type client struct {
 	base  string // http(s)://host:port, no trailing slash
 	token string
-	// operatorToken is sent instead of token by the client asOperator
-	// returns; "" means the tool token serves for both.
+	// operatorToken goes to operator endpoints (isOperatorRequest)
+	// instead of token; "" sends token there too.
 	operatorToken string
 	userAgent     string
 	hc            *http.Client
@@ -58,18 +58,6 @@ func newClient(base, token string) *client {
 }
 
 func (c *client) close() { c.hc.CloseIdleConnections() }
-
-// asOperator returns a client for operator endpoints (approval decisions,
-// node pairing and invites, node approvals files): it sends the operator
-// token when one was found, else the tool token. The two share the HTTP
-// client.
-func (c *client) asOperator() *client {
-	op := *c
-	if c.operatorToken != "" {
-		op.token = c.operatorToken
-	}
-	return &op
-}
 
 // unreachableError is a gateway that refused the connection.
 type unreachableError struct {
@@ -131,8 +119,12 @@ func (c *client) send(ctx context.Context, method, path string, query url.Values
 	}
 	req.Header.Set("Accept", accept)
 	req.Header.Set("User-Agent", c.userAgent)
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	token := c.token
+	if c.operatorToken != "" && isOperatorRequest(method, path) {
+		token = c.operatorToken
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -667,7 +667,10 @@ func TestOperatorToken(t *testing.T) {
 	gw.token = "tool-tok"
 	gw.answer("exec", 200, okResult("hi", map[string]any{"status": "completed", "exitCode": 0}))
 	withFile := t.TempDir()
-	writeFile(t, filepath.Join(withFile, "operator.token"), "op-from-file\n")
+	// The gateway writes 64 hex characters, mode 0600; the CLI reads
+	// nothing else (a token others may know is no operator's).
+	const fileToken = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
+	writeFile(t, filepath.Join(withFile, "operator.token"), fileToken+"\n")
 	operator := [][]string{
 		{"approvals", "resolve", "ap-1", "allow-once"},
 		{"nodes", "approve", "n-2"},
@@ -682,7 +685,7 @@ func TestOperatorToken(t *testing.T) {
 		flag []string
 		want string
 	}{
-		{"file in the state dir", map[string]string{envStateDir: withFile}, nil, "Bearer op-from-file"},
+		{"file in the state dir", map[string]string{envStateDir: withFile}, nil, "Bearer " + fileToken},
 		{"environment over the file", map[string]string{envStateDir: withFile, envOperatorToken: "op-from-env"}, nil, "Bearer op-from-env"},
 		{"flag over both", map[string]string{envStateDir: withFile, envOperatorToken: "op-from-env"}, []string{"--operator-token", "op-flag"}, "Bearer op-flag"},
 		{"none: the tool token", map[string]string{envStateDir: t.TempDir()}, nil, "Bearer tool-tok"},

@@ -195,26 +195,31 @@ func (f *clientFlags) clientFor(c *cli, cfg gateway.Config) (*client, error) {
 		token = cfg.Gateway.Auth.Token
 	}
 	cl := newClient(u, token)
-	cl.operatorToken = f.resolveOperatorToken(c)
+	cl.operatorToken = f.resolveOperatorToken(c, cfg)
 	return cl, nil
 }
 
-// resolveOperatorToken is --operator-token, else $EXECMESH_OPERATOR_TOKEN,
-// else the first line of <state-dir>/operator.token when it is readable,
-// else "" (operator calls then send the tool token).
-func (f *clientFlags) resolveOperatorToken(c *cli) string {
+// resolveOperatorToken is --operator-token, else $EXECMESH_OPERATOR_TOKEN
+// or gateway.auth.operatorToken (LoadConfig put the variable over the
+// file), else the token the gateway generated in the state dir
+// (--state-dir, $EXECMESH_STATE_DIR, ~/.execmesh, or the configuration's
+// stateDir), else "" (operator calls then send the tool token).
+func (f *clientFlags) resolveOperatorToken(c *cli, cfg gateway.Config) string {
 	if f.operatorToken != "" {
 		return f.operatorToken
 	}
 	if t := strings.TrimSpace(c.getenv(envOperatorToken)); t != "" {
 		return t
 	}
-	data, err := os.ReadFile(filepath.Join(f.resolveStateDir(c), operatorTokenFile))
-	if err != nil {
-		return ""
+	if cfg.Gateway.Auth.OperatorToken != "" {
+		return cfg.Gateway.Auth.OperatorToken
 	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	return strings.TrimSpace(line)
+	for _, dir := range []string{f.resolveStateDir(c), cfg.StateDir} {
+		if tok, err := gateway.ReadOperatorTokenFile(dir); err == nil {
+			return tok
+		}
+	}
+	return ""
 }
 
 // listenURL turns a listen address into a URL a client can dial: a

@@ -77,7 +77,7 @@ func (c *cli) newNodesCmd() *cobra.Command {
 				var ans struct {
 					Node nodeInfo `json:"node"`
 				}
-				data, err := cl.asOperator().apiJSON(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(args[0])+"/"+verb, nil, struct{}{}, &ans)
+				data, err := cl.apiJSON(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(args[0])+"/"+verb, nil, struct{}{}, &ans)
 				if err != nil {
 					return err
 				}
@@ -98,25 +98,28 @@ func (c *cli) newNodesCmd() *cobra.Command {
 
 	var name string
 	var ttl time.Duration
+	var local bool
 	invite := &cobra.Command{
-		Use:   "invite [--name N] [--ttl D]",
+		Use:   "invite [--name N] [--ttl D] [--local]",
 		Short: "print the one command line that joins a new machine: execmesh node --join CODE",
 		Long: "Create a join code and print the command to run on the new machine. The code carries the NATS\n" +
 			"URL(s) of the gateway's embedded server and a one-time secret; the node joins, gets its own\n" +
 			"confined NATS credentials and is paired. The embedded server must listen where the new machine\n" +
 			"can reach it: start the gateway with --nats-listen 0.0.0.0:4222 (and a --token); on loopback\n" +
-			"only, the gateway refuses. An operator call (see nodes approve).",
-		Example: "  execmesh nodes invite --name build-1\n  execmesh nodes invite --ttl 1h",
+			"only, the gateway refuses, unless --local says the node runs on this machine. An operator call\n" +
+			"(see nodes approve).",
+		Example: "  execmesh nodes invite --name build-1\n  execmesh nodes invite --ttl 1h\n  execmesh nodes invite --local --name side-node   # a second node on this machine",
 		Args:    noArgs,
 		RunE: withClient(func(ctx context.Context, cl *client, _ []string) error {
 			if ttl < 0 {
 				return usageErrorf("nodes invite: --ttl must not be negative")
 			}
-			return inviteNode(ctx, c, cl.asOperator(), name, ttl, f.json)
+			return inviteNode(ctx, c, cl, name, ttl, local, f.json)
 		}),
 	}
 	invite.Flags().StringVar(&name, "name", "", "`name` of the new node")
 	invite.Flags().DurationVar(&ttl, "ttl", 0, "how long the join code stays valid, such as 15m (default: the gateway's, 15m)")
+	invite.Flags().BoolVar(&local, "local", false, "the node runs on the gateway's machine (a loopback NATS address is fine)")
 	f.registerOperator(invite.Flags())
 	cmd.AddCommand(invite)
 
@@ -132,7 +135,7 @@ func (c *cli) newNodesCmd() *cobra.Command {
 		Args:              nodeArg("get"),
 		ValidArgsFunction: completeNode,
 		RunE: withClient(func(ctx context.Context, cl *client, args []string) error {
-			data, err := cl.asOperator().apiJSON(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(args[0])+"/approvals", nil, nil, nil)
+			data, err := cl.apiJSON(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(args[0])+"/approvals", nil, nil, nil)
 			if err != nil {
 				return err
 			}
@@ -154,7 +157,7 @@ func (c *cli) newNodesCmd() *cobra.Command {
 			return nil
 		},
 		RunE: withClient(func(ctx context.Context, cl *client, args []string) error {
-			return setNodeApprovals(ctx, c, cl.asOperator(), args[0], args[1], baseHash)
+			return setNodeApprovals(ctx, c, cl, args[0], args[1], baseHash)
 		}),
 	}
 	set.Flags().StringVar(&baseHash, "base-hash", "", "the `hash` that approvals get printed (\"\" when the node has no file yet; required)")
@@ -236,11 +239,12 @@ func listNodes(ctx context.Context, c *cli, cl *client, pending, raw bool) error
 
 // inviteNode asks for a join code and prints the one command line to run
 // on the new machine.
-func inviteNode(ctx context.Context, c *cli, cl *client, name string, ttl time.Duration, raw bool) error {
+func inviteNode(ctx context.Context, c *cli, cl *client, name string, ttl time.Duration, local, raw bool) error {
 	req := struct {
 		Name  string `json:"name,omitempty"`
 		TTLMs int64  `json:"ttlMs,omitempty"`
-	}{name, ttl.Milliseconds()}
+		Local bool   `json:"local,omitempty"`
+	}{name, ttl.Milliseconds(), local}
 	var ans struct {
 		Code        string `json:"code"`
 		Command     string `json:"command"`
@@ -343,7 +347,7 @@ func (c *cli) newApprovalsCmd() *cobra.Command {
 			body := struct {
 				Decision string `json:"decision"`
 			}{decision}
-			data, err := cl.asOperator().apiJSON(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id), nil, body, nil)
+			data, err := cl.apiJSON(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id), nil, body, nil)
 			if err != nil {
 				return err
 			}

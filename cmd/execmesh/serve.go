@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -162,11 +160,14 @@ type daemon struct {
 	http    *http.Server
 	node    *nodeagent.Agent
 	metrics *metrics.Metrics
-	authOn  bool // the embedded server requires authentication
-	drain   time.Duration
-	grace   time.Duration
-	cfg     gateway.Config
-	cfgPth  string
+	// gwID is the gateway's identity on the embedded server (nil with an
+	// external NATS): it connects with it, and it alone may send to
+	// nodes' subjects there.
+	gwID   *bus.Identity
+	drain  time.Duration
+	grace  time.Duration
+	cfg    gateway.Config
+	cfgPth string
 	// reload builds the configuration a SIGHUP applies, with the same
 	// layering as the start (file, EXECMESH_*, flags).
 	reload func() (gateway.Config, error)
@@ -205,6 +206,15 @@ func (c *cli) serveDaemon(ctx context.Context, mode string, f *serverFlags) erro
 	fmt.Fprintf(c.stdout, "execmesh %s: serving http://%s (state %s)\n", mode, d.http.Addr, cfg.StateDir)
 	fmt.Fprintf(c.stdout, "execmesh %s: NATS: %s\n", mode, d.natsDesc())
 	fmt.Fprintf(c.stdout, "execmesh %s: control page: http://%s%s/\n", mode, d.http.Addr, ui.Prefix)
+	if cfg.Gateway.Auth.OperatorToken == "" {
+		// Where, never what: the token stays in its 0600 file.
+		fmt.Fprintf(c.stdout, "execmesh %s: operator token in %s (the CLI reads it; the control page asks for it)\n",
+			mode, filepath.Join(cfg.StateDir, gateway.OperatorTokenFile))
+	}
+	if d.srv != nil {
+		fmt.Fprintf(c.stdout, "execmesh %s: NATS without anonymous clients; for the nats CLI: nats --server %s --nkey %s\n",
+			mode, d.srv.ClientURL(), filepath.Join(cfg.StateDir, bus.OperatorKeyFile))
+	}
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -257,18 +267,18 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 		scfg := bus.DefaultServerConfig(cfg.StateDir)
 		scfg.Listen = cfg.NATS.Listen
 		scfg.Logger = d.log.With("component", "nats")
-		if !isLoopbackAddr(cfg.NATS.Listen) {
-			// Beyond loopback every client authenticates: the gateway gets
-			// its own user; nodes join by code with their own nkeys.
-			pw, err := randomSecret()
-			if err != nil {
-				ln.Close()
-				return err
-			}
-			scfg.Users = []bus.User{{Name: "execmesh-gateway", Password: pw}}
-			cc.User, cc.Password = "execmesh-gateway", pw
-			d.authOn = true
+		// No anonymous client, loopback included: the gateway and the
+		// operator have identities of their own in the state dir, the
+		// local node its node key, joined nodes theirs.
+		users, gwID, err := embeddedIdentities(cfg)
+		if err != nil {
+			ln.Close()
+			return err
 		}
+		scfg.NKeys = users
+		d.gwID = gwID
+		// nats.credsFile and nats.nkeySeedFile are for external servers.
+		cc.CredsFile, cc.NKeySeedFile, cc.NKeySeed = "", "", gwID.Seed
 		d.srv, err = bus.StartServer(ctx, scfg)
 		if err != nil {
 			ln.Close()
@@ -322,20 +332,22 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 // handler is the daemon's HTTP surface: the gateway API, the MCP
 // streamable-HTTP transport at /mcp and GET /metrics behind the same
 // token, and the control page at /ui (static files; it asks for the token
-// itself).
+// itself). Everything is behind the gateway's browser defences (Protect:
+// Host, Origin, JSON bodies); the API applies them itself.
 func (d *daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", d.gw.Handler())
 	// A person who opens the gateway's address finds the control page.
 	mux.Handle("GET /{$}", http.RedirectHandler(ui.Prefix+"/", http.StatusFound))
-	mux.Handle(ui.Prefix+"/", ui.Handler())
-	mux.Handle(ui.Prefix, ui.Handler())
-	mux.Handle("GET /metrics", d.gw.Authed(d.metrics.Handler()))
+	page := d.gw.Protect(ui.Handler())
+	mux.Handle(ui.Prefix+"/", page)
+	mux.Handle(ui.Prefix, page)
+	mux.Handle("GET /metrics", d.gw.Protect(d.gw.Authed(d.metrics.Handler())))
 	mcp := mcpserver.HTTPHandler(func(sessionKey string) mcpserver.Invoker {
 		return mcpserver.NewGatewayInvoker(d.gw, sessionKey)
 	}, mcpserver.Options{Version: buildVersion().Version, Logger: d.log.With("component", "mcp"),
 		ApplyPatch: func() bool { return d.gw.Config().Tools.Exec.ApplyPatch.Enabled }})
-	mux.Handle("/mcp", d.gw.Authed(mcp))
+	mux.Handle("/mcp", d.gw.Protect(d.gw.Authed(mcp)))
 	return d.metrics.Instrument(mux)
 }
 
@@ -403,24 +415,26 @@ func (d *daemon) waitBlockers(ctx context.Context) {
 	}
 }
 
-func isLoopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
+// embeddedIdentities returns the identities the embedded server starts
+// with: the gateway's (everything) and the operator's (bus.OperatorPermissions),
+// both nkeys kept in the state dir, and the gateway's identity.
+func embeddedIdentities(cfg gateway.Config) ([]bus.NKeyUser, *bus.Identity, error) {
+	gwID, err := bus.LoadOrCreateGatewayIdentity(cfg.StateDir)
 	if err != nil {
-		return false
+		return nil, nil, fmt.Errorf("gateway identity: %w", err)
 	}
-	if host == "localhost" {
-		return true
+	opID, err := bus.LoadOrCreateIdentity(filepath.Join(cfg.StateDir, bus.OperatorKeyFile))
+	if err != nil {
+		return nil, nil, fmt.Errorf("operator identity: %w", err)
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-func randomSecret() (string, error) {
-	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("random secret: %w", err)
+	opPerms, err := bus.OperatorPermissions(cfg.NATS.Prefix)
+	if err != nil {
+		return nil, nil, fmt.Errorf("nats.prefix: %w", err)
 	}
-	return hex.EncodeToString(b[:]), nil
+	return []bus.NKeyUser{
+		{PublicKey: gwID.PublicKey},
+		{PublicKey: opID.PublicKey, Permissions: opPerms},
+	}, &gwID, nil
 }
 
 // startLocalNode starts the node agent of `execmesh up`. It shares the
@@ -435,9 +449,10 @@ func startLocalNode(ctx context.Context, d *daemon) (*nodeagent.Agent, error) {
 	if host, err := os.Hostname(); err == nil && host != "" {
 		name = host
 	}
-	if d.authOn {
-		// The embedded server checks identities: admit the local node's
-		// key, confined to its own subjects, as a join would.
+	if d.srv != nil {
+		// The embedded server admits no client without an identity: the
+		// local node's key joins its identities, confined to its own
+		// subjects like a node joined by code.
 		if err := d.gw.AdmitNode(id.PublicKey, name); err != nil {
 			return nil, err
 		}

@@ -12,6 +12,21 @@ import (
 // (created 0700 when missing) is written with mode, synced and renamed over
 // path, and the directory is synced so the rename survives a crash.
 func Write(path string, data []byte, mode os.FileMode) error {
+	return place(path, data, mode, os.Rename)
+}
+
+// WriteNew creates path with data and mode unless it exists: a temporary
+// file is written, synced and hard-linked into place, so path appears
+// complete or not at all, and of two processes racing to create it the
+// first wins. It fails with an error matching fs.ErrExist when path
+// already exists.
+func WriteNew(path string, data []byte, mode os.FileMode) error {
+	return place(path, data, mode, os.Link)
+}
+
+// place writes data to a synced temporary file beside path, puts it at
+// path with put (rename or link), and syncs the directory.
+func place(path string, data []byte, mode os.FileMode, put func(oldpath, newpath string) error) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -21,7 +36,7 @@ func Write(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp) // gone after the rename; garbage on error
+	defer os.Remove(tmp) // gone after a rename, not needed after a link; garbage on error
 	if err := f.Chmod(mode); err != nil {
 		f.Close()
 		return err
@@ -37,7 +52,7 @@ func Write(path string, data []byte, mode os.FileMode) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := put(tmp, path); err != nil {
 		return err
 	}
 	if d, err := os.Open(dir); err == nil {

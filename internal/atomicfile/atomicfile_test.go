@@ -1,6 +1,8 @@
 package atomicfile
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -32,5 +34,27 @@ func TestWrite(t *testing.T) {
 	// A directory in the way: the old content stays.
 	if err := Write(dir, []byte("x"), 0o600); err == nil {
 		t.Fatal("replacing a directory succeeded")
+	}
+}
+
+func TestWriteNew(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d", "secret")
+	if err := WriteNew(path, []byte("first"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The second writer loses and the first content stays.
+	if err := WriteNew(path, []byte("second"), 0o600); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("second WriteNew: %v, want fs.ErrExist", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || string(b) != "first" {
+		t.Fatalf("read %q %v", b, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v %v", st.Mode(), err)
+	}
+	if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 1 {
+		t.Fatalf("temporary files left: %v", ents)
 	}
 }

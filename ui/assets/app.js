@@ -19,6 +19,7 @@
 
   const state = {
     token: null, // the bearer token in use ('' for a gateway without one)
+    role: null, // 'operator' or 'agent', as GET /v1/whoami says
     authed: false,
     sessionKey: DEFAULT_SESSION_KEY,
     tail: null, // {id, done} of the session whose output is shown
@@ -82,6 +83,11 @@
       let msg = resp.status + ' ' + resp.statusText;
       if (data && data.error) msg = typeof data.error === 'string' ? data.error : (data.error.message || msg);
       if (resp.status === 401 && state.authed) signOut('The gateway rejected the token; enter it again.');
+      // An operator action with the tool token (or none): say how to
+      // become the operator here.
+      if (resp.status === 403 && data && data.error && data.error.type === 'forbidden' && state.role !== 'operator') {
+        msg = 'This needs the operator token. Choose “' + $('logout').textContent + '” and enter it (the file operator.token in the gateway’s state directory, e.g. ~/.execmesh/operator.token, or gateway.auth.operatorToken).';
+      }
       throw new ApiError(resp.status, msg, data);
     }
     return data;
@@ -98,16 +104,16 @@
 
   // ---- token prompt --------------------------------------------------
 
-  // probe tells whether the API accepts token. Any answer but 401 (and
-  // 429) means the token passed the gateway's check.
+  // probe asks the gateway what token is worth: {ok, role} where role is
+  // 'operator' (everything) or 'agent' (tool calls; the tool token, or
+  // none on a gateway without one), or {ok: false, err}.
   async function probe(token) {
     const saved = state.token;
     state.token = token;
     try {
-      await api('POST', '/tools/invoke', { tool: 'process', args: { action: 'list' }, sessionKey: DEFAULT_SESSION_KEY });
-      return { ok: true };
+      const d = await api('GET', '/v1/whoami');
+      return { ok: true, role: d && d.role === 'operator' ? 'operator' : 'agent' };
     } catch (e) {
-      if (e.status !== 0 && e.status !== 401 && e.status !== 429) return { ok: true };
       return { ok: false, err: e };
     } finally {
       state.token = saved;
@@ -117,6 +123,7 @@
   function showLogin(message) {
     state.authed = false;
     state.token = null;
+    state.role = null;
     stopTimers();
     clearData();
     $('app').hidden = true;
@@ -128,15 +135,19 @@
     $('token-input').focus();
   }
 
-  function enter(token) {
+  function enter(token, role) {
     state.token = token;
+    state.role = role;
     state.authed = true;
     sessionStorage.setItem(TOKEN_KEY, token);
     $('login').hidden = true;
     setText('login-error', '');
     $('app').hidden = false;
     $('logout').hidden = false;
-    setText('conn-status', token ? 'connected' : 'connected (no token)');
+    $('logout').textContent = role === 'operator' ? 'Change token' : 'Sign in as operator';
+    $('conn-status').dataset.role = role;
+    setText('conn-status', role === 'operator' ? 'connected as operator'
+      : 'connected ' + (token ? 'with the tool token' : 'without a token') + ': approvals, pairing and settings need the operator token');
     startTimers();
   }
 
@@ -157,7 +168,7 @@
     $('token-submit').disabled = true;
     try {
       const r = await probe(token);
-      if (r.ok) enter(token);
+      if (r.ok) enter(token, r.role);
       else setText('login-error', loginError(r.err), true);
     } finally {
       $('token-submit').disabled = false;
@@ -751,7 +762,7 @@
     const stored = sessionStorage.getItem(TOKEN_KEY);
     const r = await probe(stored === null ? '' : stored);
     if (r.ok) {
-      enter(stored === null ? '' : stored);
+      enter(stored === null ? '' : stored, r.role);
       return;
     }
     if (stored !== null) sessionStorage.removeItem(TOKEN_KEY);

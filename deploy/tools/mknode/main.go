@@ -25,7 +25,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,13 +87,10 @@ func makeNode(prefix, dir string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// GatewayKeyFile is the gateway's seed file name (nats.nkeySeedFile).
-const GatewayKeyFile = "gateway.nkey"
-
 // makeGateway writes (or reuses) DIR/gateway.nkey and writes
 // DIR/gateway-user.conf.
 func makeGateway(prefix, dir string, stdout, stderr io.Writer) error {
-	id, err := loadOrCreateSeed(dir, GatewayKeyFile)
+	id, err := bus.LoadOrCreateGatewayIdentity(dir)
 	if err != nil {
 		return err
 	}
@@ -105,39 +101,8 @@ func makeGateway(prefix, dir string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s\n\n%s", id.PublicKey, entry)
 	fmt.Fprintf(stderr, "mknode: gateway %s: seed in %s (secret: nats.nkeySeedFile), users entry in %s\n",
-		id.PublicKey, filepath.Join(dir, GatewayKeyFile), conf)
+		id.PublicKey, filepath.Join(dir, bus.GatewayKeyFile), conf)
 	return nil
-}
-
-// loadOrCreateSeed returns the identity in dir/name, creating it (0600,
-// never overwriting) when absent. bus.LoadOrCreateNodeIdentity does the
-// same for node.nkey; the gateway's key is a plain user nkey too.
-func loadOrCreateSeed(dir, name string) (bus.Identity, error) {
-	path := filepath.Join(dir, name)
-	if b, err := os.ReadFile(path); err == nil {
-		return bus.IdentityFromSeed(b)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return bus.Identity{}, err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return bus.Identity{}, err
-	}
-	id, err := bus.NewIdentity()
-	if err != nil {
-		return bus.Identity{}, err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return bus.Identity{}, err
-	}
-	if _, err := f.Write(append(append([]byte(nil), id.Seed...), '\n')); err != nil {
-		f.Close()
-		return bus.Identity{}, err
-	}
-	if err := f.Close(); err != nil {
-		return bus.Identity{}, err
-	}
-	return id, nil
 }
 
 // renderUser formats one element of a NATS config `users` list. Subjects
