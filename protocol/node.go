@@ -94,6 +94,24 @@ type NodeExecApproval struct {
 	ID string `json:"id"`
 	// Decision is one of the NodeDecision constants.
 	Decision string `json:"decision"`
+	// Binding is the binding the node sent with its ErrApprovalRequired
+	// answer (NodeApprovalRequired.Binding): an allow decision runs only
+	// while the command's files still match it.
+	Binding *ApprovalBinding `json:"binding,omitempty"`
+}
+
+// ApprovalBinding is what an approval is bound to (package approvals
+// computes and checks it): the executables and script files of the
+// command with the SHA-256 of their content.
+type ApprovalBinding struct {
+	Files []BoundFile `json:"files"`
+}
+
+// BoundFile is one file of an ApprovalBinding: SHA256 is the hex digest
+// of its content, "" for a path that did not exist.
+type BoundFile struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // NodeApprovalRequired is a node's evaluation of a run that needs
@@ -110,6 +128,9 @@ type NodeApprovalRequired struct {
 	// when the approval times out.
 	FallbackAllows bool   `json:"fallbackAllows"`
 	Reason         string `json:"reason,omitempty"`
+	// Binding is what the approval is bound to; the gateway sends it back
+	// in NodeExecApproval.Binding.
+	Binding *ApprovalBinding `json:"binding,omitempty"`
 }
 
 // NodeApplyPatchRequest applies an apply_patch patch on a node (endpoint
