@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -21,19 +22,14 @@ import (
 // host=gateway call: tools.exec (and per-call values, already tightened in
 // p) merged with the agent's entry of the approvals file, which can only
 // tighten (spec §5.2).
-func (c *call) gatewayPolicy(p *plan) (approvals.Policy, *approvals.File) {
+func (c *call) gatewayPolicy(p *plan) approvals.Policy {
 	path := approvals.Path(c.cfg.StateDir)
 	f, _, err := approvals.Load(path)
 	if err != nil {
 		// A corrupt or unsafe file is treated as empty and left untouched.
 		c.g.log.Warn("exec approvals file unusable; treating it as empty", "path", path, "err", err)
 	}
-	if f == nil {
-		f = approvals.NewFile()
-	}
-	// Unset file values do not loosen or tighten anything.
-	filePolicy := f.Resolve(c.agentID, approvals.Policy{Security: approvals.SecurityFull, Ask: approvals.AskOff, AskFallback: approvals.SecurityDeny})
-	return approvals.Stricter(approvals.Policy{Security: p.security, Ask: p.ask}, filePolicy), f
+	return approvals.Stricter(approvals.Levels{Security: p.security, Ask: p.ask}.Policy(), f.AgentPolicy(c.agentID))
 }
 
 // approvalBinding is what an approval is bound to; anything that changes
@@ -45,7 +41,8 @@ type approvalBinding struct {
 	cwdDev   uint64
 	env      []string
 	agentID  string
-	resolved []string // resolved executables at request time
+	resolved []string           // resolved executables at request time
+	files    *approvals.Binding // executables and scripts with their hashes
 }
 
 func statDir(dir string) (dev, ino uint64, ok bool) {
@@ -69,47 +66,58 @@ func resolvedPaths(ev approvals.Evaluation) []string {
 	return out
 }
 
+// authRequest is what approvals.Authorize needs to know about a
+// host=gateway command.
+func (c *call) authRequest(p *plan, req session.ExecRequest, policy approvals.Policy) approvals.Request {
+	home, _ := os.UserHomeDir()
+	return approvals.Request{
+		Host:        hostGateway,
+		AgentID:     c.agentID,
+		Command:     p.args.Command,
+		Cwd:         req.Workdir,
+		Env:         protocol.EnvMap(req.Env),
+		Home:        home,
+		PTY:         req.PTY,
+		Policy:      policy,
+		SafeBins:    c.cfg.Tools.Exec.SafeBins,
+		TrustedDirs: c.cfg.Tools.Exec.SafeBinTrustedDirs,
+	}
+}
+
+// withAuthorization applies an allowed authorization to a request: the
+// plan's argv when there is one, and the allowlist environment.
+func withAuthorization(req session.ExecRequest, auth approvals.Authorization) session.ExecRequest {
+	if auth.Argv != nil {
+		req.Argv = auth.Argv
+	}
+	if len(auth.Env) > 0 {
+		env := protocol.EnvMap(req.Env)
+		maps.Copy(env, auth.Env)
+		req.Env = protocol.EnvList(env)
+	}
+	return req
+}
+
 // authorizeGateway applies exec approvals to a host=gateway call. It
 // returns the request to run, or an approval-pending result, or a denial.
 func (c *call) authorizeGateway(ctx context.Context, p *plan, req session.ExecRequest) (*session.ExecRequest, *protocol.Result, error) {
-	policy, _ := c.gatewayPolicy(p)
-	if policy.Security == approvals.SecurityDeny {
-		return nil, nil, protocol.Errorf(protocol.ErrDenied, "%s", approvals.DenySecurity(hostGateway))
+	ar := c.authRequest(p, req, c.gatewayPolicy(p))
+	auth, err := approvals.Authorize(ar)
+	if err != nil {
+		return nil, nil, protocol.Errorf(protocol.ErrInternal, "exec approvals: %v", err)
 	}
-	envMap := protocol.EnvMap(req.Env)
-	home, _ := os.UserHomeDir()
-	ev := approvals.Evaluate(p.args.Command, approvals.EvalOptions{
-		Cwd:         req.Workdir,
-		PATH:        envMap["PATH"],
-		Home:        home,
-		Allowlist:   policy.Allowlist,
-		SafeBins:    c.cfg.Tools.Exec.SafeBins,
-		TrustedDirs: c.cfg.Tools.Exec.SafeBinTrustedDirs,
-	})
-	d := approvals.Decide(hostGateway, policy, ev)
-	switch d.Verdict {
+	switch auth.Verdict {
 	case approvals.Deny:
-		return nil, nil, protocol.Errorf(protocol.ErrDenied, "%s", d.Reason)
+		return nil, nil, protocol.Errorf(protocol.ErrDenied, "%s", auth.Reason)
 	case approvals.Allow:
-		if d.RunPlan {
-			c.recordUse(ev)
-			planned := req
-			planned.Argv = planArgv(ev)
-			return &planned, nil, nil
+		if auth.RunPlan {
+			c.recordUse(auth.Evaluation)
 		}
-		return &req, nil, nil
+		run := withAuthorization(req, auth)
+		return &run, nil, nil
 	}
-	res := c.g.requestApproval(c, p, req, policy, ev)
+	res := c.g.requestApproval(c, p, req, ar, auth)
 	return nil, &res, nil
-}
-
-// planArgv is the argv that runs an allowlisted plan: the program itself
-// for one segment, else the rendered pipeline through /bin/sh.
-func planArgv(ev approvals.Evaluation) []string {
-	if len(ev.Argv) == 1 {
-		return slices.Clone(ev.Argv[0])
-	}
-	return []string{"/bin/sh", "-c", ev.Rendered}
 }
 
 func (c *call) recordUse(ev approvals.Evaluation) {
@@ -166,9 +174,9 @@ func approvalText(pa PendingApproval, warnings []string) string {
 
 // requestApproval registers a pending approval, starts waiting for the
 // decision in the background and returns the approval-pending result.
-func (g *Gateway) requestApproval(c *call, p *plan, req session.ExecRequest, policy approvals.Policy, ev approvals.Evaluation) protocol.Result {
+func (g *Gateway) requestApproval(c *call, p *plan, req session.ExecRequest, ar approvals.Request, auth approvals.Authorization) protocol.Result {
 	decisions := []string{DecisionAllowOnce, DecisionAllowAlways, DecisionDeny}
-	if policy.Ask == approvals.AskAlways || len(ev.AllowAlwaysPaths()) == 0 {
+	if !auth.AllowAlways {
 		decisions = []string{DecisionAllowOnce, DecisionDeny}
 	}
 	ttl := time.Duration(c.cfg.Tools.Exec.ApprovalTimeoutMs) * time.Millisecond
@@ -178,11 +186,11 @@ func (g *Gateway) requestApproval(c *call, p *plan, req session.ExecRequest, pol
 	}, ttl)
 	dev, ino, _ := statDir(req.Workdir)
 	b := approvalBinding{command: p.args.Command, cwd: req.Workdir, cwdDev: dev, cwdIno: ino,
-		env: slices.Clone(req.Env), agentID: c.agentID, resolved: resolvedPaths(ev)}
+		env: slices.Clone(req.Env), agentID: c.agentID, resolved: resolvedPaths(auth.Evaluation), files: auth.Binding}
 	g.bgWG.Add(1)
 	go func() {
 		defer g.bgWG.Done()
-		g.runApproval(c, e, req, policy, ev, b)
+		g.runApproval(c, e, req, ar, b)
 	}()
 	return protocol.TextResult(approvalText(e.PendingApproval, p.warnings), protocol.Details{
 		"status":       protocol.StatusApprovalPending,
@@ -208,8 +216,11 @@ func (g *Gateway) awaitDecision(e *approvalEntry) string {
 }
 
 // runApproval waits for the decision and acts on it: denied, or run in the
-// background with the approval's system events.
-func (g *Gateway) runApproval(c *call, e *approvalEntry, req session.ExecRequest, policy approvals.Policy, ev approvals.Evaluation, b approvalBinding) {
+// background with the approval's system events. Right before the spawn
+// the approval's binding is checked: the same cwd, env and executables,
+// and the same content of the executables and scripts
+// (`approval no longer matches: <path> changed`).
+func (g *Gateway) runApproval(c *call, e *approvalEntry, req session.ExecRequest, ar approvals.Request, b approvalBinding) {
 	decision := g.awaitDecision(e)
 	denied := func(reason string) {
 		g.emit(protocol.SystemEvent{SessionKey: c.sessionKey, ContextKey: "exec:" + e.ID, Kind: protocol.EventExecDenied,
@@ -221,31 +232,40 @@ func (g *Gateway) runApproval(c *call, e *approvalEntry, req session.ExecRequest
 	}
 	switch decision {
 	case DecisionDeny:
-		denied("user-denied")
+		denied(approvals.DenyUserDenied)
 		return
 	case "":
-		fb := approvals.Fallback(policy, ev)
-		if fb.Verdict != approvals.Allow {
-			reason := approvals.DenyApprovalTimeout
-			if policy.AskFallback == approvals.SecurityAllowlist {
-				reason = approvals.DenyApprovalTimeoutMiss
-			}
-			denied(reason)
+		decision = approvals.DecisionTimeout
+	}
+	ex := c.cfg.Tools.Exec
+	if decision != approvals.DecisionTimeout {
+		if why := checkBinding(b, req, ex); why != "" {
+			denied("approval-binding-changed: " + why)
 			return
 		}
-		if fb.RunPlan {
-			req.Argv = planArgv(ev)
+	}
+	ar.Decision, ar.Approved = decision, b.files
+	auth, err := approvals.Authorize(ar)
+	if err != nil || auth.Verdict != approvals.Allow {
+		reason := auth.Reason
+		if err != nil {
+			reason = err.Error()
 		}
-	case DecisionAllowAlways:
-		if err := g.persistAllowAlways(c, ev); err != nil {
+		denied(reason)
+		return
+	}
+	if decision == approvals.DecisionTimeout {
+		if why := checkBinding(b, req, ex); why != "" {
+			denied("approval-binding-changed: " + why)
+			return
+		}
+	}
+	if decision == DecisionAllowAlways {
+		if err := g.persistAllowAlways(c, auth.AllowAlwaysPaths); err != nil {
 			g.log.Warn("allow-always not persisted", "approval", e.ID, "err", err)
 		}
 	}
-	if why := checkBinding(b, req, c.cfg.Tools.Exec); why != "" {
-		denied("approval-binding-changed: " + why)
-		return
-	}
-	g.runApproved(c, e, req, b.command)
+	g.runApproved(c, e, withAuthorization(req, auth), b.command)
 }
 
 // checkBinding re-checks, right before spawning, that what was approved is
@@ -266,8 +286,7 @@ func checkBinding(b approvalBinding, req session.ExecRequest, ex ExecConfig) str
 	return ""
 }
 
-func (g *Gateway) persistAllowAlways(c *call, ev approvals.Evaluation) error {
-	paths := ev.AllowAlwaysPaths()
+func (g *Gateway) persistAllowAlways(c *call, paths []string) error {
 	if len(paths) == 0 {
 		return errors.New("nothing to allow always")
 	}

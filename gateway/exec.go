@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/sandbox"
 	"github.com/execmesh/execmesh/session"
@@ -77,41 +78,19 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 	}
 }
 
-// policy resolves the effective security and ask modes.
+// policy resolves the effective security and ask modes (approvals.Levels:
+// configured values, the agent's entry, then per-session defaults and
+// per-call values, which only tighten).
 func (c *call) policy(configured string, sandboxOn bool, d SessionExecDefaults, args protocol.ExecArgs) (security, ask string) {
-	security = c.cfg.Tools.Exec.Security
-	ask = c.cfg.Tools.Exec.Ask
+	global := approvals.Levels{Security: c.cfg.Tools.Exec.Security, Ask: c.cfg.Tools.Exec.Ask}
+	var agent approvals.Levels
 	if a, ok := c.cfg.Agent(c.agentID); ok {
-		if a.Tools.Exec.Security != "" {
-			security = a.Tools.Exec.Security
-		}
-		if a.Tools.Exec.Ask != "" {
-			ask = a.Tools.Exec.Ask
-		}
+		agent = approvals.Levels{Security: a.Tools.Exec.Security, Ask: a.Tools.Exec.Ask}
 	}
-	if security == "" {
-		// DESIGN.md §3.4: deny when the configured host is the sandbox,
-		// allowlist for gateway and node hosts.
-		if configured == hostSandbox || (configured == "auto" && sandboxOn) {
-			security = "deny"
-		} else {
-			security = "allowlist"
-		}
-	}
-	if ask == "" {
-		ask = "on-miss"
-	}
-	for _, v := range []string{d.Security, strings.ToLower(strings.TrimSpace(args.Security))} {
-		if v != "" {
-			security = minSecurity(security, v)
-		}
-	}
-	for _, v := range []string{d.Ask, strings.ToLower(strings.TrimSpace(args.Ask))} {
-		if v != "" {
-			ask = maxAsk(ask, v)
-		}
-	}
-	return security, ask
+	l := approvals.Configured(global, agent, approvals.DefaultSecurity(configured, sandboxOn)).
+		Tighten(approvals.Levels{Security: d.Security, Ask: d.Ask}).
+		Tighten(approvals.Levels{Security: args.Security, Ask: args.Ask})
+	return l.Security, l.Ask
 }
 
 // localWorkdir resolves the working directory of a gateway-host command.

@@ -75,43 +75,6 @@ func resolveHost(configured, requested string, sandboxAvailable, elevated bool) 
 	return selected, nil
 }
 
-// Security and ask orders (spec §5.1).
-var (
-	securityRank = map[string]int{"deny": 0, "allowlist": 1, "full": 2}
-	askRank      = map[string]int{"off": 0, "on-miss": 1, "always": 2}
-)
-
-// minSecurity returns the stricter of two security modes; invalid values
-// are ignored.
-func minSecurity(a, b string) string {
-	ra, okA := securityRank[a]
-	rb, okB := securityRank[b]
-	switch {
-	case !okA:
-		return b
-	case !okB:
-		return a
-	case rb < ra:
-		return b
-	}
-	return a
-}
-
-// maxAsk returns the stricter of two ask modes; invalid values are ignored.
-func maxAsk(a, b string) string {
-	ra, okA := askRank[a]
-	rb, okB := askRank[b]
-	switch {
-	case !okA:
-		return b
-	case !okB:
-		return a
-	case rb > ra:
-		return b
-	}
-	return a
-}
-
 // elevatedError names the failing gate (spec §5.3).
 func elevatedError(gate, runtime, sessionKey string) error {
 	lines := []string{fmt.Sprintf("elevated is not available right now (runtime=%s).", runtime)}

@@ -19,7 +19,9 @@ import (
 // decision. An approval starts the run again on the same node with
 // protocol.NodeExecRequest.Approval set, in the background and without the
 // usual exit notification; the run's exit event carries the approval id
-// (RunID) and becomes its Exec finished event.
+// (RunID) and becomes its Exec finished event. The approval carries back
+// the binding the node computed (the hashes of the command's executables
+// and scripts), which the node checks right before it spawns.
 
 // nodeApprovalNeeded is the node's protocol.ErrApprovalRequired answer.
 type nodeApprovalNeeded struct {
@@ -112,7 +114,7 @@ func (r *nodeRouter) runApproval(nodeID string, e *approvalEntry, req NodeExecRe
 	w := &nodeRunWaiter{nodeID: nodeID, sessionKey: req.SessionKey, done: make(chan nodeRunExit, 1)}
 	r.runs.Store(e.ID, w)
 	defer r.runs.Delete(e.ID)
-	res, err := r.execApproved(nodeID, req, &protocol.NodeExecApproval{ID: e.ID, Decision: decision})
+	res, err := r.execApproved(nodeID, req, &protocol.NodeExecApproval{ID: e.ID, Decision: decision, Binding: s.Binding})
 	if err != nil || res.Status() != protocol.StatusRunning {
 		reason := "spawn-failed"
 		var pe *protocol.Error

@@ -53,7 +53,14 @@ func TestNodeApprovalRequired(t *testing.T) {
 		t.Fatalf("unknown decision: %v", e)
 	}
 
+	if s.Binding == nil || len(s.Binding.Files) == 0 {
+		t.Fatalf("summary without a binding: %+v", s)
+	}
 	req.Approval = &ExecApproval{ID: "a2", Decision: DecisionAllowAlways}
+	if _, e := h.call(EndpointExec, req, nil); e == nil || e.Type != protocol.ErrDenied || !strings.HasPrefix(e.Message, "approval no longer matches: ") {
+		t.Fatalf("an approval without the binding: %v", e)
+	}
+	req.Approval = &ExecApproval{ID: "a2", Decision: DecisionAllowAlways, Binding: s.Binding}
 	m, e = h.call(EndpointExec, req, nil)
 	if e != nil {
 		t.Fatal(e)

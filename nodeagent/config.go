@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/session"
@@ -126,11 +127,6 @@ func defaultStateDir() string {
 	return filepath.Join(home, DefaultStateDirName)
 }
 
-var (
-	securityRank = map[string]int{"deny": 0, "allowlist": 1, "full": 2}
-	askRank      = map[string]int{"off": 0, "on-miss": 1, "always": 2}
-)
-
 // normalize fills in defaults and clamps, and checks what can be checked
 // without touching the disk. Errors name the field.
 func (c *Config) normalize() error {
@@ -149,15 +145,8 @@ func (c *Config) normalize() error {
 	if c.Version == "" {
 		c.Version = "0.0.0-dev"
 	}
-	if c.Security != "" {
-		if _, ok := securityRank[c.Security]; !ok {
-			return fmt.Errorf("nodeagent: Security: %q is not one of deny, allowlist, full", c.Security)
-		}
-	}
-	if c.Ask != "" {
-		if _, ok := askRank[c.Ask]; !ok {
-			return fmt.Errorf("nodeagent: Ask: %q is not one of off, on-miss, always", c.Ask)
-		}
+	if err := approvals.ParseLevels(approvals.Levels{Security: c.Security, Ask: c.Ask}); err != nil {
+		return fmt.Errorf("nodeagent: %w", err)
 	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = DefaultHeartbeatInterval
@@ -191,21 +180,11 @@ func (c *Config) normalize() error {
 	return nil
 }
 
-// stricter returns the stricter security and ask of the gateway's policy
-// and the node's limits; an empty or unknown gateway value means the
-// OpenClaw node defaults (allowlist, on-miss).
-func (c *Config) stricter(security, ask string) (string, string) {
-	if _, ok := securityRank[security]; !ok {
-		security = "allowlist"
-	}
-	if _, ok := askRank[ask]; !ok {
-		ask = "on-miss"
-	}
-	if c.Security != "" && securityRank[c.Security] < securityRank[security] {
-		security = c.Security
-	}
-	if c.Ask != "" && askRank[c.Ask] > askRank[ask] {
-		ask = c.Ask
-	}
-	return security, ask
+// requested returns the levels a run is asked to apply before the node's
+// approvals file: the gateway's security and ask (an empty or unknown
+// value means the OpenClaw node defaults, allowlist and on-miss) tightened
+// by the node's own limits.
+func (c *Config) requested(security, ask string) approvals.Levels {
+	return approvals.Configured(approvals.Levels{Security: security, Ask: ask}, approvals.Levels{}, approvals.SecurityAllowlist).
+		Tighten(approvals.Levels{Security: c.Security, Ask: c.Ask})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -148,9 +149,14 @@ func (a *Agent) runExec(ctx context.Context, r *ExecRequest, args protocol.ExecA
 	if !ok {
 		return json.Marshal(protocol.WorkdirUnavailableResult(args.Workdir))
 	}
-	decision, err := a.authorize(r, args.Command, workdir, protocol.EnvMap(env))
+	envMap := protocol.EnvMap(env)
+	decision, err := a.authorize(r, args.Command, workdir, envMap, args.PTY)
 	if err != nil {
 		return nil, err
+	}
+	if len(decision.env) > 0 {
+		maps.Copy(envMap, decision.env)
+		env = protocol.EnvList(envMap)
 	}
 	sreq := session.ExecRequest{
 		Command:     args.Command,

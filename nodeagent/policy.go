@@ -3,20 +3,21 @@ package nodeagent
 import (
 	"encoding/json"
 	"errors"
-	"slices"
 
 	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/protocol"
 )
 
 // runDecision is the node's verdict on one command: run it as written, or
-// run the allowlisted plan in argv.
+// run the allowlisted plan in argv, with env set over its environment.
 type runDecision struct {
-	argv []string // nil: the command as written, through the shell
+	argv []string          // nil: the command as written, through the shell
+	env  map[string]string // approvals.AllowlistEnv for runs under security allowlist
 }
 
 // authorize applies the node's own exec approvals (DESIGN.md §3.4: the node
-// re-checks with its own file) to a run the gateway sent.
+// re-checks with its own file) to a run the gateway sent, through
+// approvals.Authorize.
 //
 // The effective policy is the stricter of the gateway's (security and ask,
 // themselves tightened by Config.Security and Config.Ask) and the agent's
@@ -25,69 +26,64 @@ type runDecision struct {
 // command as written (ask=always needs an approval); allowlist runs a
 // satisfied command as its plan of resolved paths, and a miss with ask off
 // is "exec denied: allowlist miss". A run that needs an approval is
-// answered ErrApprovalRequired with the evaluation (approvalRequiredError)
-// unless the gateway's Approval comes with it: allow-once and
-// allow-always run the command as written (allow-always first adds its
-// resolved binaries to the node's own file), timeout applies the node's
-// askFallback.
-func (a *Agent) authorize(r *ExecRequest, command, workdir string, env map[string]string) (runDecision, error) {
-	policy := a.policy(r.Security, r.Ask, r.AgentID)
-	if policy.Security == approvals.SecurityDeny {
-		return runDecision{}, protocol.Errorf(protocol.ErrDenied, "%s", approvals.DenySecurity(approvals.HostNode))
+// answered ErrApprovalRequired with the evaluation and the approval's
+// binding (approvalRequiredError) unless the gateway's Approval comes with
+// it: allow-once and allow-always run the command as written if its
+// executables and scripts still match the binding the approval carries
+// back (allow-always first adds its resolved binaries to the node's own
+// file), timeout applies the node's askFallback.
+func (a *Agent) authorize(r *ExecRequest, command, workdir string, env map[string]string, pty bool) (runDecision, error) {
+	req := approvals.Request{
+		Host:    approvals.HostNode,
+		AgentID: r.AgentID,
+		Command: command,
+		Cwd:     workdir,
+		Env:     env,
+		PTY:     pty,
+		Policy:  a.policy(r.Security, r.Ask, r.AgentID),
 	}
-	ev := approvals.Evaluate(command, approvals.EvalOptions{
-		Cwd:       workdir,
-		PATH:      env["PATH"],
-		Home:      env["HOME"],
-		Allowlist: policy.Allowlist,
-	})
-	d := approvals.Decide(approvals.HostNode, policy, ev)
-	if d.Verdict == approvals.NeedsApproval {
-		fb := approvals.Fallback(policy, ev)
-		switch {
-		case r.Approval == nil:
-			// The gateway asks its operators and comes back with the
-			// decision in Approval.
-			return runDecision{}, &approvalRequiredError{
-				pe: protocol.Errorf(ErrApprovalRequired, "exec on node %s needs approval (%s)", a.id.NodeID, d.Reason),
-				summary: ApprovalRequired{
-					Command:        command,
-					Cwd:            workdir,
-					AllowAlways:    policy.Ask != approvals.AskAlways && len(ev.AllowAlwaysPaths()) > 0,
-					AskFallback:    policy.AskFallback,
-					FallbackAllows: fb.Verdict == approvals.Allow,
-					Reason:         d.Reason,
-				},
-			}
-		case r.Approval.Decision == DecisionAllowOnce || r.Approval.Decision == DecisionAllowAlways:
-			if r.Approval.Decision == DecisionAllowAlways {
-				a.persistAllowAlways(r.AgentID, ev)
-			}
-			// An approved command runs as written (DESIGN.md §7).
-			return runDecision{}, nil
-		case r.Approval.Decision == DecisionTimeout:
-			if fb.Verdict != approvals.Allow {
-				return runDecision{}, protocol.Errorf(protocol.ErrDenied, "%s", fb.Reason)
-			}
-			d = fb
+	if r.Approval != nil {
+		switch r.Approval.Decision {
+		case DecisionAllowOnce, DecisionAllowAlways, DecisionTimeout:
 		default:
 			return runDecision{}, protocol.Errorf(protocol.ErrInvalidRequest, "exec: unknown approval decision %q", r.Approval.Decision)
 		}
+		req.Decision = r.Approval.Decision
+		req.Approved = (*approvals.Binding)(r.Approval.Binding)
 	}
-	switch {
-	case d.Verdict == approvals.Deny:
-		return runDecision{}, protocol.Errorf(protocol.ErrDenied, "%s", d.Reason)
-	case d.RunPlan:
-		return runDecision{argv: planArgv(ev)}, nil
+	auth, err := approvals.Authorize(req)
+	if err != nil {
+		return runDecision{}, protocol.Errorf(protocol.ErrInvalidRequest, "exec: %v", err)
 	}
-	return runDecision{}, nil
+	switch auth.Verdict {
+	case approvals.NeedsApproval:
+		// The gateway asks its operators and comes back with the
+		// decision in Approval.
+		return runDecision{}, &approvalRequiredError{
+			pe: protocol.Errorf(ErrApprovalRequired, "exec on node %s needs approval (%s)", a.id.NodeID, auth.Reason),
+			summary: ApprovalRequired{
+				Command:        command,
+				Cwd:            workdir,
+				AllowAlways:    auth.AllowAlways,
+				AskFallback:    auth.AskFallback,
+				FallbackAllows: auth.FallbackAllows,
+				Reason:         auth.Reason,
+				Binding:        (*protocol.ApprovalBinding)(auth.Binding),
+			},
+		}
+	case approvals.Deny:
+		return runDecision{}, protocol.Errorf(protocol.ErrDenied, "%s", auth.Reason)
+	}
+	if auth.Applied && req.Decision == DecisionAllowAlways {
+		a.persistAllowAlways(r.AgentID, auth.AllowAlwaysPaths)
+	}
+	return runDecision{argv: auth.Argv, env: auth.Env}, nil
 }
 
 // persistAllowAlways adds the resolved binaries of an allow-always run to
 // the agent's allowlist in the node's own approvals file (never a shell or
 // a wrapper: AllowAlwaysPaths leaves them out).
-func (a *Agent) persistAllowAlways(agentID string, ev approvals.Evaluation) {
-	paths := ev.AllowAlwaysPaths()
+func (a *Agent) persistAllowAlways(agentID string, paths []string) {
 	if a.cfg.StateDir == "" || len(paths) == 0 {
 		a.log.Warn("allow-always not persisted: nothing to allow, or no state dir", "paths", len(paths))
 		return
@@ -110,8 +106,7 @@ func (a *Agent) persistAllowAlways(agentID string, ev approvals.Evaluation) {
 // Config.Ask) and the agent's entry of <state-dir>/exec-approvals.json,
 // where unset values restrict nothing.
 func (a *Agent) policy(security, ask, agentID string) approvals.Policy {
-	security, ask = a.cfg.stricter(security, ask)
-	policy := approvals.Policy{Security: security, Ask: ask}
+	policy := a.cfg.requested(security, ask).Policy()
 	if a.cfg.StateDir != "" {
 		path := approvals.Path(a.cfg.StateDir)
 		f, _, err := approvals.Load(path)
@@ -120,23 +115,9 @@ func (a *Agent) policy(security, ask, agentID string) approvals.Policy {
 			// treat it as empty (it never loosens) and say so.
 			a.log.Warn("exec approvals file unusable; treating it as empty", "path", path, "err", err)
 		}
-		if f == nil {
-			f = approvals.NewFile()
-		}
-		filePolicy := f.Resolve(agentID, approvals.Policy{Security: approvals.SecurityFull, Ask: approvals.AskOff, AskFallback: approvals.SecurityDeny})
-		policy = approvals.Stricter(policy, filePolicy)
+		policy = approvals.Stricter(policy, f.AgentPolicy(agentID))
 	}
 	return policy
-}
-
-// planArgv is the argv that runs an allowlisted plan: the program itself
-// for one segment, else the rendered pipeline through /bin/sh (every word
-// quoted: no shell sees the original text again).
-func planArgv(ev approvals.Evaluation) []string {
-	if len(ev.Argv) == 1 {
-		return slices.Clone(ev.Argv[0])
-	}
-	return []string{"/bin/sh", "-c", ev.Rendered}
 }
 
 // approvalsView is the answer of approvals.get: OpenClaw's
