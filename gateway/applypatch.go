@@ -14,7 +14,10 @@ import (
 
 // applyPatch runs the apply_patch tool on the host the call resolves to,
 // with exec's host and workdir rules: the patch may only touch files under
-// the workdir (the agent's workspace in a sandbox).
+// the workdir, never inside a .git directory, and with
+// tools.exec.applyPatch.workspaceOnly (the default) the workdir must lie
+// in the agent's workspace (<sandbox.workspace>/<agentId>; a node applies
+// its own workspace root).
 func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (protocol.Result, error) {
 	requested, err := parseRequestedHost(args.Host)
 	if err != nil {
@@ -58,6 +61,19 @@ func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (pr
 		}
 		dir, ok := workspaceDir(ws, args.Workdir)
 		if !ok {
+			return protocol.WorkdirUnavailableResult(args.Workdir), nil
+		}
+		root = dir
+	case c.cfg.Tools.Exec.ApplyPatch.WorkspaceOnly:
+		ws, err := applypatch.AgentWorkspace(c.cfg.Sandbox.Workspace, c.agentID)
+		if err != nil {
+			return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "apply_patch: %v", err)
+		}
+		dir, err := applypatch.WorkdirIn(ws, args.Workdir)
+		switch {
+		case errors.Is(err, applypatch.ErrOutsideWorkspace):
+			return protocol.Result{}, protocol.Errorf(protocol.ErrSecurityViolation, "apply_patch: %v (tools.exec.applyPatch.workspaceOnly)", err)
+		case err != nil:
 			return protocol.WorkdirUnavailableResult(args.Workdir), nil
 		}
 		root = dir

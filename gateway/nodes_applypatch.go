@@ -24,7 +24,8 @@ func (r *nodeRouter) ApplyPatch(ctx context.Context, req NodeExecRequest, args p
 	if err != nil {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrInternal, "apply_patch: encode arguments: %v", err)
 	}
-	body, err := json.Marshal(protocol.NodeApplyPatchRequest{SessionKey: req.SessionKey, AgentID: req.AgentID, Args: rawArgs, Security: req.Security})
+	body, err := json.Marshal(protocol.NodeApplyPatchRequest{SessionKey: req.SessionKey, AgentID: req.AgentID, Args: rawArgs, Security: req.Security,
+		AnyWorkdir: !r.g.Config().Tools.Exec.ApplyPatch.WorkspaceOnly})
 	if err != nil {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrInternal, "apply_patch: encode request: %v", err)
 	}

@@ -145,6 +145,12 @@ type NodeApplyPatchRequest struct {
 	// Security is the gateway's resolved security; the node only
 	// tightens it.
 	Security string `json:"security,omitempty"`
+	// AnyWorkdir lets the patch write under any workdir the node accepts
+	// (the gateway's tools.exec.applyPatch.workspaceOnly is false).
+	// Without it the node confines the patch to the agent's workspace
+	// below its own workspace root, so a request that omits the field
+	// gets the stricter rule.
+	AnyWorkdir bool `json:"anyWorkdir,omitempty"`
 }
 
 // NodeProcessRequest is a process action on a node session (endpoint

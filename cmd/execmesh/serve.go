@@ -393,6 +393,7 @@ func startLocalNode(ctx context.Context, d *daemon) (*nodeagent.Agent, error) {
 	cfg.Logger = d.log.With("component", "node")
 	cfg.Prefix = d.cfg.NATS.Prefix
 	cfg.StateDir = d.cfg.StateDir
+	cfg.Workspace = d.cfg.Sandbox.Workspace // one workspace root for the gateway and its local node
 	cfg.Identity = &id
 	if host, err := os.Hostname(); err == nil && host != "" {
 		cfg.Name = host

@@ -34,6 +34,7 @@ type nodeEnv struct {
 	Join        *string `env:"NODE_JOIN"`
 	HeartbeatMs *int    `env:"NODE_HEARTBEAT_MS"`
 	Security    *string `env:"NODE_SECURITY"`
+	Workspace   *string `env:"NODE_WORKSPACE"`
 	Ask         *string `env:"NODE_ASK"`
 	MetricsAddr *string `env:"NODE_METRICS_ADDR"`
 }
@@ -54,6 +55,7 @@ func serveNode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	prefix := fs.String("prefix", "", "NATS subject `prefix` (default execmesh)")
 	join := fs.String("join", "", "join `code` from `execmesh nodes invite`: joins and pairs this machine")
 	workdir := fs.String("workdir", "", "working `dir`ectory of commands that name none (default: the current directory)")
+	workspace := fs.String("workspace", "", "`root` of the agents' workspaces: apply_patch writes only under <root>/<agentId> (default <state-dir>/workspace, or $EXECMESH_NODE_WORKSPACE)")
 	heartbeat := fs.Duration("heartbeat", 0, "heartbeat `interval` (default 5s)")
 	security := fs.String("security", "", "node-local limit on the security mode: deny, allowlist or full (default: as the gateway sends)")
 	ask := fs.String("ask", "", "node-local limit on the ask mode: off, on-miss or always (default: as the gateway sends)")
@@ -98,6 +100,7 @@ func serveNode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cfg.Join = pick(*join, ev.Join)
 	cfg.Cwd = *workdir
+	cfg.Workspace = pick(*workspace, ev.Workspace)
 	cfg.Security = pick(*security, ev.Security)
 	cfg.Ask = pick(*ask, ev.Ask)
 	switch {
