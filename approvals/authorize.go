@@ -221,7 +221,7 @@ func Authorize(req Request) (Authorization, error) {
 	if home == "" {
 		home = req.Env["HOME"]
 	}
-	ev := Evaluate(req.Command, EvalOptions{
+	opts := EvalOptions{
 		Cwd:             req.Cwd,
 		PATH:            req.Env["PATH"],
 		Home:            home,
@@ -230,7 +230,8 @@ func Authorize(req Request) (Authorization, error) {
 		SafeBinProfiles: req.SafeBinProfiles,
 		TrustedDirs:     req.TrustedDirs,
 		PTY:             req.PTY,
-	})
+	}
+	ev := Evaluate(req.Command, opts)
 	d := Decide(req.Host, p, ev)
 	fb := Fallback(p, ev)
 	a := Authorization{
@@ -246,7 +247,7 @@ func Authorize(req Request) (Authorization, error) {
 		a.Applied = req.Decision != ""
 		switch req.Decision {
 		case "":
-			a.Binding = bind(ev, req.Cwd, home)
+			a.Binding = bind(req.Command, ev, opts)
 			return a, nil
 		case DecisionDeny:
 			a.Verdict, a.Reason = Deny, DenyUserDenied
@@ -255,7 +256,7 @@ func Authorize(req Request) (Authorization, error) {
 			d = fb
 			a.Verdict, a.Reason = fb.Verdict, fb.Reason
 		default: // allow-once, allow-always
-			if err := req.Approved.Match(bind(ev, req.Cwd, home)); err != nil {
+			if err := req.Approved.Match(bind(req.Command, ev, opts)); err != nil {
 				a.Verdict, a.Reason = Deny, err.Error()
 				return a, nil
 			}

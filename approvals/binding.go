@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 
+	"mvdan.cc/sh/v3/syntax"
+
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -114,62 +116,100 @@ func hashFile(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// bind computes the binding of an evaluated command run in cwd.
-func bind(ev Evaluation, cwd, home string) *Binding {
+// bind computes the binding of an evaluated command. opts are the
+// evaluation's options (PATH, Cwd, Home): executables the evaluation did
+// not get to (a wrapper behind a refused program, a segment the analyser
+// could not follow) are resolved here from the words as written, and so
+// is every simple command the analysis does not enter (inside subshells,
+// groups, if/for/while/case, functions, command substitutions): an
+// approved command runs as written, all of it.
+func bind(command string, ev Evaluation, opts EvalOptions) *Binding {
+	e := newEvaluator(EvalOptions{PATH: opts.PATH, Home: opts.Home, SafeBins: []string{}})
 	var paths []string
 	add := func(p string) {
 		if p != "" && !slices.Contains(paths, p) {
 			paths = append(paths, p)
 		}
 	}
-	for i, r := range ev.Segments {
-		add(r.ResolvedPath)
-		for _, w := range r.WrapperPaths {
-			add(w)
-		}
-		var prog []string
-		var chdir string
-		if i < len(ev.Analysis.plan) {
-			ps := ev.Analysis.plan[i]
-			prog = texts(ps.program)
-			if ps.chdir != nil {
-				chdir = ps.chdir.text
+	abs := func(dir, p string) string {
+		switch {
+		case p == "~" || strings.HasPrefix(p, "~/"):
+			if !filepath.IsAbs(opts.Home) {
+				return ""
 			}
+			return filepath.Join(opts.Home, p[1:])
+		case filepath.IsAbs(p):
+			return filepath.Clean(p)
+		case filepath.IsAbs(dir):
+			return filepath.Join(dir, p)
+		}
+		return ""
+	}
+	bindSeg := func(ps planSeg, resolved string, wrapperPaths []string) {
+		prog := texts(ps.program)
+		if len(prog) == 0 {
+			prog = ps.argv
 		}
 		if len(prog) == 0 {
-			continue
+			return
 		}
-		dir := cwd
-		switch {
-		case chdir != "" && filepath.IsAbs(chdir):
-			dir = chdir
-		case chdir != "":
-			dir = filepath.Join(cwd, chdir)
+		dir := opts.Cwd
+		if ps.chdir != nil {
+			dir = abs(opts.Cwd, ps.chdir.text)
 		}
-		abs := func(p string) string {
-			switch {
-			case p == "~" || strings.HasPrefix(p, "~/"):
-				if !filepath.IsAbs(home) {
-					return ""
-				}
-				return filepath.Join(home, p[1:])
-			case filepath.IsAbs(p):
-				return filepath.Clean(p)
-			case filepath.IsAbs(dir):
-				return filepath.Join(dir, p)
+		exe := resolved
+		if exe == "" {
+			if p, err := e.resolve(prog[0], dir); err == nil {
+				exe = p
+			} else if strings.Contains(prog[0], "/") {
+				exe = abs(dir, prog[0]) // not there at approval time: it must stay absent
 			}
-			return ""
 		}
-		if r.ResolvedPath == "" && strings.Contains(prog[0], "/") {
-			add(abs(prog[0])) // not there at approval time: it must stay absent
+		add(exe)
+		for j, w := range ps.wrappers {
+			if j < len(wrapperPaths) {
+				add(wrapperPaths[j])
+			} else if len(w) > 0 {
+				if p, err := e.resolve(w[0].text, opts.Cwd); err == nil {
+					add(p)
+				}
+			}
 		}
 		kind := kindName(filepath.Base(prog[0]))
-		if r.ResolvedPath != "" {
-			kind = kindName(filepath.Base(r.ResolvedPath))
+		if exe != "" {
+			kind = kindName(filepath.Base(exe))
 		}
 		for _, s := range scriptOperands(kind, prog) {
-			add(abs(s))
+			add(abs(dir, s))
 		}
+	}
+	for i, r := range ev.Segments {
+		if i < len(ev.Analysis.plan) {
+			bindSeg(ev.Analysis.plan[i], r.ResolvedPath, r.WrapperPaths)
+		}
+	}
+	if f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(command), ""); err == nil {
+		syntax.Walk(f, func(n syntax.Node) bool {
+			call, ok := n.(*syntax.CallExpr)
+			if !ok || len(call.Args) == 0 {
+				return true
+			}
+			var a analyzer
+			var words []string
+			for _, w := range call.Args {
+				lw := a.word(w)
+				if lw.dynamic {
+					break
+				}
+				words = append(words, lw.text)
+			}
+			if len(words) > 0 {
+				for _, ps := range AnalyzeArgv(words).plan {
+					bindSeg(ps, "", nil)
+				}
+			}
+			return true
+		})
 	}
 	b := &Binding{}
 	for _, p := range paths {

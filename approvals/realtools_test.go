@@ -265,11 +265,11 @@ func TestRealPagerEscapeClosedByEnv(t *testing.T) {
 	secure := maps.Clone(env)
 	maps.Copy(secure, AllowlistEnv(env))
 	marker := filepath.Join(root, "M")
-	out, _ := ptyRun(t, root, secure, []string{lessPath, file}, "line", "!touch "+marker+"\nq", 3*time.Second)
+	out, _ := ptyRun(t, root, secure, []string{lessPath, file}, "line", "!touch "+marker+"\nq", 1500*time.Millisecond)
 	if exists(marker) {
 		t.Fatalf("less ran ! under LESSSECURE: %q", out)
 	}
-	ptyRun(t, root, env, []string{lessPath, file}, "line", "!touch "+marker+"\nq", 5*time.Second)
+	ptyRun(t, root, env, []string{lessPath, file}, "line", "!touch "+marker+"\nq", 2*time.Second)
 	checkFor(t, 5*time.Second, func() bool { return exists(marker) })
 
 	realTool(t, "git")
@@ -287,7 +287,7 @@ func TestRealPagerEscapeClosedByEnv(t *testing.T) {
 	}
 	pagerEnv := maps.Clone(env)
 	pagerEnv["PAGER"] = lessPath
-	ptyRun(t, dir, pagerEnv, []string{"/usr/bin/git", "log"}, "commit", "!touch "+marker+"\nq", 5*time.Second)
+	ptyRun(t, dir, pagerEnv, []string{"/usr/bin/git", "log"}, "commit", "!touch "+marker+"\nq", 2*time.Second)
 	checkFor(t, 5*time.Second, func() bool { return exists(marker) })
 }
 
