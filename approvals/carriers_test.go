@@ -3,6 +3,7 @@ package approvals
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -400,4 +401,78 @@ func TestGitConfigParser(t *testing.T) {
 			t.Errorf("%q parsed", bad)
 		}
 	}
+}
+
+// TestEveryAbbreviationOfRiskyOptions tests the class rather than the
+// strings: every prefix of every risky long option of every tool with
+// rules, written --prefix=x, is refused, and so is the risky short form.
+func TestEveryAbbreviationOfRiskyOptions(t *testing.T) {
+	sets := map[string]optionSet{"tar": tarOptions, "sed": sedOptions, "awk": awkOptions, "less": lessOptions, "man": manOptions}
+	n := 0
+	for tool, set := range sets {
+		for _, o := range set.opts {
+			if o.risk == "" {
+				continue
+			}
+			for i := 1; o.long != "" && i <= len(o.long); i++ {
+				if slices.ContainsFunc(set.opts, func(h option) bool { return h.risk == "" && h.long == o.long[:i] }) {
+					continue // an exact harmless option (tar --checkpoint) is not an abbreviation
+				}
+				cmd := tool + " --" + o.long[:i] + "=x p"
+				if a := Analyze(cmd); a.OK || a.Reason != ReasonCommandCarrier {
+					t.Errorf("%s: %v %s", cmd, a.OK, a.Reason)
+				}
+				n++
+			}
+			if o.short != 0 {
+				cmd := tool + " -" + string(o.short) + "x p"
+				if a := Analyze(cmd); a.OK || a.Reason != ReasonCommandCarrier {
+					t.Errorf("%s: %v %s", cmd, a.OK, a.Reason)
+				}
+				n++
+			}
+		}
+	}
+	for sub, r := range gitSubRisks {
+		for long := range r.long {
+			for i := 1; i <= len(long); i++ {
+				cmd := "git " + sub + " --" + long[:i] + "=x"
+				if a := Analyze(cmd); a.OK || a.Reason != ReasonCommandCarrier {
+					t.Errorf("%s: %v %s", cmd, a.OK, a.Reason)
+				}
+				n++
+			}
+		}
+		for c := range r.short {
+			cmd := "git " + sub + " -v" + string(c) + "x"
+			if a := Analyze(cmd); a.OK || a.Reason != ReasonCommandCarrier {
+				t.Errorf("%s: %v %s", cmd, a.OK, a.Reason)
+			}
+			n++
+		}
+	}
+	if n < 300 {
+		t.Fatalf("only %d forms checked", n)
+	}
+}
+
+// FuzzCarrierReaders: the sed, awk and git config readers and the option
+// parser never panic or loop on any input.
+func FuzzCarrierReaders(f *testing.F) {
+	for _, s := range []string{"s/a/b/g", "1,/x/{p;e id\n}", `BEGIN{print "x" > "f"}`, "/[/]/", "[core]\n\tpager = \"less\" \\\n x\n",
+		"[a \"b\\\"c\"] k = v ; c", "--upload-pa=x", "-cIid"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sedScriptRisk(s)
+		awkProgramRisk(s)
+		_, _ = parseGitConfig([]byte(s))
+		args := strings.Fields(s)
+		for _, set := range []optionSet{tarOptions, sedOptions, awkOptions, lessOptions, manOptions} {
+			set.parse(args)
+		}
+		gitCarrier(append([]string{"git"}, args...))
+		gitConfigWrite(args)
+		tarOldStyle(args)
+	})
 }
