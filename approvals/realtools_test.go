@@ -82,6 +82,22 @@ func exists(p string) bool {
 	return err == nil
 }
 
+// realRepo makes a work tree holding a git repository with one commit
+// (f contains "x") and a home directory, and the environment for both.
+func realRepo(t *testing.T) (dir, home string, env map[string]string) {
+	t.Helper()
+	root := t.TempDir()
+	dir, home = filepath.Join(root, "w"), filepath.Join(root, "home")
+	for _, d := range []string{dir, home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env = realEnv(home)
+	newGitRepo(t, dir, env)
+	return dir, home, env
+}
+
 func newGitRepo(t *testing.T, dir string, env map[string]string) {
 	t.Helper()
 	sh(t, dir, env, "git init -q . && echo x > f && git add f && git commit -qm init")
@@ -117,15 +133,7 @@ func TestRealCarriers(t *testing.T) {
 		t.Run(c.cmd, func(t *testing.T) {
 			realTool(t, c.tool)
 			realTool(t, "git") // the fixture is a repository
-			root := t.TempDir()
-			dir, home := filepath.Join(root, "w"), filepath.Join(root, "home")
-			for _, d := range []string{dir, home} {
-				if err := os.MkdirAll(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			env := realEnv(home)
-			newGitRepo(t, dir, env)
+			dir, home, env := realRepo(t)
 			if c.setup != "" {
 				sh(t, dir, env, c.setup)
 			}
@@ -155,15 +163,7 @@ func TestRealCarriers(t *testing.T) {
 // core.hooksPath=/dev/null keeps it from running.
 func TestRealGitHooksClosedByEnv(t *testing.T) {
 	realTool(t, "git")
-	root := t.TempDir()
-	dir, home := filepath.Join(root, "w"), filepath.Join(root, "home")
-	for _, d := range []string{dir, home} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	env := realEnv(home)
-	newGitRepo(t, dir, env)
+	dir, home, env := realRepo(t)
 	marker := filepath.Join(dir, "M")
 	hook := filepath.Join(dir, ".git", "hooks", "pre-commit")
 	if err := os.WriteFile(hook, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755); err != nil {

@@ -3,8 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/execmesh/execmesh/applypatch"
@@ -59,8 +57,8 @@ func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (pr
 		if err != nil {
 			return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "apply_patch host=sandbox: %v", err)
 		}
-		dir, ok := workspaceDir(ws, args.Workdir)
-		if !ok {
+		dir, err := applypatch.WorkdirIn(ws, args.Workdir)
+		if err != nil {
 			return protocol.WorkdirUnavailableResult(args.Workdir), nil
 		}
 		root = dir
@@ -99,25 +97,6 @@ func PatchResult(sum applypatch.Summary, err error) (protocol.Result, error) {
 	default:
 		return protocol.FailedResult(err.Error()), nil
 	}
-}
-
-// workspaceDir resolves a workdir inside a sandbox workspace: empty is the
-// workspace, relative paths are joined, absolute paths must lie inside.
-func workspaceDir(ws, workdir string) (string, bool) {
-	dir := ws
-	if w := strings.TrimSpace(workdir); w != "" {
-		if filepath.IsAbs(w) {
-			dir = filepath.Clean(w)
-		} else {
-			dir = filepath.Join(ws, w)
-		}
-	}
-	rel, err := filepath.Rel(ws, dir)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", false
-	}
-	st, err := os.Stat(dir)
-	return dir, err == nil && st.IsDir()
 }
 
 // patchNodes is implemented by node backends that can apply patches on a
