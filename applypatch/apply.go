@@ -30,7 +30,9 @@ type Options struct {
 // they are inside root. A path that leads out of root — through "..", as an
 // absolute path elsewhere, or through a symbolic link, whether a directory
 // on the way or the file itself — is refused with an error matching
-// ErrOutsideRoot. Symbolic links that stay inside root are followed: an
+// ErrOutsideRoot, and so is every path inside a .git directory (where it
+// is, links resolved, or a root that is one): hooks and config written
+// there would run at a later, innocent-looking git command. Symbolic links that stay inside root are followed: an
 // update writes through to the link's target and keeps the link, a delete
 // removes the link itself, and moving a link is refused.
 //
@@ -106,8 +108,10 @@ type applier struct {
 	ctx       context.Context
 	root      *os.Root
 	rootPaths []string // the root as given (absolute) and with links resolved
-	maxFile   int64
-	fail      failFunc
+	// rootInGitDir: the root itself is (inside) a .git directory.
+	rootInGitDir bool
+	maxFile      int64
+	fail         failFunc
 
 	files map[string]*entry // by resolved path relative to the root
 	order []*entry          // in the order the patch first touches them
@@ -131,13 +135,20 @@ func newApplier(ctx context.Context, root string, maxFile int64, fail failFunc) 
 	if resolved != abs {
 		paths = append(paths, resolved)
 	}
+	inGit := false
+	for _, p := range paths {
+		if slices.ContainsFunc(strings.Split(filepath.ToSlash(p), "/"), isGitDirName) {
+			inGit = true
+		}
+	}
 	return &applier{
-		ctx:       ctx,
-		root:      r,
-		rootPaths: paths,
-		maxFile:   maxFile,
-		fail:      fail,
-		files:     make(map[string]*entry),
+		ctx:          ctx,
+		root:         r,
+		rootPaths:    paths,
+		rootInGitDir: inGit,
+		maxFile:      maxFile,
+		fail:         fail,
+		files:        make(map[string]*entry),
 	}, nil
 }
 

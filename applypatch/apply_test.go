@@ -854,3 +854,54 @@ func TestApplyMoveWritesFirst(t *testing.T) {
 		t.Errorf("files = %q; want %q", got, want)
 	}
 }
+
+// TestApplyNeverWritesGitDir: no path inside a .git directory is written,
+// whatever the spelling, the link or the operation, and a root inside one
+// refuses everything; nothing changes when a patch is refused. A file that
+// merely has .git in its name is fine.
+func TestApplyNeverWritesGitDir(t *testing.T) {
+	cases := map[string]string{
+		"add config":     patchOf("*** Add File: .git/config", "+[alias]", "+\tst = !touch M"),
+		"add hook":       patchOf("*** Add File: sub/.git/hooks/pre-commit", "+#!/bin/sh"),
+		"upper case":     patchOf("*** Add File: .GIT/config", "+x"),
+		"through a link": patchOf("*** Add File: gitlink/config", "+x"),
+		"absolute":       "",
+		"update":         patchOf("*** Update File: .git/HEAD", "@@", "-ref: refs/heads/main", "+ref: refs/heads/x"),
+		"delete":         patchOf("*** Delete File: .git/HEAD"),
+		"move into":      patchOf("*** Update File: f.txt", "*** Move to: .git/info/attributes", "@@", "-f", "+f"),
+		"move out":       patchOf("*** Update File: .git/HEAD", "*** Move to: head.txt", "@@", "-ref: refs/heads/main", "+x"),
+	}
+	for name, patch := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFiles(t, dir, map[string]string{".git/HEAD": "ref: refs/heads/main\n", "f.txt": "f\n"})
+			symlink(t, ".git", filepath.Join(dir, "gitlink"))
+			if name == "absolute" {
+				patch = patchOf("*** Add File: "+filepath.Join(dir, ".git", "hooks", "post-checkout"), "+x")
+			}
+			before := snapshot(t, dir)
+			_, err := Apply(t.Context(), dir, patch, Options{})
+			if !errors.Is(err, ErrOutsideRoot) || !strings.Contains(err.Error(), ".git directory") {
+				t.Fatalf("err = %v, want ErrOutsideRoot for a .git path", err)
+			}
+			if after := snapshot(t, dir); !maps.Equal(before, after) {
+				t.Fatalf("tree changed:\n%v\n%v", before, after)
+			}
+		})
+	}
+	t.Run("root inside .git", func(t *testing.T) {
+		dir := t.TempDir()
+		writeFiles(t, dir, map[string]string{".git/hooks/x": ""})
+		_, err := Apply(t.Context(), filepath.Join(dir, ".git", "hooks"), patchOf("*** Add File: pre-commit", "+x"), Options{})
+		if !errors.Is(err, ErrOutsideRoot) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("names that only look alike", func(t *testing.T) {
+		dir := t.TempDir()
+		patch := patchOf("*** Add File: .gitignore", "+x", "*** Add File: docs/.git.md", "+y", "*** Add File: a.git/b", "+z")
+		if _, err := Apply(t.Context(), dir, patch, Options{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -12,7 +12,9 @@ import (
 // a patch would overwrite matches fs.ErrExist.
 var (
 	// ErrOutsideRoot: a path escapes the root directory, by "..", as an
-	// absolute path elsewhere, or through a symbolic link.
+	// absolute path elsewhere, or through a symbolic link, or it lies
+	// inside a .git directory, which counts as outside: apply_patch never
+	// writes there.
 	ErrOutsideRoot = errors.New("path outside the root directory")
 	// ErrTooLarge: the patch, or a file it reads or writes, is over the limit.
 	ErrTooLarge = errors.New("too large")

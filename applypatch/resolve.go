@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -59,7 +60,18 @@ func escapes(rel string) bool {
 // reached through an os.Root, which refuses escapes again at the moment of
 // each access. Files the patch already added or removed count as present
 // or absent. file names the path in errors.
+//
+// A path inside a .git directory, where it really is, is refused
+// (ErrOutsideRoot): apply_patch never writes there.
 func (a *applier) resolve(file, rel string, follow bool) (string, error) {
+	p, err := a.resolveLinks(file, rel, follow)
+	if err == nil && (a.rootInGitDir || slices.ContainsFunc(strings.Split(p, string(filepath.Separator)), isGitDirName)) {
+		return "", &PatchError{File: file, Msg: "path inside a .git directory (apply_patch never writes there: hooks and config in it would run at a later git command)", kind: ErrOutsideRoot}
+	}
+	return p, err
+}
+
+func (a *applier) resolveLinks(file, rel string, follow bool) (string, error) {
 	todo := strings.Split(rel, string(filepath.Separator))
 	var done []string
 	hops := 0
@@ -126,6 +138,13 @@ func (a *applier) resolve(file, rel string, follow bool) (string, error) {
 		return "", &PatchError{File: file, Msg: "path names the root directory, not a file"}
 	}
 	return filepath.Join(done...), nil
+}
+
+// isGitDirName reports a path component git treats as its directory. The
+// comparison ignores case: case-insensitive file systems open .git for
+// .GIT.
+func isGitDirName(c string) bool {
+	return strings.EqualFold(c, ".git")
 }
 
 // missing returns the path of something that does not exist yet: p and the

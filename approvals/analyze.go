@@ -405,7 +405,8 @@ func (a *analyzer) call(c *syntax.CallExpr, st state) {
 // command never comes from its text.
 func assignmentDetail(name string) string {
 	if strings.EqualFold(strings.TrimSpace(name), "PATH") ||
-		protocol.IsDangerousHostEnvVarName(name) || protocol.IsDangerousHostEnvOverrideVarName(name) {
+		protocol.IsDangerousHostEnvVarName(name) || protocol.IsDangerousHostEnvOverrideVarName(name) ||
+		protocol.IsExecmeshBlockedOverrideVarName(name) {
 		return name + "= (blocked host env key)"
 	}
 	return name + "="

@@ -165,11 +165,11 @@ func bypassCorpus() []struct{ cmd, reason string } {
 		{"evil-link", ReasonAllowlistMiss},          // symlink in the allowlisted dir → non-allowlisted target
 		{"{shim}/ls -c id", ReasonUnsafeExecutable}, // symlink named ls → /bin/sh
 		{"{bin}/sh", ReasonShellWrapper},
-		{"env", ReasonUnsafeExecutable},                           // prints the environment
-		{"noexec", ReasonUnresolved},                              // not executable
-		{"adir", ReasonUnresolved},                                // a directory
-		{"nosuchtool", ReasonUnresolved},                          // not on PATH
-		{"busybox awk 'BEGIN{system(\"id\")}'", ReasonUnresolved}, // awk is not on this host's PATH
+		{"env", ReasonUnsafeExecutable},                               // prints the environment
+		{"noexec", ReasonUnresolved},                                  // not executable
+		{"adir", ReasonUnresolved},                                    // a directory
+		{"nosuchtool", ReasonUnresolved},                              // not on PATH
+		{"busybox awk 'BEGIN{system(\"id\")}'", ReasonCommandCarrier}, // judged as awk before it is resolved
 		{"{trusted}/nice", ReasonUnsafeExecutable},
 		// Safe bins are stdin-only.
 		{"head -c 5 /etc/shadow", ReasonSafeBin},

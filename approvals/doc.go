@@ -5,17 +5,27 @@
 //
 // # Flow
 //
-//	f, hash, err := approvals.Load(approvals.Path(stateDir)) // err: log it; f is usable
-//	pol := f.Resolve(agentID, approvals.DefaultPolicy(configuredHost))
-//	pol = approvals.Stricter(requested, pol)               // tools.exec.* and per-call values
-//	ev := approvals.Evaluate(command, approvals.EvalOptions{Cwd: cwd, PATH: path, Home: home, Allowlist: pol.Allowlist})
-//	switch d := approvals.Decide(host, pol, ev); d.Verdict {
-//	case approvals.Allow:         // run ev.Argv (d.RunPlan) or the command (security=full)
-//	case approvals.NeedsApproval: // ask; an approved command runs as written
-//	case approvals.Deny:          // d.Reason is the error text
+// A host (the gateway for host=gateway, a node agent for host=node) calls
+// one function per command, Authorize, with everything it knows about the
+// command, and does what the Authorization says:
+//
+//	levels := approvals.Configured(global, agent, approvals.DefaultSecurity(configuredHost, sandboxOn)).
+//		Tighten(sessionDefaults).Tighten(perCall)             // a node: Tighten(its own limits)
+//	f, _, err := approvals.Load(approvals.Path(stateDir))     // err: log it; f is usable
+//	policy := approvals.Stricter(levels.Policy(), f.AgentPolicy(agentID))
+//	auth, err := approvals.Authorize(approvals.Request{Host: host, Command: cmd, Cwd: cwd, Env: env, Policy: policy, …})
+//	switch auth.Verdict {
+//	case approvals.Allow:         // run auth.Argv (a plan) or the command as written (nil), with auth.Env set
+//	case approvals.NeedsApproval: // ask; keep auth.Binding; then Authorize again with Decision and Approved
+//	case approvals.Deny:          // auth.Reason is the error text
 //	}
 //
-// Nothing in this package runs a command, and it keeps no global state.
+// The security/ask ordering (Levels, Configured, Tighten, Stricter), the
+// plan argv (PlanArgv), the environment of runs under allowlist
+// (AllowlistEnv) and the approval binding exist only here. Analyze,
+// Evaluate, Decide and Fallback are the steps Authorize takes, exported for
+// tests and tools. Nothing in this package runs a command, and it keeps no
+// global state.
 //
 // # Analysis
 //
@@ -52,6 +62,31 @@
 // trusted by path, as in OpenClaw (allowlisting an interpreter allows what
 // it interprets). busybox APPLET is planned as the program named APPLET
 // found on PATH, which is what gets checked and run.
+//
+// # Carriers
+//
+// An allowlisted program that can run other programs or write files
+// through its options, config or subcommands is judged by what it would
+// run (carriers.go): git (-c, --config-env, aliases and any non-builtin
+// subcommand, --upload-pack/-u, --receive-pack, --exec/-x, -O, --output,
+// --template, ext:: and other remote-helper URLs, config writes, and the
+// repository's own configuration: gitrepo.go), find (-exec, -execdir,
+// -ok, -fprint*, -fls, -delete), tar (--to-command, --checkpoint-action,
+// -I, --rsh-command, -F, -M, host:file archives), sed (e, s///e, w,
+// s///w, -i, -f), awk (system(), pipes, print > file, @, -f, -l), xargs,
+// less (-o, -k, +!cmd), man (-P, -H), more/pg/most in a terminal, and
+// editors (vi, vim, ex, nano, emacs, ed, …). GNU long-option
+// abbreviations are resolved against each tool's option table first
+// (options.go): --upload-pa= is --upload-pack. Runs under security
+// allowlist get AllowlistEnv (pagers are cat, LESSSECURE=1, editors are
+// ":", git without hooks or fsmonitor), which closes a pager's shell
+// escape reached through `process write` in a PTY session.
+//
+// # Binding
+//
+// A command that needs approval is bound to the SHA-256 of its
+// executables and script operands (binding.go); an allow decision runs
+// only if they still match: `approval no longer matches: <path> changed`.
 //
 // Quotes and escapes are resolved before anything is judged: `\ls`, `"ls"`
 // and `l"s"` are all ls, resolved and matched like ls.

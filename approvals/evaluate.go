@@ -34,6 +34,9 @@ type EvalOptions struct {
 	// bins and kept wrappers (nice, timeout, …) may live
 	// (tools.exec.safeBinTrustedDirs).
 	TrustedDirs []string
+	// PTY says the command runs in a terminal, where pagers without a
+	// secure mode (more, pg, most) offer a shell escape.
+	PTY bool
 }
 
 // Evaluation is the allowlist verdict on a command, with the execution plan
@@ -252,8 +255,17 @@ func (e *evaluator) segment(ps planSeg) SegmentResult {
 	if kind := unsafeKind(filepath.Base(path)); kind != "" {
 		return fail(ReasonUnsafeExecutable, fmt.Sprintf("%s resolves to %s, a %s", args[0], path, kind))
 	}
-	if why := carrierArgs(kindName(filepath.Base(path)), args); why != "" {
+	kind := kindName(filepath.Base(path))
+	if why := carrierArgs(kind, args); why != "" {
 		return fail(ReasonCommandCarrier, fmt.Sprintf("%s resolves to %s: %s", args[0], path, why))
+	}
+	if e.opts.PTY && isTerminalPager(kind) {
+		return fail(ReasonCommandCarrier, fmt.Sprintf("%s resolves to %s: a pager with a shell escape (!cmd) in a terminal", args[0], path))
+	}
+	if kind == "git" {
+		if why := gitRepoRisk(args, cwd, e.opts.Home); why != "" {
+			return fail(ReasonCommandCarrier, fmt.Sprintf("%s resolves to %s: %s", args[0], path, why))
+		}
 	}
 
 	var plan []string

@@ -109,3 +109,42 @@ func ExampleUpdate() {
 	// allowlist on-miss deny
 	// /usr/bin/rg allow-always
 }
+
+// ExampleAuthorize shows a host's whole use of the package for one
+// command: the effective policy from the configured levels and the
+// approvals file, the verdict, and after an operator's decision the check
+// of the approval's binding right before the spawn.
+func ExampleAuthorize() {
+	dir, _ := os.MkdirTemp("", "approvals-example")
+	defer os.RemoveAll(dir)
+	dir, _ = filepath.EvalSymlinks(dir)
+	tool := filepath.Join(dir, "tool")
+	os.WriteFile(tool, []byte("#!/bin/sh\necho hello\n"), 0o755)
+
+	// tools.exec (nothing configured), then a per-call value, then the
+	// agent's entry of exec-approvals.json (none here).
+	levels := approvals.Configured(approvals.Levels{}, approvals.Levels{}, approvals.DefaultSecurity("gateway", false)).
+		Tighten(approvals.Levels{Ask: "on-miss"})
+	var file *approvals.File // approvals.Load(approvals.Path(stateDir))
+	policy := approvals.Stricter(levels.Policy(), file.AgentPolicy("main"))
+
+	req := approvals.Request{
+		Host:    approvals.HostGateway,
+		AgentID: "main",
+		Command: "./tool",
+		Cwd:     dir,
+		Env:     map[string]string{"PATH": "/usr/bin:/bin", "HOME": dir},
+		Policy:  policy,
+	}
+	auth, _ := approvals.Authorize(req)
+	fmt.Println(auth.Verdict, auth.Reason, auth.AllowAlways, len(auth.Binding.Files))
+
+	// The operator allows it once; meanwhile the file is rewritten.
+	os.WriteFile(tool, []byte("#!/bin/sh\necho changed\n"), 0o755)
+	req.Decision, req.Approved = approvals.DecisionAllowOnce, auth.Binding
+	auth, _ = approvals.Authorize(req)
+	fmt.Println(auth.Verdict, strings.ReplaceAll(auth.Reason, dir, "$DIR"))
+	// Output:
+	// needs-approval allowlist-miss true 1
+	// deny approval no longer matches: $DIR/tool changed
+}

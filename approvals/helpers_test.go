@@ -31,7 +31,8 @@ type host struct {
 var (
 	binTools = []string{"ls", "cat", "echo", "grep", "git", "find", "rg", "jq", "make", "npm",
 		"sh", "bash", "dash", "zsh", "xargs", "sudo", "doas", "busybox", "python3", "node",
-		"watch", "setsid", "true", "sleep", "obsidian-cli"}
+		"watch", "setsid", "true", "sleep", "obsidian-cli", "tar", "sed", "awk", "gawk", "less",
+		"more", "man", "vim", "vi", "ex", "nano", "perl"}
 	trustedTools = []string{"head", "tail", "wc", "tr", "cut", "uniq", "sort",
 		"env", "nice", "nohup", "timeout", "stdbuf", "flock", "time"}
 	evilTools = []string{"id", "rm", "whoami"}

@@ -61,3 +61,44 @@ func BenchmarkAllowlist(b *testing.B) {
 		b.Run("evaluate-"+name+"/baseline", parse)
 	}
 }
+
+// BenchmarkAuthorize: what the carrier rules and the binding cost.
+// "git-in-repo" evaluates an allowlisted git call in a repository, whose
+// configuration is read each time; "allowed" is Authorize on an
+// allowlisted pipeline (no hashing: the hot path); "needs-approval"
+// hashes a 1 MiB executable for the binding (the approval path only).
+func BenchmarkAuthorize(b *testing.B) {
+	dir := b.TempDir()
+	repo := dir + "/repo"
+	if err := os.MkdirAll(repo+"/.git", 0o755); err != nil {
+		b.Fatal(err)
+	}
+	cfg := "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n" +
+		"[remote \"origin\"]\n\turl = https://example.com/x.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n" +
+		"[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n"
+	if err := os.WriteFile(repo+"/.git/config", []byte(cfg), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/tool", append([]byte("#!/bin/sh\n"), make([]byte, 1<<20)...), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	env := map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": dir}
+	policy := Policy{Security: SecurityAllowlist, Ask: AskOnMiss, AskFallback: SecurityDeny,
+		Allowlist: []Entry{{Pattern: "/usr/bin/*"}, {Pattern: "/bin/*"}}}
+	b.Run("git-in-repo", func(b *testing.B) {
+		b.ReportAllocs()
+		opts := EvalOptions{Cwd: repo, PATH: env["PATH"], Home: dir, Allowlist: policy.Allowlist}
+		for b.Loop() {
+			_ = Evaluate("git log --oneline -n 5", opts)
+		}
+	})
+	for name, cmd := range map[string]string{"allowed": "ls -la /tmp | head -n 20", "needs-approval": "./tool"} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			req := Request{Host: HostGateway, Command: cmd, Cwd: dir, Env: env, Policy: policy}
+			for b.Loop() {
+				_, _ = Authorize(req)
+			}
+		})
+	}
+}

@@ -118,6 +118,8 @@ func unsafeKind(realBase string) string {
 		return "privilege tool"
 	case isCarrier(n):
 		return "command carrier"
+	case isEditor(n):
+		return "editor with a shell escape"
 	}
 	return ""
 }
@@ -298,14 +300,15 @@ func (a *analyzer) unwrap(written []string, args []word, st state) {
 			emit(args)
 			return
 
-		case name == "find" || name == "git":
-			if why := carrierArgs(name, texts(args)); why != "" {
-				a.add(ReasonCommandCarrier, why)
-			}
+		case isEditor(name):
+			a.add(ReasonCommandCarrier, name+" runs the editor commands typed into it (:!cmd)")
 			emit(args)
 			return
 
 		default:
+			if why := carrierArgs(kindName(name), texts(args)); why != "" {
+				a.add(ReasonCommandCarrier, why)
+			}
 			emit(args)
 			return
 		}
@@ -704,95 +707,4 @@ func (a *analyzer) splitEnvString(s string) ([]word, bool) {
 		out = append(out, word{text: b.String()})
 	}
 	return out, true
-}
-
-// carrierArgs flags invocations of find and git that make them run other
-// commands. Allowlisting find or git by path otherwise trusts them as a
-// whole, as OpenClaw does; these are the forms that turn one allowlisted
-// call into an arbitrary command. Evaluate applies it again by the real
-// name of the executable, so a link to git named g is checked too.
-func carrierArgs(name string, argv []string) string {
-	switch name {
-	case "find":
-		for _, t := range argv[1:] {
-			switch t {
-			case "-exec", "-execdir", "-ok", "-okdir":
-				return "find " + t
-			}
-		}
-	case "git":
-		return gitCarrier(argv)
-	}
-	return ""
-}
-
-// gitCarrier flags git invocations that run commands git is told to run by
-// its arguments: configuration overrides (core.pager, alias.x=!cmd,
-// core.sshCommand, core.fsmonitor…), another exec path, transport helpers
-// and the subcommands that take a command to run. Allowlisting git by path
-// otherwise trusts git as a whole, as OpenClaw does; this closes the forms
-// that turn one allowlisted git call into an arbitrary command.
-func gitCarrier(args []string) string {
-	i := 1
-	for ; i < len(args); i++ {
-		t := args[i]
-		switch {
-		case strings.HasPrefix(t, "-c"):
-			return "git -c"
-		case t == "--config-env" || strings.HasPrefix(t, "--config-env="):
-			return "git --config-env"
-		case strings.HasPrefix(t, "--exec-path="):
-			return "git --exec-path"
-		case t == "-C" || t == "--git-dir" || t == "--work-tree" || t == "--namespace":
-			i++ // takes a value
-			continue
-		case strings.HasPrefix(t, "-"):
-			continue
-		}
-		break
-	}
-	if i >= len(args) {
-		return ""
-	}
-	sub := args[i]
-	rest := args[i+1:]
-	for _, t := range rest {
-		for _, opt := range []string{"--upload-pack", "--receive-pack", "--exec", "--extcmd"} {
-			if t == opt || strings.HasPrefix(t, opt+"=") {
-				return "git " + sub + " " + opt
-			}
-		}
-		if strings.HasPrefix(t, "ext::") {
-			return "git ext:: transport"
-		}
-	}
-	switch sub {
-	case "rebase", "difftool":
-		for _, t := range rest {
-			if t == "-x" || (strings.HasPrefix(t, "-x") && sub == "rebase") {
-				return "git " + sub + " -x"
-			}
-		}
-	case "bisect":
-		if len(rest) > 0 && rest[0] == "run" {
-			return "git bisect run"
-		}
-	case "submodule":
-		if slices.Contains(rest, "foreach") {
-			return "git submodule foreach"
-		}
-	case "filter-branch", "filter-repo", "mergetool":
-		return "git " + sub
-	case "config":
-		// A config write can set aliases, pagers and hooks that a later,
-		// innocent-looking git call runs.
-		for _, t := range rest {
-			switch t {
-			case "--get", "--get-all", "--get-regexp", "--get-urlmatch", "--list", "-l", "get", "list":
-				return ""
-			}
-		}
-		return "git config (may write command-running settings)"
-	}
-	return ""
 }

@@ -11,7 +11,10 @@ import (
 
 // applyPatch runs the apply_patch tool on the host the call resolves to,
 // with exec's host and workdir rules: the patch may only touch files under
-// the workdir (the agent's workspace in a sandbox).
+// the workdir, never inside a .git directory, and with
+// tools.exec.applyPatch.workspaceOnly (the default) the workdir must lie
+// in the agent's workspace (<sandbox.workspace>/<agentId>; a node applies
+// its own workspace root).
 func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (protocol.Result, error) {
 	requested, err := parseRequestedHost(args.Host)
 	if err != nil {
@@ -32,7 +35,8 @@ func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (pr
 		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "apply_patch denied: host=%s security=deny", target)
 	}
 	args.Host, args.Node = "", strings.TrimSpace(args.Node)
-	req := protocol.ApplyPatchRequest{SessionKey: c.sessionKey, AgentID: c.agentID, Target: target, Args: args, Security: security}
+	req := protocol.ApplyPatchRequest{SessionKey: c.sessionKey, AgentID: c.agentID, Target: target, Args: args, Security: security,
+		AnyWorkdir: !c.cfg.Tools.Exec.ApplyPatch.WorkspaceOnly}
 	if target != hostNode {
 		return c.g.local.ApplyPatch(ctx, req)
 	}

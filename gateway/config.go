@@ -123,6 +123,12 @@ type ApplyPatchConfig struct {
 	// AllowModels, when set, limits the tool to these models (the invoke
 	// request's "model").
 	AllowModels []string `json:"allowModels,omitempty"`
+	// WorkspaceOnly (default true) confines patches to the agent's
+	// workspace, <sandbox.workspace>/<agentId> on the gateway host and
+	// the node's own workspace root on a node: a workdir outside it is a
+	// security violation. False lets a patch write under any workdir, as
+	// exec does. Paths inside a .git directory are refused either way.
+	WorkspaceOnly bool `json:"workspaceOnly"`
 }
 
 // AgentsConfig is `agents`.
@@ -199,6 +205,7 @@ func DefaultConfig() Config {
 				ApprovalRunningNoticeMs: DefaultNoticeMs,
 				ApprovalTimeoutMs:       DefaultApprovalMs,
 				KillGraceMs:             DefaultKillGraceMs,
+				ApplyPatch:              ApplyPatchConfig{WorkspaceOnly: true},
 			},
 		},
 		Sandbox: sandbox.DefaultConfig(""), // workspace and hidden state dir follow stateDir in Validate/New

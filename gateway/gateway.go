@@ -310,7 +310,8 @@ func applySessionConfig(s *session.Config, cfg Config) {
 // applySettings gives the local host the reloadable tools.exec settings.
 func (g *Gateway) applySettings(cfg Config) {
 	e := cfg.Tools.Exec
-	g.local.SetSettings(host.Settings{PathPrepend: e.PathPrepend, SafeBins: e.SafeBins, SafeBinTrustedDirs: e.SafeBinTrustedDirs})
+	g.local.SetSettings(host.Settings{PathPrepend: e.PathPrepend, SafeBins: e.SafeBins, SafeBinTrustedDirs: e.SafeBinTrustedDirs,
+		Workspace: cfg.Sandbox.Workspace})
 }
 
 // Config returns a copy of the configuration in force.

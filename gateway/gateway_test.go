@@ -485,19 +485,54 @@ func TestApplyPatchTool(t *testing.T) {
 	if r := tg.do("POST", "/tools/invoke", body("other-model", map[string]any{"input": patch}), nil); r.Status != 404 {
 		t.Fatalf("model gate: %d %s", r.Status, r.Raw)
 	}
+	// tools.exec.applyPatch.workspaceOnly (the default): the agent's
+	// workspace is the default workdir, and the only place patches go.
+	ws := filepath.Join(tg.g.Config().Sandbox.Workspace, "main")
 	r := tg.do("POST", "/tools/invoke", body("gpt-5-codex", map[string]any{"input": patch}), nil)
 	if r.Status != 200 || !strings.Contains(r.Result.Text(), "A hello.txt") {
 		t.Fatalf("apply: %d %s", r.Status, r.Raw)
 	}
-	if b, err := os.ReadFile(filepath.Join(tg.cwd, "hello.txt")); err != nil || string(b) != "hello\n" {
+	if b, err := os.ReadFile(filepath.Join(ws, "hello.txt")); err != nil || string(b) != "hello\n" {
 		t.Fatalf("file: %q %v", b, err)
 	}
 	escape := "*** Begin Patch\n*** Add File: ../escaped.txt\n+x\n*** End Patch\n"
 	if r := tg.do("POST", "/tools/invoke", body("gpt-5-codex", map[string]any{"input": escape}), nil); r.Status != 400 || r.Error.Type != protocol.ErrSecurityViolation {
 		t.Fatalf("escape: %d %s", r.Status, r.Raw)
 	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(tg.cwd), "escaped.txt")); err == nil {
+	if _, err := os.Stat(filepath.Join(filepath.Dir(ws), "escaped.txt")); err == nil {
 		t.Fatal("escape written")
+	}
+	// A workdir outside the workspace, and a .git directory inside it,
+	// are refused with nothing written.
+	for _, args := range []map[string]any{
+		{"input": patch, "workdir": tg.cwd},
+		{"input": patch, "workdir": "../.."},
+		{"input": "*** Begin Patch\n*** Add File: repo/.git/config\n+[alias]\n+\tst = !touch M\n*** End Patch\n"},
+	} {
+		r := tg.do("POST", "/tools/invoke", body("gpt-5-codex", args), nil)
+		if r.Status != 400 || r.Error.Type != protocol.ErrSecurityViolation {
+			t.Fatalf("%v: %d %s", args["workdir"], r.Status, r.Raw)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(tg.cwd, "hello.txt")); err == nil {
+		t.Fatal("patch written outside the workspace")
+	}
+	if _, err := os.Stat(filepath.Join(ws, "repo")); err == nil {
+		t.Fatal(".git patch written")
+	}
+	// workspaceOnly false: any workdir, the gateway's cwd by default.
+	tgAny := startGateway(t, func(c *Config, _ *Options) {
+		c.Tools.Exec.ApplyPatch.Enabled = true
+		c.Tools.Exec.ApplyPatch.WorkspaceOnly = false
+	})
+	if r := tgAny.invokeRaw("apply_patch", map[string]any{"input": patch}, ""); r.Status != 200 {
+		t.Fatalf("workspaceOnly false: %d %s", r.Status, r.Raw)
+	}
+	if b, err := os.ReadFile(filepath.Join(tgAny.cwd, "hello.txt")); err != nil || string(b) != "hello\n" {
+		t.Fatalf("file in cwd: %q %v", b, err)
+	}
+	if r := tgAny.invokeRaw("apply_patch", map[string]any{"input": "*** Begin Patch\n*** Add File: .git/hooks/post-checkout\n+x\n*** End Patch\n"}, ""); r.Status != 400 || r.Error.Type != protocol.ErrSecurityViolation {
+		t.Fatalf(".git with workspaceOnly false: %d %s", r.Status, r.Raw)
 	}
 	bad := "*** Begin Patch\n*** Update File: hello.txt\n@@\n-nothere\n+x\n*** End Patch\n"
 	r = tg.do("POST", "/tools/invoke", body("gpt-5-codex", map[string]any{"input": bad}), nil)

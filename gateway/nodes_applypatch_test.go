@@ -13,10 +13,13 @@ import (
 // TestNodeApplyPatch: the same patch the gateway applies locally, applied
 // on a node through POST /tools/invoke with host=node; an escaping patch
 // is refused and leaves the tree untouched; the node's own security deny
-// refuses; an unusable workdir is the failed-workdir result.
+// refuses; an unusable workdir is the failed-workdir result. (With
+// tools.exec.applyPatch.workspaceOnly false: any workdir on the node;
+// TestNodeApplyPatchWorkspaceOnly has the default.)
 func TestNodeApplyPatch(t *testing.T) {
 	env := startNodeGateway(t, nil, "", func(c *Config, _ *Options) {
 		c.Tools.Exec.ApplyPatch.Enabled = true
+		c.Tools.Exec.ApplyPatch.WorkspaceOnly = false
 	})
 	cfg := testAgentConfig(t, env.srv, "patcher")
 	env.pairAgent(cfg)
@@ -66,6 +69,43 @@ func TestNodeApplyPatch(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.Cwd, "proj", "denied.txt")); err == nil {
 		t.Fatal("denied patch written")
+	}
+}
+
+// TestNodeApplyPatchWorkspaceOnly: by default a node confines patches to
+// the agent's workspace below its own workspace root (the gateway does not
+// send anyWorkdir); a workdir outside it, or a .git path, is a security
+// violation and nothing is written.
+func TestNodeApplyPatchWorkspaceOnly(t *testing.T) {
+	env := startNodeGateway(t, nil, "", func(c *Config, _ *Options) {
+		c.Tools.Exec.ApplyPatch.Enabled = true
+	})
+	cfg := testAgentConfig(t, env.srv, "patcher")
+	cfg.Workspace = filepath.Join(t.TempDir(), "ws")
+	env.pairAgent(cfg)
+	patch := "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n"
+	res := env.invoke("apply_patch", map[string]any{"input": patch, "host": "node"}, "")
+	if !strings.Contains(res.Text(), "A hello.txt") {
+		t.Fatalf("apply: %s %v", res.Text(), res.Details)
+	}
+	if b, err := os.ReadFile(filepath.Join(cfg.Workspace, "main", "hello.txt")); err != nil || string(b) != "hello\n" {
+		t.Fatalf("file in the node's workspace: %q %v", b, err)
+	}
+	before := snapshotTree(t, cfg.Cwd)
+	for _, args := range []map[string]any{
+		{"input": patch, "workdir": cfg.Cwd, "host": "node"},
+		{"input": "*** Begin Patch\n*** Add File: r/.git/config\n+[core]\n+\tfsmonitor = id\n*** End Patch\n", "host": "node"},
+	} {
+		r := env.invokeRaw("apply_patch", args, "")
+		if r.Status != 400 || r.Error == nil || r.Error.Type != protocol.ErrSecurityViolation {
+			t.Fatalf("%v: %d %s", args, r.Status, r.Raw)
+		}
+	}
+	if after := snapshotTree(t, cfg.Cwd); after != before {
+		t.Fatal("a refused patch wrote on the node")
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Workspace, "main", "r")); err == nil {
+		t.Fatal(".git patch written")
 	}
 }
 

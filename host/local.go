@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -80,6 +81,11 @@ type Settings struct {
 	// agent's own --security and --ask.
 	Security string
 	Ask      string
+	// Workspace is the root of the agents' workspaces: apply_patch writes
+	// only under <Workspace>/<agentId> unless the request allows any
+	// workdir (the gateway's tools.exec.applyPatch.workspaceOnly is off).
+	// Empty refuses such patches.
+	Workspace string
 }
 
 // Local is a Host backed by a session core in this process. Build it with
@@ -239,6 +245,13 @@ func (l *Local) execHost(ctx context.Context, req protocol.ExecRequest, sreq ses
 		return protocol.Result{}, err
 	}
 	sreq.Argv = run.argv
+	if len(run.env) > 0 {
+		// The allowlist environment rule: pagers, editors and hooks
+		// closed for the run (approvals.AllowlistEnv).
+		m := protocol.EnvMap(sreq.Env)
+		maps.Copy(m, run.env)
+		sreq.Env = protocol.EnvList(m)
+	}
 	if run.runID != "" {
 		// An approved run goes to the background; its exit becomes the
 		// approval's Exec finished event instead of the usual notice.
@@ -354,7 +367,9 @@ func (l *Local) ApplyPatch(ctx context.Context, req protocol.ApplyPatchRequest) 
 		return protocol.Result{}, err
 	}
 	var root string
-	if req.Target == protocol.TargetSandbox {
+	s := l.settings.Load()
+	switch {
+	case req.Target == protocol.TargetSandbox:
 		rt := l.cfg.Sandbox
 		if rt.Mode() == sandbox.ModeOff {
 			return protocol.Result{}, SandboxOffError()
@@ -363,18 +378,35 @@ func (l *Local) ApplyPatch(ctx context.Context, req protocol.ApplyPatchRequest) 
 		if err != nil {
 			return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "apply_patch host=sandbox: %v", err)
 		}
-		dir, ok := workspaceDir(ws, req.Args.Workdir)
+		dir, err := applypatch.WorkdirIn(ws, req.Args.Workdir)
+		if err != nil {
+			return protocol.WorkdirUnavailableResult(req.Args.Workdir), nil
+		}
+		root = dir
+	case l.policy(req.Security, "", req.AgentID, s).Security == approvals.SecurityDeny:
+		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "apply_patch denied: host=%s security=deny", req.Target)
+	case req.AnyWorkdir:
+		dir, ok := l.resolveWorkdir(req.Args.Workdir)
 		if !ok {
 			return protocol.WorkdirUnavailableResult(req.Args.Workdir), nil
 		}
 		root = dir
-	} else {
-		s := l.settings.Load()
-		if l.policy(req.Security, "", req.AgentID, s).Security == approvals.SecurityDeny {
-			return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "apply_patch denied: host=%s security=deny", req.Target)
+	default:
+		// The workspace rule: only under the agent's own workspace, so
+		// that a patch plants nothing (hooks, config) where an
+		// allowlisted tool later runs outside it.
+		if s.Workspace == "" {
+			return protocol.Result{}, protocol.Errorf(protocol.ErrSecurityViolation, "apply_patch: %s has no workspace root, and patches are allowed only in the agent's workspace (tools.exec.applyPatch.workspaceOnly)", l.label())
 		}
-		dir, ok := l.resolveWorkdir(req.Args.Workdir)
-		if !ok {
+		ws, err := applypatch.AgentWorkspace(s.Workspace, req.AgentID)
+		if err != nil {
+			return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "apply_patch: %v", err)
+		}
+		dir, err := applypatch.WorkdirIn(ws, req.Args.Workdir)
+		switch {
+		case errors.Is(err, applypatch.ErrOutsideWorkspace):
+			return protocol.Result{}, protocol.Errorf(protocol.ErrSecurityViolation, "apply_patch: %v (tools.exec.applyPatch.workspaceOnly)", err)
+		case err != nil:
 			return protocol.WorkdirUnavailableResult(req.Args.Workdir), nil
 		}
 		root = dir

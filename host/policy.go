@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,8 +18,9 @@ import (
 
 // run is the host's verdict on one command that may start.
 type run struct {
-	argv  []string // nil: the command as written, through the shell
-	runID string   // the approval id of an approved run
+	argv  []string          // nil: the command as written, through the shell
+	env   map[string]string // set over the command's environment (approvals.AllowlistEnv)
+	runID string            // the approval id of an approved run
 }
 
 // policy is the effective approvals policy of one run: the gateway's
@@ -61,53 +61,104 @@ func (l *Local) hostName() string {
 	return approvals.HostGateway
 }
 
-// authorize applies exec approvals to a run: deny, run (as written, or as
-// its allowlisted plan), ask for an approval (an *ApprovalNeededError with
-// the plan), or act on the operator's signed decision the request carries.
+// authorize applies exec approvals to a run through approvals.Authorize:
+// deny, run (as written, or as its allowlisted plan, with the allowlist
+// environment rule under security allowlist), ask for an approval (an
+// *ApprovalNeededError with the plan it would be bound to), or act on the
+// operator's signed decision the request carries.
 func (l *Local) authorize(req protocol.ExecRequest, workdir string, env []string, s *Settings) (run, error) {
-	host := l.hostName()
 	policy := l.policy(req.Security, req.Ask, req.AgentID, s)
-	if policy.Security == approvals.SecurityDeny {
-		return run{}, protocol.Errorf(protocol.ErrDenied, "%s", approvals.DenySecurity(host))
-	}
 	envMap := protocol.EnvMap(env)
 	home := envMap["HOME"]
 	if home == "" {
 		home, _ = os.UserHomeDir()
 	}
-	ev := approvals.Evaluate(req.Args.Command, approvals.EvalOptions{
+	areq := approvals.Request{
+		Host:        l.hostName(),
+		AgentID:     req.AgentID,
+		Command:     req.Args.Command,
 		Cwd:         workdir,
-		PATH:        envMap["PATH"],
+		Env:         envMap,
 		Home:        home,
-		Allowlist:   policy.Allowlist,
+		PTY:         req.Args.PTY,
+		Policy:      policy,
 		SafeBins:    s.SafeBins,
 		TrustedDirs: s.SafeBinTrustedDirs,
-	})
-	d := approvals.Decide(host, policy, ev)
-	if d.Verdict == approvals.NeedsApproval {
-		if req.Approval != nil {
-			return l.approved(req, policy, ev, l.plan(req, workdir, env, ev))
+	}
+	var dec *protocol.Decision
+	if req.Approval != nil {
+		d, err := l.verified(req, workdir, env)
+		if err != nil {
+			return run{}, err
 		}
-		fb := approvals.Fallback(policy, ev)
+		dec = &d
+		areq.Decision = d.Decision
+		areq.Approved = &approvals.Binding{Files: d.Plan.Files}
+	}
+	auth, err := approvals.Authorize(areq)
+	if err != nil {
+		return run{}, protocol.Errorf(protocol.ErrInvalidRequest, "exec: %v", err)
+	}
+	switch auth.Verdict {
+	case approvals.NeedsApproval:
 		return run{}, &ApprovalNeededError{
-			Err: protocol.Errorf(protocol.ErrApprovalRequired, "exec on %s needs approval (%s)", l.label(), d.Reason),
+			Err: protocol.Errorf(protocol.ErrApprovalRequired, "exec on %s needs approval (%s)", l.label(), auth.Reason),
 			Request: protocol.ApprovalRequest{
-				AllowAlways:    policy.Ask != approvals.AskAlways && len(ev.AllowAlwaysPaths()) > 0,
-				AskFallback:    policy.AskFallback,
-				FallbackAllows: fb.Verdict == approvals.Allow,
-				Reason:         d.Reason,
-				Plan:           l.plan(req, workdir, env, ev),
+				AllowAlways:    auth.AllowAlways,
+				AskFallback:    auth.AskFallback,
+				FallbackAllows: auth.FallbackAllows,
+				Reason:         auth.Reason,
+				Plan:           l.plan(req, workdir, env, auth),
 			},
 		}
+	case approvals.Deny:
+		if dec != nil && strings.HasPrefix(auth.Reason, BindingChanged) {
+			l.log.Warn("approval no longer matches the run", "approval", dec.ApprovalID, "why", auth.Reason)
+		}
+		return run{}, protocol.Errorf(protocol.ErrDenied, "%s", auth.Reason)
 	}
-	switch {
-	case d.Verdict == approvals.Deny:
-		return run{}, protocol.Errorf(protocol.ErrDenied, "%s", d.Reason)
-	case d.RunPlan:
-		l.recordUse(req.AgentID, ev)
-		return run{argv: planArgv(ev)}, nil
+	r := run{argv: auth.Argv, env: auth.Env}
+	if dec != nil {
+		if !l.claim(dec.ApprovalID, time.UnixMilli(dec.ExpiresAtMs)) {
+			return run{}, protocol.Errorf(protocol.ErrConflict, "approval %s was already acted on", dec.ApprovalID)
+		}
+		r.runID = dec.ApprovalID
+		if auth.Applied && dec.Decision == protocol.DecisionAllowAlways {
+			l.persistAllowAlways(req.AgentID, auth.AllowAlwaysPaths)
+		}
 	}
-	return run{}, nil
+	if auth.RunPlan {
+		l.recordUse(req.AgentID, auth.Evaluation)
+	}
+	return r, nil
+}
+
+// verified returns the signed decision of req once it verifies with a
+// trusted gateway key, is unexpired, and covers this run: the same host,
+// agent, command, cwd (the same directory, not one put in its place) and
+// environment as when it was asked. The files are checked by
+// approvals.Authorize against the plan's binding.
+func (l *Local) verified(req protocol.ExecRequest, workdir string, env []string) (protocol.Decision, error) {
+	sd := req.Approval
+	var trusted []string
+	if l.cfg.TrustedKeys != nil {
+		trusted = l.cfg.TrustedKeys()
+	}
+	if err := VerifyDecision(*sd, trusted, time.Now()); err != nil {
+		l.log.Warn("approval decision refused", "approval", sd.Decision.ApprovalID, "err", err)
+		return protocol.Decision{}, protocol.Errorf(protocol.ErrDenied, "approval refused: %v", err)
+	}
+	dec := sd.Decision
+	switch dec.Decision {
+	case protocol.DecisionAllowOnce, protocol.DecisionAllowAlways, protocol.DecisionTimeout:
+	default:
+		return protocol.Decision{}, protocol.Errorf(protocol.ErrInvalidRequest, "exec: unknown approval decision %q", dec.Decision)
+	}
+	if why := planMismatch(dec.Plan, l.plan(req, workdir, env, approvals.Authorization{})); why != "" {
+		l.log.Warn("approval no longer matches the run", "approval", dec.ApprovalID, "why", why)
+		return protocol.Decision{}, protocol.Errorf(protocol.ErrDenied, "%s%s", BindingChanged, why)
+	}
+	return dec, nil
 }
 
 // label names the host in texts.
@@ -122,48 +173,6 @@ func (l *Local) label() string {
 // environment or files changed since the approval was asked; what changed
 // follows it.
 const BindingChanged = "approval no longer matches: "
-
-// approved acts on the signed decision of a run that needs approval: it
-// must verify with a trusted gateway key, be unexpired and unused, and
-// cover exactly the plan the host computes now (the same command, cwd,
-// environment and file contents as when it was asked).
-func (l *Local) approved(req protocol.ExecRequest, policy approvals.Policy, ev approvals.Evaluation, now protocol.Plan) (run, error) {
-	sd := req.Approval
-	var trusted []string
-	if l.cfg.TrustedKeys != nil {
-		trusted = l.cfg.TrustedKeys()
-	}
-	if err := VerifyDecision(*sd, trusted, time.Now()); err != nil {
-		l.log.Warn("approval decision refused", "approval", sd.Decision.ApprovalID, "err", err)
-		return run{}, protocol.Errorf(protocol.ErrDenied, "approval refused: %v", err)
-	}
-	dec := sd.Decision
-	if why := planMismatch(dec.Plan, now); why != "" {
-		l.log.Warn("approval no longer matches the run", "approval", dec.ApprovalID, "why", why)
-		return run{}, protocol.Errorf(protocol.ErrDenied, "%s%s", BindingChanged, why)
-	}
-	if !l.claim(dec.ApprovalID, time.UnixMilli(dec.ExpiresAtMs)) {
-		return run{}, protocol.Errorf(protocol.ErrConflict, "approval %s was already acted on", dec.ApprovalID)
-	}
-	r := run{runID: dec.ApprovalID}
-	switch dec.Decision {
-	case protocol.DecisionAllowOnce:
-	case protocol.DecisionAllowAlways:
-		l.persistAllowAlways(req.AgentID, ev)
-	case protocol.DecisionTimeout:
-		fb := approvals.Fallback(policy, ev)
-		if fb.Verdict != approvals.Allow {
-			return run{}, protocol.Errorf(protocol.ErrDenied, "%s", fb.Reason)
-		}
-		if fb.RunPlan {
-			r.argv = planArgv(ev)
-		}
-	default:
-		return run{}, protocol.Errorf(protocol.ErrInvalidRequest, "exec: unknown approval decision %q", dec.Decision)
-	}
-	// An approved command runs as written (DESIGN.md §7).
-	return r, nil
-}
 
 // claim records that an approval id was acted on, so that a decision
 // replayed before it expires does not run the command again.
@@ -183,9 +192,10 @@ func (l *Local) claim(id string, expires time.Time) bool {
 	return true
 }
 
-// plan is what an approval of this run binds: command, cwd, environment
-// and the contents of the files it runs.
-func (l *Local) plan(req protocol.ExecRequest, workdir string, env []string, ev approvals.Evaluation) protocol.Plan {
+// plan is what an approval of this run binds: host, agent, command (and
+// its allowlisted plan), cwd, environment, and the files auth bound (the
+// executables, wrappers and scripts with their content hashes).
+func (l *Local) plan(req protocol.ExecRequest, workdir string, env []string, auth approvals.Authorization) protocol.Plan {
 	p := protocol.Plan{
 		Host:       l.hostName(),
 		AgentID:    req.AgentID,
@@ -198,46 +208,26 @@ func (l *Local) plan(req protocol.ExecRequest, workdir string, env []string, ev 
 	if l.cfg.Kind == KindNode {
 		p.NodeID = l.cfg.ID
 	}
-	seen := map[string]bool{}
-	for _, seg := range ev.Segments {
-		for _, path := range append([]string{seg.ResolvedPath}, seg.WrapperPaths...) {
-			if path == "" || seen[path] {
-				continue
-			}
-			seen[path] = true
-			p.Files = append(p.Files, protocol.PlanFile{Path: path, SHA256: fileDigest(path)})
-		}
+	if auth.Binding != nil {
+		p.Files = slices.Clone(auth.Binding.Files)
 	}
 	return p
 }
 
 // planMismatch says what differs between the approved plan and the one
-// computed now, "" when they agree.
+// computed now, "" when they agree. Files are approvals.Binding's to check.
 func planMismatch(approved, now protocol.Plan) string {
 	switch {
 	case approved.Host != now.Host || approved.NodeID != now.NodeID:
 		return "host changed"
 	case approved.AgentID != now.AgentID || approved.SessionKey != now.SessionKey:
 		return "agent changed"
-	case approved.Command != now.Command || !slices.Equal(approved.Argv, now.Argv):
+	case approved.Command != now.Command:
 		return "command changed"
 	case approved.Cwd != now.Cwd || approved.CwdID != now.CwdID:
 		return "cwd changed"
 	case approved.EnvDigest != now.EnvDigest:
 		return "env changed"
-	}
-	nowFiles := map[string]string{}
-	for _, f := range now.Files {
-		nowFiles[f.Path] = f.SHA256
-	}
-	for _, f := range approved.Files {
-		if h, ok := nowFiles[f.Path]; !ok || h != f.SHA256 {
-			return f.Path + " changed"
-		}
-		delete(nowFiles, f.Path)
-	}
-	for path := range nowFiles {
-		return path + " changed" // resolves to a file it did not before
 	}
 	return ""
 }
@@ -254,21 +244,6 @@ func EnvDigest(env []string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// fileDigest is the SHA-256 (hex) of a file's content, or a marker when it
-// cannot be read (a file that becomes readable later no longer matches).
-func fileDigest(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return "unreadable"
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "unreadable"
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // dirID identifies a directory by device and inode, so that an approval
 // does not follow a path to a directory put in its place.
 func dirID(dir string) string {
@@ -281,16 +256,6 @@ func dirID(dir string) string {
 		return ""
 	}
 	return fmt.Sprintf("%d:%d", st.Dev, st.Ino)
-}
-
-// planArgv is the argv that runs an allowlisted plan: the program itself
-// for one segment, else the rendered pipeline through /bin/sh (every word
-// quoted: no shell sees the original text again).
-func planArgv(ev approvals.Evaluation) []string {
-	if len(ev.Argv) == 1 {
-		return slices.Clone(ev.Argv[0])
-	}
-	return []string{"/bin/sh", "-c", ev.Rendered}
 }
 
 var errNoChange = errors.New("no change")
@@ -313,8 +278,7 @@ func (l *Local) recordUse(agentID string, ev approvals.Evaluation) {
 // persistAllowAlways adds the resolved binaries of an allow-always run to
 // the agent's allowlist in the host's approvals file (never a shell or a
 // wrapper: AllowAlwaysPaths leaves them out).
-func (l *Local) persistAllowAlways(agentID string, ev approvals.Evaluation) {
-	paths := ev.AllowAlwaysPaths()
+func (l *Local) persistAllowAlways(agentID string, paths []string) {
 	if l.cfg.StateDir == "" || len(paths) == 0 {
 		l.log.Warn("allow-always not persisted: nothing to allow, or no state dir", "paths", len(paths))
 		return
@@ -330,23 +294,4 @@ func (l *Local) persistAllowAlways(agentID string, ev approvals.Evaluation) {
 	if err != nil {
 		l.log.Warn("allow-always not persisted", "err", err)
 	}
-}
-
-// workspaceDir resolves a workdir inside a sandbox workspace: empty is the
-// workspace, relative paths are joined, absolute paths must lie inside.
-func workspaceDir(ws, workdir string) (string, bool) {
-	dir := ws
-	if w := strings.TrimSpace(workdir); w != "" {
-		if filepath.IsAbs(w) {
-			dir = filepath.Clean(w)
-		} else {
-			dir = filepath.Join(ws, w)
-		}
-	}
-	rel, err := filepath.Rel(ws, dir)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", false
-	}
-	st, err := os.Stat(dir)
-	return dir, err == nil && st.IsDir()
 }

@@ -189,11 +189,12 @@ func TestApplyPatchOffered(t *testing.T) {
 
 	cs := connect(t, New(emb.Invoker(""), Options{Version: "test", ApplyPatch: func() bool { return true }, DisableEvents: true}), make(logSink, 1))
 	patch := "*** Begin Patch\n*** Add File: hello.txt\n+hello from mcp\n*** End Patch\n"
-	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "apply_patch", Arguments: map[string]any{"input": patch, "workdir": dir}})
+	// No workdir: the agent's workspace (tools.exec.applyPatch.workspaceOnly).
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "apply_patch", Arguments: map[string]any{"input": patch}})
 	if err != nil || res.IsError {
 		t.Fatalf("apply_patch: %v %+v", err, res)
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "hello.txt")); err != nil || string(b) != "hello from mcp\n" {
+	if b, err := os.ReadFile(filepath.Join(emb.Gateway.Config().Sandbox.Workspace, "main", "hello.txt")); err != nil || string(b) != "hello from mcp\n" {
 		t.Fatalf("patched file: %q %v", b, err)
 	}
 }

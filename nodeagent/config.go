@@ -29,6 +29,8 @@ const (
 	// JoinFile is written into the state dir after a successful join: the
 	// NATS URLs and prefix, so later starts need no flags.
 	JoinFile = "node-join.json"
+	// DefaultWorkspaceName is the workspace root below the state dir.
+	DefaultWorkspaceName = "workspace"
 )
 
 // Config configures an Agent. Start from DefaultConfig; New validates it
@@ -74,6 +76,12 @@ type Config struct {
 	// Cwd is the working directory of commands that name none; empty
 	// means the agent's working directory.
 	Cwd string
+
+	// Workspace is the root of the agents' workspaces on this node:
+	// apply_patch writes only under <Workspace>/<agentId> unless the
+	// gateway allows any workdir (tools.exec.applyPatch.workspaceOnly
+	// false). Default <StateDir>/workspace (DefaultWorkspaceName).
+	Workspace string
 
 	// Security and Ask are node-local limits: the effective policy of a
 	// run is the stricter of these, what the gateway sent, and the
@@ -150,15 +158,8 @@ func (c *Config) normalize() error {
 	if c.Version == "" {
 		c.Version = "0.0.0-dev"
 	}
-	if c.Security != "" {
-		if _, ok := approvals.NormalizeSecurity(c.Security); !ok {
-			return fmt.Errorf("nodeagent: Security: %q is not one of deny, allowlist, full", c.Security)
-		}
-	}
-	if c.Ask != "" {
-		if _, ok := approvals.NormalizeAsk(c.Ask); !ok {
-			return fmt.Errorf("nodeagent: Ask: %q is not one of off, on-miss, always", c.Ask)
-		}
+	if err := approvals.ParseLevels(approvals.Levels{Security: c.Security, Ask: c.Ask}); err != nil {
+		return fmt.Errorf("nodeagent: %w", err)
 	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = DefaultHeartbeatInterval
@@ -188,6 +189,16 @@ func (c *Config) normalize() error {
 	}
 	if st, err := os.Stat(c.Cwd); err != nil || !st.IsDir() {
 		return fmt.Errorf("nodeagent: Cwd: %q is not a directory", c.Cwd)
+	}
+	if c.Workspace == "" && c.StateDir != "" {
+		c.Workspace = filepath.Join(c.StateDir, DefaultWorkspaceName)
+	}
+	if c.Workspace != "" {
+		abs, err := filepath.Abs(c.Workspace)
+		if err != nil {
+			return fmt.Errorf("nodeagent: Workspace: %w", err)
+		}
+		c.Workspace = abs
 	}
 	return nil
 }

@@ -38,10 +38,20 @@
 // # Policy
 //
 // The node re-checks every run with its own <state-dir>/exec-approvals.json
-// (package approvals): the stricter of the gateway's security/ask, the
-// node's --security/--ask and the file decides; allowlisted commands run as
-// their plan of resolved paths. A run that needs an approval gets its
-// askFallback at once, since a headless node has no one to ask.
+// through approvals.Authorize: the stricter of the gateway's security/ask,
+// the node's --security/--ask and the file decides; allowlisted commands
+// run as their plan of resolved paths, and every run under security
+// allowlist gets approvals.AllowlistEnv (pagers cat, LESSSECURE=1, no
+// editor, git without hooks). A run that needs an approval is answered
+// ErrApprovalRequired with the node's evaluation and the approval's
+// binding (the SHA-256 of its executables and scripts); the gateway asks
+// its operators and starts the run again with the decision and that
+// binding, which the node checks right before it spawns ("approval no
+// longer matches: <path> changed").
+//
+// apply_patch writes only under the agent's workspace below
+// Config.Workspace (default <state-dir>/workspace) unless the gateway
+// sends anyWorkdir, and never inside a .git directory.
 //
 // # Environment and working directory
 //

@@ -75,7 +75,9 @@ func IsDangerousHostInheritedEnvVarName(key string) bool {
 // units), and nil when empty.
 //
 // PAGER and GIT_PAGER are allowed with the value "" or "cat" (turning the
-// pager off is harmless); any other value is blocked.
+// pager off is harmless); any other value is blocked. Besides OpenClaw's
+// lists, execmesh's own additions are blocked
+// (IsExecmeshBlockedOverrideVarName: LESS*, GIT_TRACE*, PERL*, PYTHON*, …).
 func InspectEnvOverrides(env map[string]string) (blocked, invalid []string) {
 	_, blocked, invalid = filterOverrides(env, true)
 	return blocked, invalid
@@ -238,7 +240,8 @@ type envEntry struct {
 
 // filterOverrides splits request overrides into the accepted entries (in
 // application order) and the sorted blocked and invalid key lists. It is
-// OpenClaw's sanitizeHostEnvOverridesWithDiagnostics.
+// OpenClaw's sanitizeHostEnvOverridesWithDiagnostics, plus execmesh's own
+// additions (env_execmesh.go).
 func filterOverrides(overrides map[string]string, blockPath bool) (accepted []envEntry, blocked, invalid []string) {
 	for _, raw := range sortedRawKeys(overrides) {
 		value := overrides[raw]
@@ -256,7 +259,7 @@ func filterOverrides(overrides map[string]string, blockPath bool) (accepted []en
 			blocked = append(blocked, upper)
 		case isNoPagerOverride(upper, value):
 			accepted = append(accepted, envEntry{key: key, value: ""})
-		case isBlockedEverywhere(upper) || isBlockedOverrideOnly(upper):
+		case isBlockedEverywhere(upper) || isBlockedOverrideOnly(upper) || isExecmeshBlocked(upper):
 			blocked = append(blocked, upper)
 		default:
 			accepted = append(accepted, envEntry{key: key, value: value})

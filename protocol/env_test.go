@@ -563,3 +563,48 @@ func TestJSHelpers(t *testing.T) {
 		t.Errorf("compareUTF16 of distinct invalid bytes = %d, want > 0", c)
 	}
 }
+
+// TestExecmeshEnvAdditions: execmesh's own request-env blocklist (issue 14
+// class D) refuses what makes an allowlisted tool run a program or write
+// a file, on top of OpenClaw's lists, which stay as OpenClaw ships them
+// (TestHostEnvPolicyLists); the daemon's own environment keeps these keys.
+func TestExecmeshEnvAdditions(t *testing.T) {
+	for _, table := range [][]string{execmeshBlockedOverrideKeys, execmeshBlockedOverridePrefixes, execmeshBlockedOverrideSuffixes, execmeshAllowedOverrideKeys} {
+		if !slices.IsSorted(table) || len(slices.Compact(slices.Clone(table))) != len(table) {
+			t.Errorf("table not strictly sorted: %q", table)
+		}
+	}
+	blocked := []string{"LESS", "LESSOPEN", "lesskey", "LESSSECURE", "GIT_TRACE", "GIT_TRACE2_EVENT", "GIT_TRACE_PACKET",
+		"GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_SSH_VARIANT", "GIT_REDIRECT_STDOUT", "GIT_TEST_FSMONITOR",
+		"GIT_MAN_VIEWER", "PERLLIB", "PERL5DB", "PERLIO", "PYTHONSTARTUP", "PYTHONWARNINGS", "PYTHONPYCACHEPREFIX",
+		"RUBYOPT", "RUBY_YJIT_ENABLE", "LOCPATH", "NLSPATH", "TEXTDOMAINDIR", "TAR_OPTIONS", "TAPE", "MANOPT",
+		"MANROFFOPT", "GROFF_TMAC_PATH", "SYSTEMD_PAGER", "GH_PAGER", "PSQL_PAGER", "SYSTEMD_EDITOR", "CVS_RSH",
+		"RSYNC_RSH", "SSH_ASKPASS", "X_ASKPASS", "AWKPATH", "AWKLIBPATH", "VIMRUNTIME", "ASAN_OPTIONS", "PS1", "INPUTRC"}
+	for _, k := range blocked {
+		if !IsExecmeshBlockedOverrideVarName(k) && !IsDangerousHostEnvVarName(k) && !IsDangerousHostEnvOverrideVarName(k) {
+			t.Errorf("%s is not blocked by any list", k)
+		}
+		err := ValidateHostEnvOverrides(map[string]string{k: "x"})
+		want := "Security Violation: Environment variable '" + strings.ToUpper(k) + "' is forbidden during host execution."
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: %v, want %q", k, err, want)
+		}
+		if env, _, _ := SanitizeHostEnv(map[string]string{k: "x"}, nil, true); env[k] != "x" && !IsDangerousHostInheritedEnvVarName(k) {
+			t.Errorf("%s dropped from the inherited environment", k)
+		}
+	}
+	for _, k := range []string{"PAGER", "GIT_PAGER"} {
+		if err := ValidateHostEnvOverrides(map[string]string{k: "cat"}); err != nil {
+			t.Errorf("%s=cat: %v (OpenClaw's exception must stay)", k, err)
+		}
+	}
+	for _, k := range []string{"PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "LANG", "LC_ALL", "TERM", "GIT_AUTHOR_NAME", "GIT_COMMITTER_EMAIL", "FOO", "NODE_ENV", "TZ"} {
+		if err := ValidateHostEnvOverrides(map[string]string{k: "1"}); err != nil {
+			t.Errorf("%s: %v", k, err)
+		}
+	}
+	// OpenClaw's predicates are unchanged: LESS is not in its lists.
+	if IsDangerousHostEnvVarName("LESS") || IsDangerousHostEnvOverrideVarName("LESS") {
+		t.Error("OpenClaw's predicates report an execmesh addition")
+	}
+}

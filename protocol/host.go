@@ -92,15 +92,24 @@ type Plan struct {
 	CwdID string `json:"cwdId,omitempty"`
 	// EnvDigest is the SHA-256 (hex) of the command's sorted environment.
 	EnvDigest string `json:"envDigest"`
-	// Files are the executable and script operands the command would
-	// run, with their content hashes at approval time.
-	Files []PlanFile `json:"files,omitempty"`
+	// Files are the executables, wrappers and script operands the
+	// command would run (package approvals binds them), with their
+	// content hashes at approval time.
+	Files []BoundFile `json:"files,omitempty"`
 }
 
-// PlanFile is one file a plan runs, and the SHA-256 (hex) of its content.
-type PlanFile struct {
+// ApprovalBinding is what an approval is bound to (package approvals
+// computes and checks it): the executables and script files of the
+// command with the SHA-256 of their content.
+type ApprovalBinding struct {
+	Files []BoundFile `json:"files"`
+}
+
+// BoundFile is one file of an ApprovalBinding: SHA256 is the hex digest
+// of its content, "" for a path that did not exist.
+type BoundFile struct {
 	Path   string `json:"path"`
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Approval decisions. allow-once and allow-always run the command;
@@ -188,6 +197,11 @@ type ApplyPatchRequest struct {
 	Args       ApplyPatchArgs `json:"args"`
 	// Security is the gateway's resolved security; a host only tightens it.
 	Security string `json:"security,omitempty"`
+	// AnyWorkdir lets the patch write under any workdir the host accepts
+	// (the gateway's tools.exec.applyPatch.workspaceOnly is false).
+	// Without it the host confines the patch to the agent's workspace, so
+	// a request that omits the field gets the stricter rule.
+	AnyWorkdir bool `json:"anyWorkdir,omitempty"`
 }
 
 // PingReply answers the gateway's liveness probe (NodeEndpointPing): the

@@ -14,7 +14,7 @@ import (
 // here) fails this test.
 func TestNodeWireNames(t *testing.T) {
 	yield := 100.0
-	plan := Plan{Host: "node", NodeID: "n", AgentID: "a", SessionKey: "k", Command: "c", Argv: []string{"/bin/c"}, Cwd: "/", CwdID: "1:2", EnvDigest: "e", Files: []PlanFile{{Path: "/bin/c", SHA256: "h"}}}
+	plan := Plan{Host: "node", NodeID: "n", AgentID: "a", SessionKey: "k", Command: "c", Argv: []string{"/bin/c"}, Cwd: "/", CwdID: "1:2", EnvDigest: "e", Files: []BoundFile{{Path: "/bin/c", SHA256: "h"}}}
 	decision := Decision{ApprovalID: "i", Decision: DecisionAllowOnce, Plan: plan, ExpiresAtMs: 9}
 	details := Details{SessionID: Some("s")}
 	tests := []struct {
@@ -29,8 +29,8 @@ func TestNodeWireNames(t *testing.T) {
 			`{"result":{"content":[{"type":"text","text":"t"}],"details":{"sessionId":"s"}},"instance":"i"}`},
 		{"approval request", &ApprovalRequest{AllowAlways: true, AskFallback: "deny", FallbackAllows: true, Reason: "r", Plan: plan},
 			`{"allowAlways":true,"askFallback":"deny","fallbackAllows":true,"reason":"r","plan":{"host":"node","nodeId":"n","agentId":"a","sessionKey":"k","command":"c","argv":["/bin/c"],"cwd":"/","cwdId":"1:2","envDigest":"e","files":[{"path":"/bin/c","sha256":"h"}]}}`},
-		{"applypatch request", &ApplyPatchRequest{SessionKey: "k", AgentID: "a", Target: TargetNode, Args: ApplyPatchArgs{Input: "p"}, Security: "full"},
-			`{"sessionKey":"k","agentId":"a","target":"node","args":{"input":"p"},"security":"full"}`},
+		{"applypatch request", &ApplyPatchRequest{SessionKey: "k", AgentID: "a", Target: TargetNode, Args: ApplyPatchArgs{Input: "p"}, Security: "full", AnyWorkdir: true},
+			`{"sessionKey":"k","agentId":"a","target":"node","args":{"input":"p"},"security":"full","anyWorkdir":true}`},
 		{"process request", &ProcessRequest{SessionKey: "k", Args: ProcessArgs{Action: "poll", SessionID: "s"}},
 			`{"sessionKey":"k","args":{"action":"poll","sessionId":"s"}}`},
 		{"process reply", &ProcessReply{Result: TextResult("t", details), Gone: true, Instance: "i"},

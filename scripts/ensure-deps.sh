@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests and `make run` need beyond Go modules:
 # bubblewrap (sandbox tests), iproute2 (multi-host namespace tests),
-# chromium (the control page's browser test) and openssl (test CA).
+# chromium (the control page's browser test), openssl (test CA), and git,
+# less and gawk (the carrier tests of package approvals run the real
+# tools; find, tar and sed are part of every Debian system).
 # Debian/Ubuntu only; without root it says what is missing and goes on.
 set -u
 missing=()
@@ -9,6 +11,9 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v git >/dev/null 2>&1 || missing+=(git)
+command -v less >/dev/null 2>&1 || missing+=(less)
+command -v awk >/dev/null 2>&1 || missing+=(gawk)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "ensure-deps: installing ${missing[*]}" >&2

@@ -470,6 +470,7 @@ func startLocalNode(ctx context.Context, d *daemon) (*nodeagent.Agent, error) {
 	cfg.Logger = d.log.With("component", "node")
 	cfg.Prefix = d.cfg.NATS.Prefix
 	cfg.StateDir = d.cfg.StateDir
+	cfg.Workspace = d.cfg.Sandbox.Workspace // one workspace root for the gateway and its local node
 	cfg.Identity = &id
 	cfg.Name = name
 	if d.srv != nil {

@@ -36,12 +36,14 @@ type nodeEnv struct {
 	Security    *string `env:"NODE_SECURITY"`
 	Ask         *string `env:"NODE_ASK"`
 	MetricsAddr *string `env:"NODE_METRICS_ADDR"`
+	Workspace   *string `env:"NODE_WORKSPACE"`
 }
 
 // nodeFlags are the flags of `execmesh node`.
 type nodeFlags struct {
 	urls                                                      listFlag
 	name, stateDir, creds, seed, tlsCA, prefix, join, workdir string
+	workspace                                                 string
 	heartbeat                                                 time.Duration
 	security, ask, logLevel, metricsAddr                      string
 }
@@ -72,6 +74,7 @@ func (c *cli) newNodeCmd() *cobra.Command {
 	fs.StringVar(&f.prefix, "prefix", "", "NATS subject `prefix` (default execmesh)")
 	fs.StringVar(&f.join, "join", "", "join `code` from \"execmesh nodes invite\": joins and pairs this machine")
 	fs.StringVar(&f.workdir, "workdir", "", "working `dir`ectory of commands that name none (default: the current directory)")
+	fs.StringVar(&f.workspace, "workspace", "", "`root` of the agents' workspaces: apply_patch writes only under <root>/<agentId> (default <state-dir>/workspace, or $EXECMESH_NODE_WORKSPACE)")
 	fs.DurationVar(&f.heartbeat, "heartbeat", 0, "heartbeat `interval` (default 5s)")
 	fs.StringVar(&f.security, "security", "", "node-local limit on the security `mode`: deny, allowlist or full (default: as the gateway sends)")
 	fs.StringVar(&f.ask, "ask", "", "node-local limit on the ask `mode`: off, on-miss or always (default: as the gateway sends)")
@@ -82,6 +85,7 @@ func (c *cli) newNodeCmd() *cobra.Command {
 	completeValues(cmd, "log-level", "debug", "info", "warn", "error")
 	_ = cmd.MarkFlagDirname("state-dir")
 	_ = cmd.MarkFlagDirname("workdir")
+	_ = cmd.MarkFlagDirname("workspace")
 	return cmd
 }
 
@@ -121,6 +125,7 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 	}
 	cfg.Join = pick(f.join, ev.Join)
 	cfg.Cwd = f.workdir
+	cfg.Workspace = pick(f.workspace, ev.Workspace)
 	cfg.Security = pick(f.security, ev.Security)
 	cfg.Ask = pick(f.ask, ev.Ask)
 	switch {
