@@ -34,6 +34,8 @@ type ExitEvent struct {
 	Tail       string `json:"tail"`       // last 2000 chars of retained output
 	StartedAt  int64  `json:"startedAt"`  // unix ms
 	EndedAt    int64  `json:"endedAt"`    // unix ms
+	// Usage is what the session's processes cost (details.usage).
+	Usage *Usage `json:"usage,omitempty"`
 	// Notify is true when the exit should become an exec.exit system event
 	// (notifyOnExit on, not suppressed by a terminal poll, not a kill, not a
 	// silent success unless notifyOnExitEmptySuccess). Text is then its text.

@@ -85,6 +85,11 @@ type NodeExecRequest struct {
 	// asked an approval for (after ErrApprovalRequired): never from the
 	// exec arguments, which are decoded strictly and have no such field.
 	Approval *NodeExecApproval `json:"approval,omitempty"`
+	// Limits are the effective resource limits the gateway resolved
+	// (tools.exec.limits, the agent's, then the call's "limits"); the
+	// node's session core applies them to the session's cgroup, or
+	// refuses the exec where its controllers are missing.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // NodeExecApproval is the gateway's approval of one run.
@@ -208,6 +213,9 @@ type NodeHeartbeat struct {
 	// tell a late heartbeat from a lost node.
 	IntervalMs int64 `json:"intervalMs"`
 	TS         int64 `json:"ts"` // unix ms
+	// Containment is how the node's session core holds process trees:
+	// "cgroup" or "process-group" (session.Manager.Containment).
+	Containment string `json:"containment,omitempty"`
 }
 
 // NodePairRequest is sent on <prefix>.pair.request (SubjectSet.PairRequest):

@@ -19,8 +19,8 @@ func TestNodeWireNames(t *testing.T) {
 		value  any // a pointer to a value with every field set
 		golden string
 	}{
-		{"exec request", &NodeExecRequest{SessionKey: "k", AgentID: "a", Args: args, Security: "full", Ask: "off", Warnings: []string{"w"}, Sync: true, Approval: &NodeExecApproval{ID: "i", Decision: NodeDecisionAllowOnce}},
-			`{"sessionKey":"k","agentId":"a","args":{"command":"true"},"security":"full","ask":"off","warnings":["w"],"sync":true,"approval":{"id":"i","decision":"allow-once"}}`},
+		{"exec request", &NodeExecRequest{SessionKey: "k", AgentID: "a", Args: args, Security: "full", Ask: "off", Warnings: []string{"w"}, Sync: true, Approval: &NodeExecApproval{ID: "i", Decision: NodeDecisionAllowOnce}, Limits: &Limits{MemoryMax: 1 << 30, PidsMax: 64, CPUMax: 1.5}},
+			`{"sessionKey":"k","agentId":"a","args":{"command":"true"},"security":"full","ask":"off","warnings":["w"],"sync":true,"approval":{"id":"i","decision":"allow-once"},"limits":{"memoryMax":1073741824,"pidsMax":64,"cpuMax":1.5}}`},
 		{"exec approval", &NodeExecApproval{ID: "i", Decision: NodeDecisionTimeout},
 			`{"id":"i","decision":"timeout"}`},
 		{"approval required", &NodeApprovalRequired{Command: "c", Cwd: "/", AllowAlways: true, AskFallback: "deny", FallbackAllows: true, Reason: "r"},
@@ -41,8 +41,8 @@ func TestNodeWireNames(t *testing.T) {
 			`{"bins":{"git":"/usr/bin/git"}}`},
 		{"pairing notice", &NodePairingNotice{Status: NodePairingPaired},
 			`{"status":"paired"}`},
-		{"heartbeat", &NodeHeartbeat{NodeID: "n", PublicKey: "p", Name: "x", Platform: "linux", Hostname: "h", Version: "v", Instance: "i", StartedAt: 1, Sessions: 2, Server: "s", IntervalMs: 3, TS: 4},
-			`{"nodeId":"n","publicKey":"p","name":"x","platform":"linux","hostname":"h","version":"v","instance":"i","startedAt":1,"sessions":2,"server":"s","intervalMs":3,"ts":4}`},
+		{"heartbeat", &NodeHeartbeat{NodeID: "n", PublicKey: "p", Name: "x", Platform: "linux", Hostname: "h", Version: "v", Instance: "i", StartedAt: 1, Sessions: 2, Server: "s", IntervalMs: 3, TS: 4, Containment: "cgroup"},
+			`{"nodeId":"n","publicKey":"p","name":"x","platform":"linux","hostname":"h","version":"v","instance":"i","startedAt":1,"sessions":2,"server":"s","intervalMs":3,"ts":4,"containment":"cgroup"}`},
 		{"pair request", &NodePairRequest{Type: NodePairJoin, NodeID: "n", PublicKey: "p", Name: "x", Platform: "l", Version: "v", Instance: "i", JoinUser: "u", JoinSecret: "s", Signature: "g"},
 			`{"type":"join","nodeId":"n","publicKey":"p","name":"x","platform":"l","version":"v","instance":"i","joinUser":"u","joinSecret":"s","signature":"g"}`},
 		{"pair response", &NodePairResponse{Status: NodePairingRejected, NodeID: "n", Message: "m", Error: &Error{Type: ErrConflict, Message: "e", Retryable: true}},

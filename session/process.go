@@ -105,6 +105,7 @@ func (s *session) finishedDetailsLocked() protocol.Details {
 		d["timedOut"] = isTimeoutReason(r.reason)
 		d["noOutputTimedOut"] = r.reason == reasonNoOutput
 	}
+	d["usage"] = r.usage
 	return s.nameDetail(d)
 }
 
@@ -173,6 +174,7 @@ func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int)
 		"retryInMs":  retry,
 	}
 	s.mu.Unlock()
+	d["usage"] = s.tree.usage(nil)
 	return protocol.TextResult(text, s.nameDetail(facts.addTo(d)))
 }
 
@@ -303,7 +305,7 @@ func (m *Manager) logAction(s *session, id string, offset, limit *int) protocol.
 		if facts.waitingForInput {
 			text += inputWaitHint(facts.idleMs)
 		}
-		d = s.nameDetail(facts.addTo(protocol.Details{"status": protocol.StatusRunning, "sessionId": id}))
+		d = s.nameDetail(facts.addTo(protocol.Details{"status": protocol.StatusRunning, "sessionId": id, "usage": s.tree.usage(nil)}))
 	} else {
 		if s.res.stopped {
 			text += s.exitLineLocked()
@@ -573,6 +575,7 @@ func (s *session) listEntry(now time.Time) protocol.Details {
 	d["status"] = protocol.StatusRunning
 	d["runtimeMs"] = now.Sub(s.startedAt).Milliseconds()
 	d["pid"] = s.pid
+	d["usage"] = s.tree.usage(nil)
 	return s.nameDetail(s.factsLocked(now).addTo(d))
 }
 

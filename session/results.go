@@ -51,6 +51,7 @@ func (s *session) foregroundResult(warningText string) protocol.Result {
 			"timedOut":         r.timedOut,
 			"noOutputTimedOut": false,
 			"cwd":              s.cwd,
+			"usage":            r.usage,
 		}
 		if r.reason != "" {
 			d["exitReason"] = r.reason
@@ -66,6 +67,7 @@ func (s *session) foregroundResult(warningText string) protocol.Result {
 		"aggregated":       r.aggregated,
 		"noOutputTimedOut": false,
 		"cwd":              s.cwd,
+		"usage":            r.usage,
 	})
 }
 
