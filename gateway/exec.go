@@ -26,11 +26,17 @@ type plan struct {
 	warnings   []string
 	sync       bool
 	background bool
+	limits     protocol.Limits // effective resource limits (effectiveLimits)
 }
 
 func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Result, error) {
 	p := plan{args: args, background: args.Background}
 	defaults := c.g.sessionDefaults(c.sessionKey)
+	limits, err := effectiveLimits(&c.cfg, c.agentID, args.Limits)
+	if err != nil {
+		return protocol.Result{}, err
+	}
+	p.limits = limits
 
 	// The process tool denied means no pollable sessions: run synchronously.
 	if !toolAllowed(&c.cfg, c.agentID, protocol.ToolProcess, "") {
@@ -164,6 +170,7 @@ func (c *call) sessionRequest(p *plan, workdir string, env []string) session.Exe
 		Synchronous: p.sync,
 		ScopeKey:    c.sessionKey,
 		Warnings:    p.warnings,
+		Limits:      p.limits,
 	}
 }
 
@@ -263,6 +270,7 @@ func (c *call) runNode(ctx context.Context, p *plan) (protocol.Result, error) {
 		Ask:        p.ask,
 		Warnings:   p.warnings,
 		Sync:       p.sync,
+		Limits:     p.limits,
 	}
 	if req.Requested == "" {
 		req.Requested = c.g.sessionDefaults(c.sessionKey).Node

@@ -45,6 +45,10 @@ type Options struct {
 	// LoginShellPath returns the login shell's PATH to merge into
 	// gateway-host commands; nil probes the login shell once (spec §7.4).
 	LoginShellPath func() string
+	// Reaper is the process's session Reaper, shared with the other
+	// Managers of the process (`execmesh up`'s local node); nil makes the
+	// gateway's session core start its own.
+	Reaper *session.Reaper
 }
 
 // Gateway serves the exec and process tools. Its zero value is not usable;
@@ -148,14 +152,29 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	scfg.ApplyEnv(opts.Getenv)
 	scfg.Logger = opts.Logger.With("component", "session")
 	applySessionConfig(&scfg, cfg)
+	scfg.Reaper = opts.Reaper
+	scfg.StateDir = filepath.Join(cfg.StateDir, "sessions", "gateway")
+	scfg.OnLost = func(l session.LostSession) {
+		// The exec.lost event for the session's agent comes with the
+		// event queues' rework (issue 17); until then the log says it.
+		g.log.Warn("session lost by an earlier run", "session", l.SessionID, "sessionKey", l.SessionKey,
+			"command", l.Command, "startedAt", l.StartedAt, "reason", l.Reason)
+	}
 	scfg.OnExit = g.onLocalExit
 	scfg.OnAcknowledged = func(scope, id string) { g.events.acknowledge(scope, "exec:"+id) }
 	if opts.Metrics != nil {
 		scfg.OnOutput = opts.Metrics.AddOutputBytes
+		scfg.OnUsage = opts.Metrics.ObserveUsage
 	}
 	m, err := session.NewManager(scfg)
 	if err != nil {
 		return nil, fmt.Errorf("session core: %w", err)
+	}
+	for key, l := range configuredLimits(&cfg) {
+		if err := m.CheckLimits(l); err != nil {
+			_ = m.Close(context.Background())
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
 	}
 	g.local = m
 	opts.Metrics.RegisterSessionsFunc(m.Counts)
@@ -184,6 +203,7 @@ func applySessionConfig(s *session.Config, cfg Config) {
 	s.KillGrace = time.Duration(e.KillGraceMs) * time.Millisecond
 	s.NotifyOnExit = e.NotifyOnExit
 	s.NotifyOnExitEmptySuccess = e.NotifyOnExitEmptySuccess
+	s.Containment = e.Containment
 }
 
 // Config returns a copy of the configuration in force.

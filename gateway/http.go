@@ -65,7 +65,7 @@ func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "status": "shutting down"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "containment": g.local.Containment().Mode})
 }
 
 // authed checks the bearer token and the failure rate limit.

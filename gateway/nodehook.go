@@ -22,6 +22,8 @@ type NodeExecRequest struct {
 	Ask        string
 	Warnings   []string
 	Sync       bool // the process tool is denied: run to completion
+	// Limits are the effective resource limits, applied by the node.
+	Limits protocol.Limits
 }
 
 // nodeBackend routes node-targeted calls over NATS. It is nil until the

@@ -137,6 +137,7 @@ type nodeEntry struct {
 	hostname  string
 	version   string
 	server    string
+	contain   string // the node's containment, from heartbeats
 	instance  string // current run of the agent, from heartbeats
 	startedAt int64
 	sessions  int
@@ -492,6 +493,7 @@ func (r *nodeRouter) onHeartbeat(m *nats.Msg) {
 		id: id, publicKey: hb.PublicKey, name: hb.Name, platform: hb.Platform, hostname: hb.Hostname,
 		version: hb.Version, server: hb.Server, instance: hb.Instance, startedAt: hb.StartedAt,
 		sessions: hb.Sessions, sessionsKnown: true, interval: time.Duration(hb.IntervalMs) * time.Millisecond,
+		containment: hb.Containment,
 	})
 }
 
@@ -499,6 +501,7 @@ func (r *nodeRouter) onHeartbeat(m *nats.Msg) {
 // tells about a node.
 type seenInfo struct {
 	id, publicKey, name, platform, hostname, version, server, instance string
+	containment                                                        string
 	startedAt                                                          int64
 	sessions                                                           int
 	sessionsKnown                                                      bool
@@ -528,6 +531,7 @@ func (r *nodeRouter) seen(s seenInfo) {
 		}
 	}
 	set(&n.name, s.name)
+	set(&n.contain, s.containment)
 	set(&n.platform, s.platform)
 	set(&n.hostname, s.hostname)
 	set(&n.version, s.version)

@@ -231,10 +231,14 @@ func (r *nodeRouter) execOn(ctx context.Context, n nodeInfo, req NodeExecRequest
 	if err != nil {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrInternal, "exec: encode arguments: %v", err)
 	}
+	var limits *protocol.Limits
+	if !req.Limits.IsZero() {
+		limits = &req.Limits
+	}
 	body, err := json.Marshal(protocol.NodeExecRequest{
 		SessionKey: req.SessionKey, AgentID: req.AgentID, Args: rawArgs,
 		Security: req.Security, Ask: req.Ask, Warnings: req.Warnings, Sync: req.Sync,
-		Approval: approval,
+		Approval: approval, Limits: limits,
 	})
 	if err != nil {
 		return protocol.Result{}, protocol.Errorf(protocol.ErrInternal, "exec: encode request: %v", err)

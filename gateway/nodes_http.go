@@ -30,13 +30,16 @@ type NodeView struct {
 	Version   string `json:"version,omitempty"`
 	PublicKey string `json:"publicKey,omitempty"`
 	Joined    bool   `json:"joined,omitempty"`
+	// Containment is how the node holds process trees ("cgroup" or
+	// "process-group"), from its heartbeats; empty before the first.
+	Containment string `json:"containment,omitempty"`
 }
 
 func nodeView(n nodeInfo) NodeView {
 	v := NodeView{
 		ID: n.id, Name: n.name, Status: "unreachable", Paired: n.pairing == protocol.NodePairingPaired, Pairing: n.pairing,
 		Platform: n.platform, Sessions: n.sessions, Server: n.server, Version: n.version,
-		PublicKey: n.publicKey, Joined: n.joined,
+		PublicKey: n.publicKey, Joined: n.joined, Containment: n.contain,
 	}
 	if n.live {
 		v.Status = "connected"

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/session"
 )
@@ -141,6 +143,20 @@ func New(cfg Config) (*Agent, error) {
 		scfg.OnOutput = func(n int) { prev(n); a.counters.addOutput(n) }
 	} else {
 		scfg.OnOutput = a.counters.addOutput
+	}
+	a.counters.usage = metrics.NewUsageRecorder()
+	scfg.OnUsage = a.counters.usage.Observe
+	// Running sessions are recorded in the state dir, so that the next
+	// run ends what a crash left (issue 17); the gateway's Manager of
+	// `execmesh up` uses a directory of its own beside it.
+	if scfg.StateDir == "" && cfg.StateDir != "" {
+		scfg.StateDir = filepath.Join(cfg.StateDir, "sessions", "node")
+	}
+	if scfg.OnLost == nil {
+		scfg.OnLost = func(l session.LostSession) {
+			a.log.Warn("session lost by an earlier run", "session", l.SessionID, "sessionKey", l.SessionKey,
+				"command", l.Command, "startedAt", l.StartedAt, "reason", l.Reason)
+		}
 	}
 	m, err := session.NewManager(scfg)
 	if err != nil {
@@ -549,6 +565,7 @@ func (a *Agent) beat(nc *nats.Conn) {
 		Hostname: a.hostname, Version: a.cfg.Version, Instance: a.instance,
 		StartedAt: a.startedAt.UnixMilli(), Sessions: a.sessionCount(),
 		Server: bus.ConnectedServer(nc), IntervalMs: a.cfg.HeartbeatInterval.Milliseconds(), TS: now.UnixMilli(),
+		Containment: a.mgr.Containment().Mode,
 	}
 	b, err := json.Marshal(hb)
 	if err != nil {

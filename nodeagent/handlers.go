@@ -152,7 +152,18 @@ func (a *Agent) runExec(ctx context.Context, r *ExecRequest, args protocol.ExecA
 	if err != nil {
 		return nil, err
 	}
+	// The gateway's effective limits; a call's own may only tighten them.
+	var limits protocol.Limits
+	if r.Limits != nil {
+		limits = *r.Limits
+	}
+	if args.Limits != nil {
+		if limits, err = limits.Tighten(*args.Limits, func(k string) string { return protocol.ToolExec + ` parameter "limits.` + k + `"` }); err != nil {
+			return nil, err
+		}
+	}
 	sreq := session.ExecRequest{
+		Limits:      limits,
 		Command:     args.Command,
 		Argv:        decision.argv,
 		Workdir:     workdir,

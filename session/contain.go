@@ -382,6 +382,9 @@ func (t *cgroupTree) prepare(attr *syscall.SysProcAttr) (func(int), error) {
 // access to its group may create some).
 func (t *cgroupTree) dirs() []cgroup.Dir {
 	out := []cgroup.Dir{t.dir}
+	if t.dir.Descendants() == 0 {
+		return out
+	}
 	for i := 0; i < len(out); i++ {
 		ents, err := os.ReadDir(out[i].Path)
 		if err != nil {
@@ -406,7 +409,7 @@ func (t *cgroupTree) term() error {
 	for range maxSignalRounds {
 		n := 0
 		for _, d := range t.dirs() {
-			pids, err := d.Signal(unix.SIGTERM, sent)
+			pids, err := d.Signal(sent, unix.SIGTERM, unix.SIGCONT)
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}
@@ -418,9 +421,6 @@ func (t *cgroupTree) term() error {
 		if n == 0 {
 			break
 		}
-	}
-	for _, d := range t.dirs() {
-		_, _ = d.Signal(unix.SIGCONT, nil)
 	}
 	return errors.Join(errs...)
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/execmesh/execmesh/internal/cgroup"
+	"github.com/execmesh/execmesh/internal/testutil"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -52,49 +53,14 @@ func requireCgroups(t *testing.T) {
 	_ = m.Close(context.Background())
 }
 
-// tokens makes every test's commands findable in /proc: `sleep 7000.<n>`
-// is a process no other test starts.
-var tokenSeq atomic.Int64
-
-func token() string {
-	return "7" + strconv.Itoa(os.Getpid()%1000) + "." + strconv.FormatInt(tokenSeq.Add(1), 10)
-}
+func token() string { return testutil.SleepToken() }
 
 // procID identifies a process beyond pid reuse.
-type procID struct {
-	pid   int
-	start uint64
-}
+type procID = testutil.Proc
 
-// procsWith lists the live processes whose command line has arg.
-func procsWith(arg string) []procID {
-	names, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var out []procID
-	var buf [512]byte
-	for _, n := range names {
-		b, err := os.ReadFile(n)
-		if err != nil || !slices.Contains(strings.Split(string(b), "\x00"), arg) {
-			continue
-		}
-		pid, _ := strconv.Atoi(strings.Split(n, "/")[2])
-		if p, ok := readProcStat(pid, buf[:]); ok && p.state != 'Z' {
-			out = append(out, procID{pid, p.start})
-		}
-	}
-	return out
-}
+func procsWith(arg string) []procID { return testutil.ProcsWith(arg) }
 
-// stillAlive returns the processes of ids that still run (same start).
-func stillAlive(ids []procID) []procID {
-	var out []procID
-	var buf [512]byte
-	for _, id := range ids {
-		if p, ok := readProcStat(id.pid, buf[:]); ok && p.start == id.start && p.state != 'Z' {
-			out = append(out, id)
-		}
-	}
-	return out
-}
+func stillAlive(ids []procID) []procID { return testutil.StillAlive(ids) }
 
 // waitProcs waits until n processes with arg run and returns them.
 func waitProcs(t *testing.T, arg string, n int) []procID {
@@ -203,7 +169,7 @@ func TestStoppedTree(t *testing.T) {
 		id := startBackground(t, m, ExecRequest{Command: "sleep " + tok + " & sleep " + tok + " & wait"})
 		procs := waitProcs(t, tok, 2)
 		for _, p := range procs {
-			_ = syscall.Kill(p.pid, syscall.SIGSTOP)
+			_ = syscall.Kill(p.PID, syscall.SIGSTOP)
 		}
 		_ = syscall.Kill(m.anySession(id).pid, syscall.SIGSTOP)
 		start := time.Now()
@@ -472,7 +438,14 @@ func TestRecordsFollowSessions(t *testing.T) {
 			return nil
 		})
 		tok := token()
-		mustExec(t, m, ExecRequest{Command: "setsid sleep " + tok + " >/dev/null 2>&1 &"})
+		daemon := "setsid sleep " + tok + " >/dev/null 2>&1 &"
+		if mode == ContainmentProcessGroup {
+			// A setsid daemon whose parent ended is nobody's there (an
+			// orphan of the process, see TestDoubleForkEndsAtClose); one
+			// that stays in the command's group is its session's.
+			daemon = "sleep " + tok + " >/dev/null 2>&1 &"
+		}
+		mustExec(t, m, ExecRequest{Command: daemon})
 		procs := waitProcs(t, tok, 1)
 		checkFor(t, waitLimit, 10*time.Millisecond, func() error {
 			if r := records(); len(r) != 1 || !r[0].Exited {

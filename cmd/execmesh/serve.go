@@ -26,6 +26,7 @@ import (
 	"github.com/execmesh/execmesh/mcpserver"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodeagent"
+	"github.com/execmesh/execmesh/session"
 	"github.com/execmesh/execmesh/ui"
 )
 
@@ -125,6 +126,7 @@ type daemon struct {
 	gw      *gateway.Gateway
 	http    *http.Server
 	node    *nodeagent.Agent
+	reaper  *session.Reaper // the process's, shared by the gateway's and the local node's session cores
 	metrics *metrics.Metrics
 	authOn  bool // the embedded server requires authentication
 	drain   time.Duration
@@ -235,7 +237,8 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 		ln.Close()
 		return fmt.Errorf("nats.url: %w", err)
 	}
-	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Logger: d.log, ConfigPath: d.cfgPth, Metrics: d.metrics})
+	d.reaper = session.NewReaper(session.ReaperConfig{Logger: d.log.With("component", "session")})
+	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Logger: d.log, ConfigPath: d.cfgPth, Metrics: d.metrics, Reaper: d.reaper})
 	if err != nil {
 		ln.Close()
 		return err
@@ -319,6 +322,11 @@ func (d *daemon) stop(ctx context.Context) error {
 			errs = multierror.Append(errs, err)
 		}
 	}
+	if d.reaper != nil {
+		if err := d.reaper.Close(ctx); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
 	if d.nc != nil {
 		if err := d.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			d.nc.Close()
@@ -391,6 +399,8 @@ func startLocalNode(ctx context.Context, d *daemon) (*nodeagent.Agent, error) {
 	}
 	cfg := nodeagent.DefaultConfig()
 	cfg.Logger = d.log.With("component", "node")
+	cfg.Session.Reaper = d.reaper
+	cfg.Session.Containment = d.cfg.Tools.Exec.Containment
 	cfg.Prefix = d.cfg.NATS.Prefix
 	cfg.StateDir = d.cfg.StateDir
 	cfg.Identity = &id

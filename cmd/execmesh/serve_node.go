@@ -36,6 +36,9 @@ type nodeEnv struct {
 	Security    *string `env:"NODE_SECURITY"`
 	Ask         *string `env:"NODE_ASK"`
 	MetricsAddr *string `env:"NODE_METRICS_ADDR"`
+	// Containment is the session core's containment, as the gateway's
+	// tools.exec.containment: auto, cgroup or process-group.
+	Containment *string `env:"EXEC_CONTAINMENT"`
 }
 
 // serveNode runs `execmesh node`: a headless node agent in the foreground
@@ -87,6 +90,9 @@ func serveNode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg.Version = version
 	cfg.Session.ApplyEnv(c.getenv)
 	cfg.Session.Logger = log.With("component", "session")
+	if ev.Containment != nil {
+		cfg.Session.Containment = strings.TrimSpace(*ev.Containment)
+	}
 	if d := pick(*stateDir, ev.StateDir); d != "" {
 		cfg.StateDir = d
 	} else if home := c.getenv("HOME"); home != "" {

@@ -350,11 +350,23 @@ func (d Dir) Member(pid int) bool {
 	return err == nil && rel == d.Rel
 }
 
-// Signal sends sig to every process of the group itself. Each pid read
-// from cgroup.procs is pinned with a pidfd and checked to be in the group
-// still before it is signalled, so a pid reused meanwhile by a process
-// elsewhere is never hit. It returns the pids signalled.
-func (d Dir) Signal(sig unix.Signal, skip map[int]bool) ([]int, error) {
+// Descendants returns the number of live groups below the group
+// (nr_descendants in cgroup.stat); an unreadable file counts as one, so
+// that callers look.
+func (d Dir) Descendants() uint64 {
+	n, ok := d.Event("cgroup.stat", "nr_descendants")
+	if !ok {
+		return 1
+	}
+	return n
+}
+
+// Signal sends each of sigs, in order, to every process of the group
+// itself, skipping the pids in skip. Each pid read from cgroup.procs is
+// pinned with a pidfd and checked to be in the group still before it is
+// signalled, so a pid reused meanwhile by a process elsewhere is never
+// hit. It returns the pids signalled.
+func (d Dir) Signal(skip map[int]bool, sigs ...unix.Signal) ([]int, error) {
 	pids, err := d.Procs()
 	if err != nil {
 		return nil, err
@@ -370,10 +382,14 @@ func (d Dir) Signal(sig unix.Signal, skip map[int]bool) ([]int, error) {
 			continue // gone
 		}
 		if d.Member(pid) {
-			if err := unix.PidfdSendSignal(fd, sig, nil, 0); err == nil {
-				sent = append(sent, pid)
-			} else if !errors.Is(err, unix.ESRCH) {
-				errs = append(errs, fmt.Errorf("signal %d: %w", pid, err))
+			for i, sig := range sigs {
+				err := unix.PidfdSendSignal(fd, sig, nil, 0)
+				switch {
+				case err == nil && i == 0:
+					sent = append(sent, pid)
+				case err != nil && !errors.Is(err, unix.ESRCH):
+					errs = append(errs, fmt.Errorf("signal %d: %w", pid, err))
+				}
 			}
 		}
 		unix.Close(fd)

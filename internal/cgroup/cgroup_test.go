@@ -141,7 +141,10 @@ func TestGroupLifecycle(t *testing.T) {
 		t.Fatal("the test process counts as a member")
 	}
 	// Signal skips what is not a member; our own pid is never one.
-	if pids, err := d.Signal(0, nil); err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid {
+	if n := d.Descendants(); n != 0 {
+		t.Errorf("descendants %d", n)
+	}
+	if pids, err := d.Signal(nil, 0); err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid {
 		t.Fatalf("signal 0: %v %v", pids, err)
 	}
 	time.Sleep(200 * time.Millisecond)
