@@ -97,7 +97,8 @@ func (r *Reaper) cgroups() (*cgroupBase, error) {
 // discoverCgroups finds the cgroup v2 hierarchy (mountinfo) and the
 // process's group in it (/proc/self/cgroup). A group systemd delegated to
 // this service (Delegate=yes; marked with the trusted.delegate or
-// user.delegate attribute) becomes the subtree itself: the process moves
+// user.delegate attribute, or, for a service of an unprivileged user,
+// owned by that user) becomes the subtree itself: the process moves
 // into a leaf "daemon" below it, so that it holds no processes and the
 // controllers can be enabled for the sessions beside that leaf. Otherwise
 // the process creates a group of its own below its cgroup,
@@ -110,7 +111,8 @@ func discoverCgroups(log *slog.Logger) (*cgroupBase, error) {
 		return nil, err
 	}
 	b := &cgroupBase{dir: self}
-	if self.Rel != "/" && self.Delegated() {
+	uid := os.Geteuid()
+	if self.Rel != "/" && (self.Delegated() || (uid != 0 && self.OwnedBy(uid))) {
 		leaf := self.Child("daemon")
 		if err := leaf.Create(); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("delegated cgroup %s: create the daemon's leaf: %w", self.Path, err)

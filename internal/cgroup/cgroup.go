@@ -289,6 +289,14 @@ func (d Dir) Delegated() bool {
 	return false
 }
 
+// OwnedBy reports whether the group's directory belongs to uid, as a
+// group delegated to an unprivileged user's service does (systemd chowns
+// it; such a process cannot read trusted.* attributes).
+func (d Dir) OwnedBy(uid int) bool {
+	var st unix.Stat_t
+	return unix.Stat(d.Path, &st) == nil && int(st.Uid) == uid
+}
+
 // CPUStat reads user_usec and system_usec from cpu.stat, which exists in
 // every v2 group even without the cpu controller.
 func (d Dir) CPUStat() (userUsec, systemUsec uint64, err error) {
