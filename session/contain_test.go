@@ -602,3 +602,35 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 func cgroupDirForTest(path string) cgroup.Dir {
 	return cgroup.Dir{Path: path, Rel: strings.TrimPrefix(path, "/sys/fs/cgroup")}
 }
+
+// TestForeignChildrenKeepTheirStatus: children other code in the process
+// starts with os/exec keep their exit statuses, in both containments
+// (the process-group one makes the process a subreaper that reaps
+// orphans), while sessions come and go.
+func TestForeignChildrenKeepTheirStatus(t *testing.T) {
+	forEachContainment(t, func(t *testing.T, mode string) {
+		m := newManager(t, func(c *Config) { c.Containment = mode })
+		var wg sync.WaitGroup
+		errs := make(chan string, 200)
+		for i := range 40 {
+			wg.Go(func() {
+				err := exec.Command("sh", "-c", "sleep 0.0"+strconv.Itoa(i%10)+"; exit 7").Run()
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+					errs <- fmt.Sprintf("os/exec child: %v", err)
+				}
+			})
+			wg.Go(func() {
+				res := mustExec(t, m, ExecRequest{Command: "(sleep 0.01 &); exit 3"})
+				if code, _ := res.Details["exitCode"].(int); code != 3 {
+					errs <- "session: " + res.Status() + " " + res.Text()
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
+	})
+}

@@ -307,14 +307,25 @@ func (t *groupTree) kill() error {
 func (t *groupTree) waitGone(deadline time.Time, hurry <-chan struct{}) bool {
 	for {
 		alive := aliveProcs(t.snapshotKnown())
-		group := t.groupLive()
-		if len(alive) == 0 && !group {
+		if len(alive) == 0 && !t.groupLive() {
 			return true
+		}
+		if len(alive) == 0 {
+			// kill(-pgid, 0) counts zombies (an orphan waiting for its
+			// reaper's grace): only a live member of the group matters,
+			// and a new one joins the known ones.
+			snap, err := t.m.freshSnapshot(time.Now())
+			if err == nil {
+				t.collect(snap)
+				if len(aliveProcs(t.snapshotKnown())) == 0 && !t.liveInGroup(snap) {
+					return true
+				}
+			}
 		}
 		if !time.Now().Before(deadline) || closedChan(hurry) {
 			return false
 		}
-		if len(alive) > 0 {
+		if alive = aliveProcs(t.snapshotKnown()); len(alive) > 0 {
 			until := time.Now().Add(100 * time.Millisecond)
 			if deadline.Before(until) {
 				until = deadline
@@ -322,13 +333,19 @@ func (t *groupTree) waitGone(deadline time.Time, hurry <-chan struct{}) bool {
 			waitGone(alive, until, hurry)
 			continue
 		}
-		// Only unknown members of the group are left: find them.
-		if snap, err := t.m.freshSnapshot(time.Now()); err == nil {
-			if len(t.collect(snap)) == 0 {
-				time.Sleep(20 * time.Millisecond)
-			}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// liveInGroup reports whether snap has a live (not zombie) member of the
+// tree's process group or terminal session.
+func (t *groupTree) liveInGroup(snap *procSnapshot) bool {
+	for pid, p := range snap.procs {
+		if p.state != 'Z' && pid != t.m.selfPID && ((t.pgid > 1 && p.pgrp == t.pgid) || (t.sid > 1 && p.sid == t.sid)) {
+			return true
 		}
 	}
+	return false
 }
 
 func (t *groupTree) members() []int {
@@ -362,7 +379,14 @@ func (t *groupTree) usage(st *exitStatus) protocol.Usage {
 func (t *groupTree) oomKilled() bool { return false }
 
 func (t *groupTree) release() {
-	if t.groupLive() || len(aliveProcs(t.snapshotKnown())) > 0 {
+	live := len(aliveProcs(t.snapshotKnown())) > 0
+	if !live && t.groupLive() {
+		// Only a /proc read tells a live member from a zombie one.
+		if snap, err := t.m.freshSnapshot(time.Now()); err != nil || t.liveInGroup(snap) {
+			live = true
+		}
+	}
+	if live {
 		t.m.addLeftover(t, t.name, t.s)
 		return
 	}
