@@ -122,6 +122,7 @@ func discoverCgroups(log *slog.Logger) (*cgroupBase, error) {
 		}
 		log.Debug("moved into the daemon leaf of the delegated cgroup", "cgroup", leaf.Path)
 	} else {
+		removeStaleCgroups(self, log)
 		b.dir = self.Child("execmesh-" + strconv.Itoa(os.Getpid()) + "-" + randomTag())
 		if err := b.dir.Create(); err != nil {
 			return nil, fmt.Errorf("cannot create a cgroup below %s: %w", self.Path, errors.Unwrap(err))
@@ -134,6 +135,48 @@ func discoverCgroups(log *slog.Logger) (*cgroupBase, error) {
 	}
 	b.controllers = on
 	return b, nil
+}
+
+// removeStaleCgroups removes the empty groups that execmesh processes
+// which no longer run (killed with SIGKILL, say) left below parent:
+// execmesh-<pid>-<tag> whose pid is gone. Groups that still hold
+// processes are left alone: their daemon's next run on its state dir ends
+// them (records.go).
+func removeStaleCgroups(parent cgroup.Dir, log *slog.Logger) {
+	ents, err := os.ReadDir(parent.Path)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		f := strings.Split(e.Name(), "-")
+		if !e.IsDir() || len(f) != 3 || f[0] != "execmesh" {
+			continue
+		}
+		pid, err := strconv.Atoi(f[1])
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + f[1]); err == nil {
+			continue // alive, or a reused pid: left for later
+		}
+		d := parent.Child(e.Name())
+		if p, err := d.Populated(); err != nil || p {
+			continue
+		}
+		walk := []cgroup.Dir{d}
+		for i := 0; i < len(walk); i++ {
+			sub, _ := os.ReadDir(walk[i].Path)
+			for _, s := range sub {
+				if s.IsDir() {
+					walk = append(walk, walk[i].Child(s.Name()))
+				}
+			}
+		}
+		for i := len(walk) - 1; i >= 0; i-- {
+			_ = walk[i].Remove()
+		}
+		log.Debug("removed the empty cgroups of an execmesh process that is gone", "cgroup", d.Path)
+	}
 }
 
 // close removes the subtree if this process created it.

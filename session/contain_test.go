@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -633,4 +634,37 @@ func TestForeignChildrenKeepTheirStatus(t *testing.T) {
 			t.Error(e)
 		}
 	})
+}
+
+// TestStaleCgroupsRemoved: the empty groups of an execmesh process that
+// is gone (killed before it could remove them) are removed by the next
+// process that sets up its subtree beside them; populated ones and those
+// of live processes stay.
+func TestStaleCgroupsRemoved(t *testing.T) {
+	requireCgroups(t)
+	self, err := cgroup.Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pid that is surely gone: a child that exited and was reaped.
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := strconv.Itoa(c.Process.Pid)
+	stale := self.Child("execmesh-" + dead + "-deadbeef")
+	live := self.Child("execmesh-" + strconv.Itoa(os.Getpid()) + "-cafe0000")
+	for _, d := range []cgroup.Dir{stale, stale.Child("m-1"), stale.Child("m-1").Child("3-x"), live} {
+		if err := d.Create(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = live.Remove() })
+	removeStaleCgroups(self, slog.New(slog.DiscardHandler))
+	if stale.Exists() {
+		t.Error("the empty groups of a dead process remain")
+	}
+	if !live.Exists() {
+		t.Error("the group of a live process was removed")
+	}
 }
