@@ -451,9 +451,10 @@ const maxSignalRounds = 8
 func (t *cgroupTree) term() error {
 	sent := map[int]bool{}
 	var errs []error
+	dirs := t.dirs()
 	for range maxSignalRounds {
 		n := 0
-		for _, d := range t.dirs() {
+		for _, d := range dirs {
 			pids, err := d.Signal(sent, unix.SIGTERM, unix.SIGCONT)
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
@@ -520,16 +521,28 @@ func (t *cgroupTree) usage(*exitStatus) protocol.Usage {
 	if user, sys, err := t.dir.CPUStat(); err == nil {
 		u.CPUUserMs, u.CPUSystemMs = int64(user/1000), int64(sys/1000)
 	}
-	if v, ok := t.dir.Uint("memory.peak"); ok {
-		u.MemoryPeakBytes = &v
+	if t.has("memory") {
+		if v, ok := t.dir.Uint("memory.peak"); ok {
+			u.MemoryPeakBytes = &v
+		}
 	}
-	if v, ok := t.dir.Uint("pids.peak"); ok {
-		u.PidsPeak = &v
+	if t.has("pids") {
+		if v, ok := t.dir.Uint("pids.peak"); ok {
+			u.PidsPeak = &v
+		}
 	}
 	return u
 }
 
+// has reports whether controller is enabled for the session groups.
+func (t *cgroupTree) has(controller string) bool {
+	return slices.Contains(t.m.cg.controllers, controller)
+}
+
 func (t *cgroupTree) oomKilled() bool {
+	if !t.has("memory") {
+		return false
+	}
 	n, ok := t.dir.Event("memory.events", "oom_kill")
 	return ok && n > 0
 }
