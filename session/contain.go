@@ -560,23 +560,25 @@ func (t *cgroupTree) release() {
 	t.tryRemove() // it may have emptied meanwhile
 }
 
-// tryRemove removes the group if no process is left in it.
+// tryRemove removes the group if no process is left in it. rmdir itself
+// refuses a group with live processes or child groups, so the common case
+// costs one system call.
 func (t *cgroupTree) tryRemove() bool {
-	if !t.gone() {
-		return false
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.removed {
 		return true
 	}
-	dirs := t.dirs()
-	var err error
-	for i := len(dirs) - 1; i >= 0; i-- {
-		err = errors.Join(err, dirs[i].Remove())
+	err := t.dir.Remove()
+	if err != nil && t.dir.Descendants() > 0 && t.gone() {
+		// Groups a command created below its own: deepest first.
+		dirs := t.dirs()
+		err = nil
+		for i := len(dirs) - 1; i >= 0; i-- {
+			err = errors.Join(err, dirs[i].Remove())
+		}
 	}
 	if err != nil {
-		t.m.log.Debug("session cgroup not removed yet", "cgroup", t.dir.Path, "err", err)
 		return false
 	}
 	t.removed = true

@@ -290,11 +290,13 @@ func isZombie(pid int) bool {
 	return ok && p.state == 'Z'
 }
 
-// Close stops the Reaper. Processes that were re-parented to this
-// process (a subreaper) and still run in its own cgroup are ended:
-// SIGTERM, then SIGKILL after a second or as soon as ctx ends. The
-// process's cgroup subtree is removed if the Reaper created it. Managers
-// using the Reaper must be closed first.
+// Close stops the Reaper. When one of its Managers made the process a
+// subreaper, processes that were re-parented to it and still run in its
+// own cgroup are ended: SIGTERM, then SIGKILL after a second or as soon as
+// ctx ends; in a subreaper the orphans that ended are reaped before Close
+// returns (waiting out their grace, within ctx). The process's cgroup
+// subtree is removed if the Reaper created it. Managers using the Reaper
+// must be closed first.
 func (r *Reaper) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
@@ -310,6 +312,22 @@ func (r *Reaper) Close(ctx context.Context) error {
 	close(r.stop)
 	<-r.done
 	signal.Stop(r.sigchld)
+	// In a subreaper, orphans that ended (those just killed included)
+	// are still to be reaped; their grace is waited out, within ctx.
+	if isSubreaper() {
+	final:
+		for {
+			next := r.reapAll()
+			if next == 0 {
+				break
+			}
+			select {
+			case <-time.After(next):
+			case <-ctx.Done():
+				break final
+			}
+		}
+	}
 	if r.watcher != nil {
 		errs = append(errs, r.watcher.Close())
 	}
