@@ -18,8 +18,8 @@ import (
 
 // Session records. A Manager with a state directory (Config.StateDir)
 // keeps one small file per session whose processes may be running,
-// <StateDir>/<seq>-<id>.json, written (to a temporary name, then renamed)
-// when the command has started and removed when its last process is gone.
+// <StateDir>/<seq>-<id>.json, written with one write(2) when the command
+// has started and removed when its last process is gone.
 // Nothing is synced: the files need to survive the daemon's death (kill
 // -9, a crash), not the machine's, whose reboot ends the processes too.
 // A new Manager on the same directory reads what a previous run left,
@@ -84,15 +84,41 @@ func (m *Manager) writeRecord(s *session, exited bool) {
 	s.tree.where(&r)
 	b, err := json.Marshal(r)
 	if err == nil {
-		path := m.recordPath(s.treeName)
-		tmp := path + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, path)
-		}
+		err = writeRecordFile(m.recordPath(s.treeName), b, exited)
 	}
 	if err != nil {
 		s.log.Warn("cannot record the session in the state dir; a crash would leave it untracked", "err", err)
 	}
+}
+
+// writeRecordFile writes a record with one write(2), which a process's
+// death cannot cut in half: a new record is created exclusively (only a
+// kill between open and write can leave it empty, and an empty record is
+// dropped at recovery); the exited rewrite of an existing one goes to a
+// temporary file renamed over it.
+func writeRecordFile(path string, b []byte, replace bool) error {
+	if replace {
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+			return err
+		}
+		return os.Rename(tmp, path)
+	}
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return &os.PathError{Op: "create", Path: path, Err: err}
+	}
+	n, err := unix.Write(fd, b)
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err == nil && n != len(b) {
+		err = fmt.Errorf("short write (%d of %d bytes)", n, len(b))
+	}
+	if err != nil {
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
 }
 
 // removeRecord drops the record of a session whose processes are gone.
