@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -52,6 +53,12 @@ type Reaper struct {
 	kick    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
+
+	// spawning counts starts whose leader is not registered yet: an
+	// exited child nobody registered is then most likely one of them,
+	// and the registration's wake-up collects it without a slow pass.
+	spawning atomic.Int32
+	deferred int // slow passes put off for spawning, in a row (run's goroutine only)
 
 	mu      sync.Mutex
 	leaders map[int]chan<- exitStatus
@@ -105,14 +112,25 @@ type exitStatus struct {
 	err error // the status could not be read; ws is meaningless
 }
 
-// register hands pid's exit status to ch (buffered, one send) once it is
-// taken. Registration must follow the start at once: a leader that exited
+// spawn announces a start; the returned function registers its leader
+// (pid > 0), handing pid's exit status to ch (buffered, one send) once it
+// is taken, or withdraws the announcement (pid 0, the start failed).
+// Registration must follow the start at once: a leader that exited
 // unregistered is left alone only for orphanGrace.
-func (r *Reaper) register(pid int, ch chan<- exitStatus) {
-	r.mu.Lock()
-	r.leaders[pid] = ch
-	r.mu.Unlock()
-	r.wake()
+func (r *Reaper) spawn() func(pid int, ch chan<- exitStatus) {
+	r.spawning.Add(1)
+	var once sync.Once
+	return func(pid int, ch chan<- exitStatus) {
+		once.Do(func() {
+			if pid > 0 {
+				r.mu.Lock()
+				r.leaders[pid] = ch
+				r.mu.Unlock()
+			}
+			r.spawning.Add(-1)
+			r.wake()
+		})
+	}
 }
 
 func (r *Reaper) wake() {
@@ -141,19 +159,36 @@ func (r *Reaper) run() {
 	}
 }
 
-// reapAll collects every exited leader; it returns when to look again for
-// orphans still within their grace (0: no need).
+// reapAll collects every exited leader; it returns when to look again
+// (orphans still within their grace, or a slow pass put off; 0: no need).
 func (r *Reaper) reapAll() time.Duration {
 	for {
 		pid, ok := peekExited()
 		if !ok {
+			r.deferred = 0
 			return 0
 		}
-		if !r.collect(pid) {
-			return r.slowPass()
+		if r.collect(pid) {
+			continue
 		}
+		// A start that is not registered yet (a quick command can end
+		// first) wakes the Reaper when it is: wait for that a little
+		// before listing the children.
+		if r.spawning.Load() > 0 && r.deferred < maxDeferred {
+			r.deferred++
+			return deferWait
+		}
+		r.deferred = 0
+		return r.slowPass()
 	}
 }
+
+// A slow pass is put off at most maxDeferred times in a row, deferWait
+// each, while starts are being registered.
+const (
+	maxDeferred = 3
+	deferWait   = 5 * time.Millisecond
+)
 
 // collect takes the exit status of pid if it is a registered leader.
 func (r *Reaper) collect(pid int) bool {

@@ -172,10 +172,12 @@ func (s *session) startPipes(argv, env []string) error {
 		s.pipes = [2]*os.File{}
 		return err
 	}
+	register := s.m.reaper.spawn()
 	err = cmd.Start()
 	// The child has its copies; ours would keep the pipes open for ever.
 	closeFiles(w[:]...)
 	if err != nil {
+		register(0, nil)
 		started(0)
 		closeFiles(s.pipes[:]...)
 		s.pipes = [2]*os.File{}
@@ -183,11 +185,11 @@ func (s *session) startPipes(argv, env []string) error {
 	}
 	s.cmd = cmd
 	s.pid = cmd.Process.Pid
+	s.releaseProcess(register)
 	started(s.pid)
 	s.stdout = newStreamWriter(s, streamStdout)
 	s.stderr = newStreamWriter(s, streamStderr)
 	s.readersDone = make(chan struct{})
-	s.releaseProcess()
 	return nil
 }
 
@@ -198,13 +200,15 @@ func (s *session) startPipes(argv, env []string) error {
 // runtime's limit). The session never calls exec.Cmd.Wait: the output
 // pipes are the session's own (see startPipes), so the Cmd holds nothing
 // that Wait would release.
-func (s *session) releaseProcess() {
+func (s *session) releaseProcess(register func(int, chan<- exitStatus)) {
+	s.exitCh = make(chan exitStatus, 1)
+	register(s.pid, s.exitCh)
+	// Read after the registration, which the start time must not delay;
+	// the pid stays the leader's until the session takes its status.
 	var buf [512]byte
 	if p, ok := readProcStat(s.pid, buf[:]); ok {
 		s.leaderStart = p.start
 	}
-	s.exitCh = make(chan exitStatus, 1)
-	s.m.reaper.register(s.pid, s.exitCh)
 	_ = s.cmd.Process.Release()
 }
 
@@ -229,24 +233,26 @@ func (s *session) startPTY(argv, env []string) error {
 	if err != nil {
 		return err
 	}
+	register := s.m.reaper.spawn()
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: ptyCols, Rows: ptyRows})
 	if err != nil {
+		register(0, nil)
 		started(0)
 		return err
 	}
-	started(cmd.Process.Pid)
+	s.pid = cmd.Process.Pid
+	s.cmd = cmd
+	s.releaseProcess(register) // Release sets cmd.Process.Pid to -1
+	started(s.pid)
 	// creack/pty used Fd(), which switched the master to blocking mode;
 	// switch it back once, so reads wait in the poller and Close
 	// interrupts them. Fd is never called again.
 	if err := syscall.SetNonblock(int(ptmx.Fd()), true); err != nil {
 		s.log.Warn("PTY master stays in blocking mode", "err", err)
 	}
-	s.cmd = cmd
 	s.ptmx = ptmx
-	s.pid = cmd.Process.Pid
 	s.stdout = newStreamWriter(s, streamStdout)
 	s.readersDone = make(chan struct{})
-	s.releaseProcess()
 	return nil
 }
 
