@@ -116,10 +116,18 @@ func TestEscapeeHostNode(t *testing.T) {
 }
 
 // TestEscapeeHostSandbox: host=sandbox, where the session's command is
-// bwrap and everything it starts runs in the session's cgroup too.
+// bwrap and everything it starts runs in the session's cgroup too (in
+// process-group containment bwrap's --die-with-parent ends the sandbox).
 func TestEscapeeHostSandbox(t *testing.T) {
-	tg := startSandboxGateway(t, nil)
-	escapeeRounds(t, tg, 50, nil)
+	for _, mode := range []string{session.ContainmentCgroup, session.ContainmentProcessGroup} {
+		t.Run(mode, func(t *testing.T) {
+			if ok, why := cgroupsUsable(); mode == session.ContainmentCgroup && !ok {
+				t.Skipf("cgroup containment unavailable here: %s", why)
+			}
+			tg := startSandboxGateway(t, func(c *Config) { c.Tools.Exec.Containment = mode })
+			escapeeRounds(t, tg, 50, nil)
+		})
+	}
 }
 
 // TestHealthzContainment: /healthz says which containment runs.
