@@ -14,15 +14,7 @@ func effectiveLimits(cfg *Config, agentID string, call *protocol.Limits) (protoc
 	l := cfg.Tools.Exec.Limits
 	if a, ok := cfg.Agent(agentID); ok {
 		if al := a.Tools.Exec.Limits; al != nil {
-			if al.MemoryMax != 0 {
-				l.MemoryMax = al.MemoryMax
-			}
-			if al.PidsMax != 0 {
-				l.PidsMax = al.PidsMax
-			}
-			if al.CPUMax != 0 {
-				l.CPUMax = al.CPUMax
-			}
+			l = l.Override(*al)
 		}
 	}
 	if call == nil {

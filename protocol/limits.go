@@ -37,7 +37,6 @@ func (l Limits) IsZero() bool { return l == Limits{} }
 // that is larger than l's (a looser limit) is an ErrInvalidRequest naming
 // the field as field(name), e.g. "limits.memoryMax".
 func (l Limits) Tighten(t Limits, field func(string) string) (Limits, error) {
-	out := l
 	check := func(name string, base, want float64) error {
 		if want == 0 || base == 0 || want <= base {
 			return nil
@@ -53,16 +52,21 @@ func (l Limits) Tighten(t Limits, field func(string) string) (Limits, error) {
 	if err := check("cpuMax", l.CPUMax, t.CPUMax); err != nil {
 		return l, err
 	}
-	if t.MemoryMax != 0 {
-		out.MemoryMax = t.MemoryMax
+	return l.Override(t), nil
+}
+
+// Override returns l with each limit o sets in its place.
+func (l Limits) Override(o Limits) Limits {
+	if o.MemoryMax != 0 {
+		l.MemoryMax = o.MemoryMax
 	}
-	if t.PidsMax != 0 {
-		out.PidsMax = t.PidsMax
+	if o.PidsMax != 0 {
+		l.PidsMax = o.PidsMax
 	}
-	if t.CPUMax != 0 {
-		out.CPUMax = t.CPUMax
+	if o.CPUMax != 0 {
+		l.CPUMax = o.CPUMax
 	}
-	return out, nil
+	return l
 }
 
 // String renders the limits that are set, e.g. "memoryMax=512M pidsMax=64".

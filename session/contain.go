@@ -163,18 +163,7 @@ func removeStaleCgroups(parent cgroup.Dir, log *slog.Logger) {
 		if p, err := d.Populated(); err != nil || p {
 			continue
 		}
-		walk := []cgroup.Dir{d}
-		for i := 0; i < len(walk); i++ {
-			sub, _ := os.ReadDir(walk[i].Path)
-			for _, s := range sub {
-				if s.IsDir() {
-					walk = append(walk, walk[i].Child(s.Name()))
-				}
-			}
-		}
-		for i := len(walk) - 1; i >= 0; i-- {
-			_ = walk[i].Remove()
-		}
+		_ = d.RemoveSubtree()
 		log.Debug("removed the empty cgroups of an execmesh process that is gone", "cgroup", d.Path)
 	}
 }
@@ -426,22 +415,10 @@ func (t *cgroupTree) prepare(attr *syscall.SysProcAttr) (func(int), error) {
 // dirs returns the group and any groups below it (a command with write
 // access to its group may create some).
 func (t *cgroupTree) dirs() []cgroup.Dir {
-	out := []cgroup.Dir{t.dir}
 	if t.dir.Descendants() == 0 {
-		return out
+		return []cgroup.Dir{t.dir}
 	}
-	for i := 0; i < len(out); i++ {
-		ents, err := os.ReadDir(out[i].Path)
-		if err != nil {
-			continue
-		}
-		for _, e := range ents {
-			if e.IsDir() {
-				out = append(out, out[i].Child(e.Name()))
-			}
-		}
-	}
-	return out
+	return t.dir.Subtree()
 }
 
 // maxSignalRounds bounds the re-reads of cgroup.procs in one signal pass:
@@ -571,12 +548,7 @@ func (t *cgroupTree) tryRemove() bool {
 	}
 	err := t.dir.Remove()
 	if err != nil && t.dir.Descendants() > 0 && t.gone() {
-		// Groups a command created below its own: deepest first.
-		dirs := t.dirs()
-		err = nil
-		for i := len(dirs) - 1; i >= 0; i-- {
-			err = errors.Join(err, dirs[i].Remove())
-		}
+		err = t.dir.RemoveSubtree() // groups a command created below its own
 	}
 	if err != nil {
 		return false

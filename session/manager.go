@@ -690,15 +690,7 @@ func (m *Manager) removeCgroup() error {
 	for _, t := range trees {
 		t.release()
 	}
-	ents, _ := os.ReadDir(d.Path)
-	var errs []error
-	for _, e := range ents {
-		if e.IsDir() {
-			errs = append(errs, d.Child(e.Name()).Remove())
-		}
-	}
-	errs = append(errs, d.Remove())
-	return errors.Join(errs...)
+	return d.RemoveSubtree()
 }
 
 // emitExit delivers the exit event of a background session to OnExit and

@@ -218,16 +218,9 @@ func endRecordedCgroup(path string) int {
 		return 0
 	}
 	ended := 0
-	walk := []cgroup.Dir{d}
-	for i := 0; i < len(walk); i++ {
-		pids, _ := walk[i].Procs()
+	for _, g := range d.Subtree() {
+		pids, _ := g.Procs()
 		ended += len(pids)
-		sub, _ := os.ReadDir(walk[i].Path)
-		for _, e := range sub {
-			if e.IsDir() {
-				walk = append(walk, walk[i].Child(e.Name()))
-			}
-		}
 	}
 	_ = d.Kill()
 	deadline := time.Now().Add(5 * time.Second)
@@ -237,9 +230,7 @@ func endRecordedCgroup(path string) int {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for i := len(walk) - 1; i >= 0; i-- {
-		_ = walk[i].Remove()
-	}
+	_ = d.RemoveSubtree()
 	mgr := d.Parent()
 	if mgr.Remove() == nil && strings.HasPrefix(filepath.Base(mgr.Parent().Path), "execmesh-") {
 		_ = mgr.Parent().Remove() // fails while another Manager of that run is recorded

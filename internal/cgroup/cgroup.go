@@ -138,6 +138,36 @@ func (d Dir) Child(name string) Dir {
 	return Dir{Path: filepath.Join(d.Path, name), Rel: path.Join(d.Rel, name)}
 }
 
+// Subtree returns the group and every group below it, parents before
+// their children (remove them in reverse order).
+func (d Dir) Subtree() []Dir {
+	out := []Dir{d}
+	for i := 0; i < len(out); i++ {
+		ents, err := os.ReadDir(out[i].Path)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				out = append(out, out[i].Child(e.Name()))
+			}
+		}
+	}
+	return out
+}
+
+// RemoveSubtree removes the group and the groups below it, deepest first.
+func (d Dir) RemoveSubtree() error {
+	dirs := d.Subtree()
+	var errs []error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := dirs[i].Remove(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Parent returns the directory of the parent group.
 func (d Dir) Parent() Dir {
 	return Dir{Path: filepath.Dir(d.Path), Rel: path.Dir(d.Rel)}
