@@ -15,6 +15,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/sandbox"
 )
 
@@ -114,6 +115,13 @@ type ExecConfig struct {
 	SafeBins                 []string         `json:"safeBins,omitempty"`
 	SafeBinTrustedDirs       []string         `json:"safeBinTrustedDirs,omitempty"`
 	ApplyPatch               ApplyPatchConfig `json:"applyPatch"`
+	// Limits are every session's resource limits (memoryMax, pidsMax,
+	// cpuMax), applied where the cgroup controllers are delegated.
+	Limits protocol.Limits `json:"limits,omitzero"`
+	// Containment is how the session core holds process trees: auto
+	// (cgroups where a writable cgroup v2 subtree exists), cgroup
+	// (required) or process-group (forced fallback).
+	Containment string `json:"containment,omitempty"`
 }
 
 // ApplyPatchConfig is `tools.exec.applyPatch`: the apply_patch sub-tool,
@@ -160,6 +168,8 @@ type AgentExecConfig struct {
 	Host     string `json:"host,omitempty"`
 	Security string `json:"security,omitempty"`
 	Ask      string `json:"ask,omitempty"`
+	// Limits replace tools.exec.limits field by field for this agent.
+	Limits *protocol.Limits `json:"limits,omitempty"`
 }
 
 // Defaults and clamps, in one place.
@@ -246,6 +256,7 @@ type envOverrides struct {
 	CleanupMs     *int    `env:"EXEC_CLEANUP_MS" key:"tools.exec.cleanupMs"`
 	NotifyOnExit  *bool   `env:"EXEC_NOTIFY_ON_EXIT" key:"tools.exec.notifyOnExit"`
 	KillGraceMs   *int    `env:"EXEC_KILL_GRACE_MS" key:"tools.exec.killGraceMs"`
+	Containment   *string `env:"EXEC_CONTAINMENT" key:"tools.exec.containment"`
 	ElevatedOn    *bool   `env:"ELEVATED_ENABLED" key:"tools.elevated.enabled"`
 	SandboxMode   *string `env:"SANDBOX_MODE" key:"sandbox.mode"`
 	SandboxNet    *bool   `env:"SANDBOX_NETWORK" key:"sandbox.network"`
@@ -459,6 +470,7 @@ func applyEnv(cfg *Config, environ map[string]string) error {
 	setInt(&cfg.Tools.Exec.CleanupMs, o.CleanupMs)
 	setBool(&cfg.Tools.Exec.NotifyOnExit, o.NotifyOnExit)
 	setInt(&cfg.Tools.Exec.KillGraceMs, o.KillGraceMs)
+	set(&cfg.Tools.Exec.Containment, o.Containment)
 	setBool(&cfg.Tools.Elevated.Enabled, o.ElevatedOn)
 	set(&cfg.Sandbox.Mode, o.SandboxMode)
 	setBool(&cfg.Sandbox.Network, o.SandboxNet)
@@ -472,6 +484,7 @@ var (
 	securityValues = []string{"deny", "allowlist", "full"}
 	askValues      = []string{"off", "on-miss", "always"}
 	sandboxModes   = []string{"off", "bwrap"}
+	containments   = []string{"auto", "cgroup", "process-group"}
 	toolNames      = []string{"exec", "process", "apply_patch"}
 )
 
@@ -559,6 +572,10 @@ func (c *Config) Validate() error {
 	if e.KillGraceMs < 0 {
 		bad("tools.exec.killGraceMs", "must not be negative")
 	}
+	oneOf("tools.exec.containment", e.Containment, containments, true)
+	if err := e.Limits.Validate(func(k string) string { return "tools.exec.limits." + k }); err != nil {
+		errs = multierror.Append(errs, err)
+	}
 	for i, p := range e.PathPrepend {
 		if !filepath.IsAbs(strings.TrimSpace(p)) {
 			bad(fmt.Sprintf("tools.exec.pathPrepend[%d]", i), "%q is not an absolute directory", p)
@@ -579,6 +596,11 @@ func (c *Config) Validate() error {
 		oneOf(key+".tools.exec.host", a.Tools.Exec.Host, hostValues, true)
 		oneOf(key+".tools.exec.security", a.Tools.Exec.Security, securityValues, true)
 		oneOf(key+".tools.exec.ask", a.Tools.Exec.Ask, askValues, true)
+		if l := a.Tools.Exec.Limits; l != nil {
+			if err := l.Validate(func(k string) string { return key + ".tools.exec.limits." + k }); err != nil {
+				errs = multierror.Append(errs, err)
+			}
+		}
 	}
 	if c.Events.MaxQueued < 1 || c.Events.MaxQueued > MaxMaxQueuedEvents {
 		bad("events.maxQueued", "must be between 1 and %d, got %d", MaxMaxQueuedEvents, c.Events.MaxQueued)

@@ -27,7 +27,14 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 		return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "Provide a command to start.")
 	}
 	defaults := c.g.sessionDefaults(c.sessionKey)
+	limits, err := effectiveLimits(&c.cfg, c.agentID, args.Limits)
+	if err != nil {
+		return protocol.Result{}, err
+	}
 	req := protocol.ExecRequest{SessionKey: c.sessionKey, AgentID: c.agentID, Args: args}
+	if !limits.IsZero() {
+		req.Limits = &limits
+	}
 
 	// The process tool denied means no pollable sessions: run synchronously.
 	if !toolAllowed(&c.cfg, c.agentID, protocol.ToolProcess, "") {
@@ -61,7 +68,7 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 		return protocol.Result{}, protocol.Errorf(protocol.ErrDenied, "exec denied: host=%s security=deny", target)
 	}
 	req.Target = target
-	req.Args.Host, req.Args.Node, req.Args.Security, req.Args.Ask, req.Args.Elevated = "", "", "", "", nil
+	req.Args.Host, req.Args.Node, req.Args.Security, req.Args.Ask, req.Args.Elevated, req.Args.Limits = "", "", "", "", nil, nil
 
 	if target == hostNode {
 		return c.execNode(ctx, req, strings.TrimSpace(args.Node), defaults)

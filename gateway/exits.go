@@ -58,6 +58,12 @@ func (g *Gateway) onLocalExit(ev protocol.ExitEvent) {
 // onNodeExit handles a node's exit event from the exit feed; an error has
 // it redelivered.
 func (g *Gateway) onNodeExit(ctx context.Context, n nodes.Node, ev protocol.ExitEvent) error {
+	if ev.Lost != "" {
+		// The node's restarted session core found what its crashed run
+		// left of this session, and ended it.
+		g.sessionLost(ctx, ev.SessionID, ev.SessionKey, ev.StartedAt, ev.Lost, n.ID)
+		return nil
+	}
 	return g.handleExit(ctx, ev, n.ID)
 }
 
@@ -217,10 +223,47 @@ func (g *Gateway) loseSessions(n nodes.Node, match func(sessionRecord) bool, rea
 		if !ok || !match(rec) || rec.State != stateRunning {
 			continue
 		}
-		g.markLost(ctx, id, reason)
-		g.emit(ctx, protocol.SystemEvent{SessionKey: rec.SessionKey, ContextKey: "exec:" + id, Kind: protocol.EventExecLost,
-			Text: lostText(id, reason)}, "lost:"+protocol.EncodeSessionKeyToken(rec.SessionKey)+":"+id)
+		g.sessionLost(ctx, id, rec.SessionKey, rec.StartedAt, reason, n.ID)
 	}
+}
+
+// sessionLost records that session id of sessionKey is gone with its
+// host's run and tells its agent once (exec.lost). The index record
+// settles who tells: the host's own report (its restarted session core
+// found what the crash left) and the gateway noticing the restart both
+// come here, and the first to mark the record tells. nodeID is the node
+// that reports it ("" for this gateway's own session core); a node may
+// report only sessions the index says it holds.
+func (g *Gateway) sessionLost(ctx context.Context, id, sessionKey string, startedAt int64, reason, nodeID string) {
+	tell := true
+	if rec, ok := g.index.lookup(ctx, id); ok {
+		wantHost, wantID := indexHostGateway, g.id
+		if nodeID != "" {
+			wantHost, wantID = indexHostNode, nodeID
+		}
+		if rec.SessionKey != sessionKey || rec.Host != wantHost || rec.HostID != wantID {
+			g.log.Warn("lost report for a session the host does not hold dropped", "host", wantID, "sessionId", id)
+			return
+		}
+		startedAt = rec.StartedAt
+		_ = g.index.update(ctx, id, func(r *sessionRecord) bool {
+			if r.LostTold {
+				tell = false
+				return false
+			}
+			r.State, r.LostReason, r.LostTold = stateLost, reason, true
+			return true
+		})
+	} else if nodeID != "" {
+		// Nothing to check a node's report against.
+		g.log.Warn("lost report for a session the index does not know dropped", "node", nodeID, "sessionId", id)
+		return
+	}
+	if !tell || sessionKey == "" {
+		return
+	}
+	g.emit(ctx, protocol.SystemEvent{SessionKey: sessionKey, ContextKey: "exec:" + id, Kind: protocol.EventExecLost,
+		Text: lostText(id, reason)}, "lost:"+protocol.EncodeSessionKeyToken(sessionKey)+":"+id+":"+strconv.FormatInt(startedAt, 10))
 }
 
 // lostText is the text of an exec.lost event.
@@ -229,5 +272,5 @@ func lostText(id, reason string) string {
 	if len(short) > 8 {
 		short = short[:8]
 	}
-	return fmt.Sprintf("Exec lost (%s): %s; the session's processes were ended and its output is gone.", short, reason)
+	return fmt.Sprintf("Exec lost (%s): %s; its output and exit status are gone.", short, reason)
 }

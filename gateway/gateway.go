@@ -70,6 +70,10 @@ type Options struct {
 	// JoinURLs returns the NATS URLs join codes carry; nil derives them
 	// from Server.
 	JoinURLs func() []string
+	// Reaper is the process's session Reaper, shared with the other
+	// Managers of the process (`execmesh up`'s local node); nil makes the
+	// gateway's session core start its own.
+	Reaper *session.Reaper
 }
 
 // Gateway serves the exec and process tools. Its zero value is not usable;
@@ -210,8 +214,16 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	scfg.ApplyEnv(opts.Getenv)
 	scfg.Logger = opts.Logger.With("component", "session")
 	applySessionConfig(&scfg, cfg)
+	scfg.Reaper = opts.Reaper
+	scfg.StateDir = filepath.Join(cfg.StateDir, "sessions", "gateway")
+	// What a crashed earlier run left is ended while the session core
+	// starts; its agents hear of it (exec.lost) once the event queues are
+	// there.
+	var lost []session.LostSession
+	scfg.OnLost = func(l session.LostSession) { lost = append(lost, l) }
 	if opts.Metrics != nil {
 		scfg.OnOutput = opts.Metrics.AddOutputBytes
+		scfg.OnUsage = opts.Metrics.ObserveUsage
 	}
 	g.signer = newSigner(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log)
 	local, err := host.NewLocal(host.Config{
@@ -251,6 +263,22 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	for key, l := range configuredLimits(&cfg) {
+		if err := g.local.Manager().CheckLimits(l); err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = g.nodes.Close(cctx)
+			_ = g.local.Close(cctx)
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+	}
+	for _, l := range lost {
+		g.log.Warn("session lost by an earlier run", "sessionId", l.SessionID, "sessionKey", l.SessionKey,
+			"command", l.Command, "startedAt", l.StartedAt, "ended", l.Ended, "reason", l.Reason)
+		g.spawn(func(ctx context.Context) {
+			g.sessionLost(ctx, l.SessionID, l.SessionKey, l.StartedAt.UnixMilli(), l.Reason, "")
+		})
 	}
 	opts.Metrics.SetConnectedNodes(func() int {
 		n := 0
@@ -305,6 +333,7 @@ func applySessionConfig(s *session.Config, cfg Config) {
 	s.KillGrace = time.Duration(e.KillGraceMs) * time.Millisecond
 	s.NotifyOnExit = e.NotifyOnExit
 	s.NotifyOnExitEmptySuccess = e.NotifyOnExitEmptySuccess
+	s.Containment = e.Containment
 }
 
 // applySettings gives the local host the reloadable tools.exec settings.

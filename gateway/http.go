@@ -87,10 +87,13 @@ type healthReport struct {
 	// HostID names the gateway's view of the file system: a client that
 	// sees the same one sends its working directory with exec.
 	HostID string `json:"hostId,omitempty"`
+	// Containment is how the gateway's session core holds process trees:
+	// "cgroup" or "process-group".
+	Containment string `json:"containment"`
 }
 
 func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
-	rep := healthReport{OK: true, GatewayID: g.id, HostID: g.hostID}
+	rep := healthReport{OK: true, GatewayID: g.id, HostID: g.hostID, Containment: g.local.Manager().Containment().Mode}
 	if err := g.Healthy(); err != nil {
 		rep.OK, rep.Status = false, err.Error()
 		writeJSON(w, http.StatusServiceUnavailable, rep)

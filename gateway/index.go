@@ -67,8 +67,10 @@ type sessionRecord struct {
 	// being stored, noticeStored once it is; a poll and the exit feed
 	// settle through it which of them removes it.
 	Notice string `json:"notice,omitempty"`
-	// LostReason says why a lost session is lost.
+	// LostReason says why a lost session is lost; LostTold that its
+	// agent was sent the exec.lost event.
 	LostReason string `json:"lostReason,omitempty"`
+	LostTold   bool   `json:"lostTold,omitempty"`
 	// RunID is the approval of an approval-gated run.
 	RunID string `json:"runId,omitempty"`
 }

@@ -188,6 +188,17 @@ func (l *Local) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.Ex
 		Warnings:    req.Warnings,
 		SessionID:   req.SessionID,
 	}
+	// The gateway's effective limits; a call's own may only tighten them.
+	if req.Limits != nil {
+		sreq.Limits = *req.Limits
+	}
+	if req.Args.Limits != nil {
+		l, err := sreq.Limits.Tighten(*req.Args.Limits, func(k string) string { return protocol.ToolExec + ` parameter "limits.` + k + `"` })
+		if err != nil {
+			return protocol.ExecReply{}, err
+		}
+		sreq.Limits = l
+	}
 	var res protocol.Result
 	var err error
 	if req.Target == protocol.TargetSandbox {

@@ -89,6 +89,15 @@ func execTool() *mcp.Tool {
 			"security":   enum("Exec security mode (deny|allowlist|full); can only tighten the configured mode.", securityValues),
 			"ask":        enum("Exec ask mode (off|on-miss|always); can only tighten the configured mode.", askValues),
 			"node":       str("Node id/name for host=node."),
+			"limits": map[string]any{
+				"type":        "object",
+				"description": "Resource limits of this command's cgroup; each may only tighten the configured limit, and they are refused where the host lacks the cgroup controllers.",
+				"properties": map[string]any{
+					"memoryMax": map[string]any{"type": []string{"integer", "string"}, "description": "Memory limit in bytes, or with a suffix: \"512M\", \"2G\"."},
+					"pidsMax":   map[string]any{"type": "integer", "minimum": 1, "description": "Most processes and threads at once."},
+					"cpuMax":    map[string]any{"type": "number", "minimum": 0.01, "description": "CPU limit in CPUs (0.5 = half of one)."},
+				},
+			},
 		}),
 	}
 }

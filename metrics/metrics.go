@@ -30,6 +30,8 @@ type Metrics struct {
 	approvals      *prometheus.CounterVec
 	natsReconnects prometheus.Counter
 	httpRequests   *prometheus.CounterVec
+	usageCPU       prometheus.Histogram
+	usageMemory    prometheus.Histogram
 
 	mu             sync.Mutex
 	running        int
@@ -80,9 +82,11 @@ func New() *Metrics {
 			Name: "execmesh_http_requests_total",
 			Help: "HTTP requests by route pattern and status code.",
 		}, []string{"route", "code"}),
+		usageCPU:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: usageCPUName, Help: usageCPUHelp, Buckets: cpuBuckets}),
+		usageMemory: prometheus.NewHistogram(prometheus.HistogramOpts{Name: usageMemoryName, Help: usageMemoryHelp, Buckets: memoryBuckets}),
 	}
 	m.reg.MustRegister(
-		m.calls, m.execDuration, m.outputBytes, m.approvals, m.natsReconnects, m.httpRequests,
+		m.calls, m.execDuration, m.outputBytes, m.approvals, m.natsReconnects, m.httpRequests, m.usageCPU, m.usageMemory,
 		scrapeCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

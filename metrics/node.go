@@ -29,6 +29,12 @@ type NodeStats struct {
 	ExitEventsPublished uint64 `json:"exitEventsPublished"`
 	// NATSReconnects counts the reconnections to NATS.
 	NATSReconnects uint64 `json:"natsReconnects"`
+	// Usage holds the histograms of what finished sessions cost
+	// (UsageRecorder); zero histograms are not exported.
+	Usage UsageStats `json:"usage"`
+	// Containment is how the node's session core holds process trees:
+	// "cgroup" or "process-group".
+	Containment string `json:"containment,omitempty"`
 }
 
 // Node holds a node agent's Prometheus metrics in a registry of its own:
@@ -89,6 +95,8 @@ func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- nodeOutputDesc
 	ch <- nodeExitEventsDesc
 	ch <- nodeReconnectsDesc
+	ch <- nodeUsageCPUDesc
+	ch <- nodeUsageMemoryDesc
 }
 
 func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -106,4 +114,10 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(nodeOutputDesc, prometheus.CounterValue, float64(s.OutputBytes))
 	ch <- prometheus.MustNewConstMetric(nodeExitEventsDesc, prometheus.CounterValue, float64(s.ExitEventsPublished))
 	ch <- prometheus.MustNewConstMetric(nodeReconnectsDesc, prometheus.CounterValue, float64(s.NATSReconnects))
+	if len(s.Usage.CPUSeconds.Bounds) > 0 {
+		ch <- s.Usage.CPUSeconds.metric(nodeUsageCPUDesc)
+	}
+	if len(s.Usage.MemoryPeakBytes.Bounds) > 0 {
+		ch <- s.Usage.MemoryPeakBytes.metric(nodeUsageMemoryDesc)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/hostbus"
+	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/session"
 )
@@ -51,8 +53,9 @@ type Agent struct {
 	startedAt time.Time
 	subj      protocol.SubjectSet
 	ownPath   string
-	host      *host.Local     // the host pipeline and session core
-	srv       *hostbus.Server // serves host's endpoints
+	host      *host.Local           // the host pipeline and session core
+	lost      []session.LostSession // what the session core found of a crashed run, told at Start
+	srv       *hostbus.Server       // serves host's endpoints
 	mgr       *session.Manager
 	keys      *trustedKeys // gateway keys whose signed decisions the host acts on
 	counters  counters     // for $SRV.STATS and metrics (stats.go)
@@ -136,6 +139,16 @@ func New(cfg Config) (*Agent, error) {
 	} else {
 		scfg.OnOutput = a.counters.addOutput
 	}
+	a.counters.usage = metrics.NewUsageRecorder()
+	scfg.OnUsage = a.counters.usage.Observe
+	// Running sessions are recorded in the state dir, so that the next
+	// run ends what a crash left and tells their agents (exec.lost); the
+	// gateway's session core of `execmesh up` has a directory of its own
+	// beside it.
+	if scfg.StateDir == "" && cfg.StateDir != "" {
+		scfg.StateDir = filepath.Join(cfg.StateDir, "sessions", "node")
+	}
+	scfg.OnLost = func(l session.LostSession) { a.lost = append(a.lost, l) }
 	h, err := host.NewLocal(host.Config{
 		Logger:      a.log.With("component", "host"),
 		Kind:        host.KindNode,
@@ -350,6 +363,16 @@ func (a *Agent) Start(ctx context.Context) error {
 	}()
 	a.log.Info("node agent started", "name", a.name, "platform", a.platform, "group", a.subj.NodeGroup(a.id.NodeID),
 		"publicKey", a.id.PublicKey, "client", cc)
+	// What a crashed earlier run left was ended when the session core
+	// started; each session's agent hears of it through the durable exit
+	// stream, as of an exit.
+	for _, l := range a.lost {
+		a.log.Warn("session lost by an earlier run", "sessionId", l.SessionID, "sessionKey", l.SessionKey,
+			"command", l.Command, "startedAt", l.StartedAt, "ended", l.Ended, "reason", l.Reason)
+		a.onExit(protocol.ExitEvent{SessionID: l.SessionID, SessionKey: l.SessionKey, Command: l.Command,
+			StartedAt: l.StartedAt.UnixMilli(), Lost: l.Reason})
+	}
+	a.lost = nil
 	return nil
 }
 
@@ -576,6 +599,7 @@ func (a *Agent) beat(nc *nats.Conn) {
 		Hostname: a.hostname, Version: a.cfg.Version, Instance: a.instance,
 		StartedAt: a.startedAt.UnixMilli(), Sessions: a.sessionCount(),
 		Server: bus.ConnectedServer(nc), IntervalMs: a.cfg.HeartbeatInterval.Milliseconds(), TS: now.UnixMilli(),
+		Containment: a.mgr.Containment().Mode,
 	}
 	b, err := json.Marshal(hb)
 	if err != nil {

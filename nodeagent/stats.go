@@ -30,6 +30,7 @@ type Stats struct {
 type counters struct {
 	outputBytes   atomic.Uint64
 	exitPublished atomic.Uint64
+	usage         *metrics.UsageRecorder // set by New
 
 	mu    sync.Mutex
 	calls map[string]uint64 // by endpoint
@@ -85,7 +86,11 @@ func (a *Agent) stats(nc *nats.Conn) Stats {
 		Calls:               a.counters.callCounts(),
 		OutputBytes:         a.counters.outputBytes.Load(),
 		ExitEventsPublished: a.counters.exitPublished.Load(),
+		Containment:         a.mgr.Containment().Mode,
 	}}
+	if a.counters.usage != nil {
+		s.Usage = a.counters.usage.Snapshot()
+	}
 	if nc != nil {
 		s.NATSReconnects = nc.Stats().Reconnects
 	}

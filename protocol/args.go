@@ -32,6 +32,9 @@ type ExecArgs struct {
 	Security string   `json:"security,omitempty"`
 	Ask      string   `json:"ask,omitempty"`
 	Node     string   `json:"node,omitempty"`
+	// Limits may only tighten the configured tools.exec.limits (see
+	// Limits.Tighten); nil means the configured limits.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // Process actions, in the order OpenClaw lists them.
@@ -65,6 +68,7 @@ const (
 	kStringMap
 	kStringList
 	kIntOrIntString
+	kLimits
 )
 
 func (k paramKind) String() string {
@@ -83,6 +87,8 @@ func (k paramKind) String() string {
 		return "an array of strings"
 	case kIntOrIntString:
 		return "a non-negative integer (or an integer string)"
+	case kLimits:
+		return "an object (memoryMax, pidsMax, cpuMax)"
 	}
 	return "?"
 }
@@ -91,6 +97,7 @@ var execParams = map[string]paramKind{
 	"command": kString, "workdir": kString, "env": kStringMap, "yieldMs": kNumber,
 	"background": kBool, "timeout": kNumber, "timeoutSeconds": kNumber, "pty": kBool,
 	"elevated": kBool, "host": kString, "security": kString, "ask": kString, "node": kString,
+	"limits": kLimits,
 }
 
 var processParams = map[string]paramKind{
@@ -323,6 +330,20 @@ func DecodeExecArgs(raw []byte) (ExecArgs, error) {
 			dst = &a.Ask
 		case "node":
 			dst = &a.Node
+		case "limits":
+			l, err := DecodeLimits(v, func(key string) string {
+				if key == "" {
+					return fmt.Sprintf("%s parameter %q", ToolExec, "limits")
+				}
+				return fmt.Sprintf("%s parameter %q", ToolExec, "limits."+key)
+			})
+			if err != nil {
+				return ExecArgs{}, err
+			}
+			if !l.IsZero() {
+				a.Limits = &l
+			}
+			continue
 		}
 		if err := decodeValue(ToolExec, name, k, v, dst); err != nil {
 			return ExecArgs{}, err

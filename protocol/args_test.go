@@ -76,7 +76,7 @@ func TestDecodeExecArgsErrors(t *testing.T) {
 		{name: "cmd hint", raw: `{"cmd":"ls"}`, want: `exec parameter "cmd" is unsupported; use "command" instead`},
 		{name: "case-insensitive hint", raw: `{"Command":"ls"}`, want: `exec parameter "Command" is unsupported; use "command" instead`},
 		{name: "unknown parameter", raw: `{"command":"ls","bogus":1}`,
-			want: `exec parameter "bogus" is unsupported (known parameters: ask, background, command, elevated, env, host, node, pty, security, timeout, timeoutSeconds, workdir, yieldMs)`},
+			want: `exec parameter "bogus" is unsupported (known parameters: ask, background, command, elevated, env, host, limits, node, pty, security, timeout, timeoutSeconds, workdir, yieldMs)`},
 		{name: "unknown even when null", raw: `{"command":"ls","cwd":null}`, want: `exec parameter "cwd" is unsupported; use "workdir" instead`},
 		{name: "command number", raw: `{"command":5}`, want: `exec parameter "command" must be a string`},
 		{name: "command array", raw: `{"command":["ls"]}`, want: `exec parameter "command" must be a string`},

@@ -56,6 +56,7 @@ type Details struct {
 	TotalChars       Opt[int]       `json:"totalChars,omitzero"`       // log
 	TotalLines       Opt[int]       `json:"totalLines,omitzero"`       // log
 	Truncated        Opt[bool]      `json:"truncated,omitzero"`        // output was cut by the retention cap
+	Usage            Opt[Usage]     `json:"usage,omitzero"`            // execmesh: what the session's processes cost
 	WaitingForInput  Opt[bool]      `json:"waitingForInput,omitzero"`  // running sessions
 }
 

@@ -35,6 +35,8 @@ type ExitEvent struct {
 	Tail       string `json:"tail"`       // last 2000 chars of retained output
 	StartedAt  int64  `json:"startedAt"`  // unix ms
 	EndedAt    int64  `json:"endedAt"`    // unix ms
+	// Usage is what the session's processes cost (details.usage).
+	Usage *Usage `json:"usage,omitempty"`
 	// Notify is true when the exit should become an exec.exit system event
 	// (notifyOnExit on, not suppressed by a terminal poll, not a kill, not a
 	// silent success unless notifyOnExitEmptySuccess). Text is then its text.
@@ -46,4 +48,8 @@ type ExitEvent struct {
 	RunID string `json:"runId,omitempty"`
 	// Instance is the run of the host that held the session.
 	Instance string `json:"instance,omitempty"`
+	// Lost, when set, says the session did not exit but was lost with an
+	// earlier run of its host (a crash): what is known of it. Its
+	// processes were ended when the host started again.
+	Lost string `json:"lost,omitempty"`
 }

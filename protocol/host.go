@@ -40,6 +40,11 @@ type ExecRequest struct {
 	// Sync runs the command to completion (the caller may not use the
 	// process tool).
 	Sync bool `json:"sync,omitempty"`
+	// Limits are the effective resource limits the gateway resolved
+	// (tools.exec.limits, the agent's, then the call's "limits"); the
+	// host's session core applies them to the session's cgroup, or
+	// refuses the exec where its controllers are missing.
+	Limits *Limits `json:"limits,omitempty"`
 	// Approval is the operator's decision on this run, signed by the
 	// gateway: set only on the start of a run whose first attempt needed
 	// an approval. A host verifies it before acting on it.

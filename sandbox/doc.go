@@ -61,14 +61,20 @@
 //
 // # Process lifetime, sessions and terminals
 //
-// The session core kills a session by signalling the process group of the
-// process it started, the outer bwrap. bwrap runs the command under its own
-// init in a new pid namespace with --die-with-parent: when the outer bwrap
-// dies, that init gets SIGKILL and the kernel kills every process left in
-// the namespace, background jobs and setsid escapees included. There is no
-// grace period inside the sandbox: SIGTERM to the group ends the tree at
-// once. A command killed by a signal inside the sandbox is reported by bwrap
-// as exit code 128+signal.
+// The session core holds a session's processes as for every host (see
+// session.Containment): bwrap is the command it starts, cloned into the
+// session's cgroup where cgroups are used, so the outer bwrap, its init
+// and everything the command starts inside the sandbox belong to that
+// group, and a kill ends them all (SIGTERM, cgroup.kill after the grace);
+// usage and limits cover the sandboxed processes too. Independently of
+// that, bwrap runs the command under its own init in a new pid namespace
+// with --die-with-parent: when the outer bwrap dies, that init gets
+// SIGKILL and the kernel kills every process left in the namespace,
+// background jobs and setsid escapees included, which is what holds the
+// tree in process-group containment. There is no grace period inside the
+// sandbox: SIGTERM to the outer bwrap ends the tree at once. A command
+// killed by a signal inside the sandbox is reported by bwrap as exit code
+// 128+signal.
 //
 // Pipe runs get --new-session, so the command cannot reach the gateway's
 // controlling terminal (TIOCSTI injection). PTY runs omit it: a new session

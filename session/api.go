@@ -44,11 +44,40 @@ type Config struct {
 	// of a command's output returned (before sanitizing), on the reader's
 	// goroutine: it must be cheap and must not block.
 	OnOutput func(n int)
+	// OnUsage, when set, is called once for every session that ended
+	// (foreground ones too) with what its processes cost (metrics).
+	OnUsage func(protocol.Usage)
+
+	// Reaper is the process's Reaper, shared by all its Managers; nil
+	// makes the Manager start its own (and close it with itself).
+	Reaper *Reaper
+	// Containment is ContainmentAuto (""), ContainmentCgroup or
+	// ContainmentProcessGroup: how process trees are held (contain.go).
+	Containment string
+	// StateDir, when set, is a directory of this Manager's own (no other
+	// Manager may use it) where each running session is recorded, so
+	// that the next Manager on it ends what a crashed run left and
+	// reports the sessions it lost (OnLost).
+	StateDir string
+	// OnLost is called by NewManager, before it returns, once for every
+	// session of a previous run on StateDir whose exit was never
+	// recorded (the daemon was killed or crashed while it ran); its
+	// leftover processes were ended first. The gateway turns these into
+	// exec.lost events for the session's agent. It is called on
+	// NewManager's goroutine, so it must not call the Manager.
+	OnLost func(LostSession)
 }
 
 // ExecRequest is one exec call as the session core sees it: host
 // resolution, policy and environment filtering have already happened.
 type ExecRequest struct {
+	// SessionID, when set, is the id the session gets (the gateway
+	// allocates fleet-unique ids): ValidSessionID's, lower-case letters,
+	// digits and '-', at most MaxSessionIDLen. Exec fails with an
+	// ErrConflict error when a session of this Manager (running,
+	// retained, or removed and still running) has it. Empty picks a free
+	// readable id (nimble-coral).
+	SessionID string
 	// Command is the command text as the caller wrote it (shown in list,
 	// used for names).
 	Command string
@@ -59,7 +88,7 @@ type ExecRequest struct {
 	// missing or non-directory workdir gives a failed result and nothing runs.
 	Workdir string
 	// Env is the complete environment (KEY=VALUE). nil means os.Environ().
-	// OPENCLAW_SHELL=exec and the EXECMESH_SESSION marker are always
+	// OPENCLAW_SHELL=exec and EXECMESH_SESSION=<session id> are always
 	// added; PTYs get TERM=xterm-256color unless Env sets TERM (with a nil
 	// Env the daemon's own TERM is not used).
 	Env []string
@@ -73,10 +102,10 @@ type ExecRequest struct {
 	// Background (process tool denied); Warnings should say so.
 	Synchronous bool
 
-	// SessionID, when set, is the session's id (the gateway allocates ids
-	// unique across the fleet); an id in use is refused. Empty picks a
-	// readable slug.
-	SessionID string
+	// Limits are the effective resource limits of the session's cgroup
+	// (config, agent and call already combined). Exec refuses non-zero
+	// limits where their controllers are missing (see CheckLimits).
+	Limits protocol.Limits
 
 	ScopeKey   string   // sessionKey that may see the session via process
 	Warnings   []string // prefixed to the result text

@@ -23,13 +23,20 @@
 // command down.
 //
 // Every command runs in its own process group (PTY commands lead their own
-// session). Kill, remove, timeouts and Close end the whole tree, including
-// processes that left the group with setsid: the Manager makes its process
-// a child subreaper, finds a tree's processes in /proc when it signals it
-// (parent links, process group, terminal session, and the EXECMESH_SESSION
-// marker every command inherits), sends SIGTERM and, after Config.KillGrace,
-// SIGKILL to whatever is left. Orphans that exit are reaped without
-// stealing exit statuses from os/exec.
+// session) and, where the host has a writable cgroup v2 subtree, in a
+// cgroup of its own that it is cloned into (see Containment and
+// contain.go). Kill, remove, timeouts and Close end the whole tree,
+// including processes that left the group with setsid: SIGTERM (and
+// SIGCONT) to every process of it, then after Config.KillGrace cgroup.kill,
+// or, without cgroups, SIGKILL to what a fresh, stop-and-reread pass over
+// /proc finds. One Reaper per process takes the leaders' exit statuses
+// (O(1) per exit) and reaps orphans without stealing exit statuses from
+// os/exec. Results and exit events report what a session's processes
+// cost (details.usage: CPU time from cpu.stat, memory and pids peaks
+// where those controllers are enabled), and ExecRequest.Limits sets
+// memory.max, pids.max and cpu.max where they are delegated. With
+// Config.StateDir a restarted daemon ends what a crashed run left and
+// reports the sessions it lost (Config.OnLost).
 //
 // Finished background sessions are kept for Config.JobTTL (at most 50, and
 // 2,000,000 characters in all); foreground sessions are not kept. When a

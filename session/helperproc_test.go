@@ -1,9 +1,12 @@
 package session
 
 import (
+	"context"
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,6 +56,40 @@ func runHelper(mode string) int {
 				return 0
 			}
 		}
+	case "burn":
+		// Spin until this process used HELPER_BURN_MS of CPU time.
+		ms, _ := strconv.Atoi(os.Getenv("HELPER_BURN_MS"))
+		for x := 0; ; x++ {
+			var ru unix.Rusage
+			_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+			if used := ru.Utime.Sec*1000 + ru.Utime.Usec/1000 + ru.Stime.Sec*1000 + ru.Stime.Usec/1000; used >= int64(ms) {
+				fmt.Println("burnt", used, x > 0)
+				return 0
+			}
+			for i := 0; i < 1e6; i++ {
+				x ^= i
+			}
+		}
+	case "daemon":
+		// A daemon with a Manager on HELPER_STATE_DIR that starts
+		// HELPER_COMMAND in the background, prints "started <id>" and
+		// waits to be killed.
+		cfg := DefaultConfig()
+		cfg.StateDir = os.Getenv("HELPER_STATE_DIR")
+		cfg.Containment = os.Getenv("HELPER_CONTAINMENT")
+		m, err := NewManager(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+			return 2
+		}
+		res, err := m.Exec(context.Background(), ExecRequest{Command: os.Getenv("HELPER_COMMAND"), Background: true, ScopeKey: "agent:lost", SessionID: os.Getenv("HELPER_SESSION")})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "exec:", err)
+			return 2
+		}
+		fmt.Println("started", res.SessionID(), m.Containment().Mode)
+		time.Sleep(time.Hour)
+		return 0
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 	return 2

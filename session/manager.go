@@ -2,22 +2,19 @@ package session
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
-	"golang.org/x/sys/unix"
 
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -36,44 +33,46 @@ type Manager struct {
 	log       *slog.Logger
 	shell     string
 	shellArgs []string
-	instance  string // random id of this Manager in session markers
+	instance  string // random id of this Manager: its cgroup is m-<instance>
 	selfPID   int
 	selfPGID  int
+
+	reaper    *Reaper
+	ownReaper bool           // made by NewManager, closed by Close
+	cg        *cgroupManager // nil in process-group containment
+	contain   Containment
 
 	root       context.Context // parent of every session context
 	cancelRoot context.CancelCauseFunc
 	hurry      chan struct{} // closed when Close's context ends: SIGKILL without grace
 	resched    chan struct{} // wakes the janitor after retention changed
-	sigchld    chan os.Signal
-	reapKick   chan struct{} // wakes the reaper after a leader was registered
-	reapStop   chan struct{} // closed by Close once every session is over
-	reapDone   chan struct{} // closed when the reaper returned
 	closeDone  chan struct{}
 	wg         sync.WaitGroup
 
-	snapMu      sync.Mutex // guards snap and snapReading
+	snapMu      sync.Mutex // guards snap and snapReading (process-group containment)
 	snap        *procSnapshot
 	snapReading chan struct{} // closed when the /proc read in progress ends
 
-	mu       sync.Mutex
-	closed   bool
-	seq      uint64
-	sessions map[string]*session // running (foreground too) and retained finished sessions
-	removed  map[string]*session // removed while their process still runs
-	reserved map[string]bool     // ids of sessions being spawned
-	leaders  map[int]bool        // pids of leaders not yet waited for
-	waiting  map[int]*session    // leaders whose exit status the reaper still has to take
-	finished []*session          // retained sessions in completion order
-	finChars int                 // output chars held by finished sessions
+	mu        sync.Mutex
+	closed    bool
+	seq       uint64
+	sessions  map[string]*session // running (foreground too) and retained finished sessions
+	removed   map[string]*session // removed while their process still runs
+	reserved  map[string]bool     // ids of sessions being spawned
+	leftovers map[string]tree     // trees of finished sessions whose processes still run, by tree name
+	finished  []*session          // retained sessions in completion order
+	finChars  int                 // output chars held by finished sessions
 }
 
 // NewManager returns a Manager for cfg. Zero values in cfg are replaced by
 // the defaults and out-of-range values clamped (see DefaultConfig).
 //
-// NewManager makes the calling process a child subreaper
-// (PR_SET_CHILD_SUBREAPER), so that processes which escape a command's
-// process group stay below this process and can be ended with their
-// session. The setting is process-wide and is never reverted.
+// NewManager decides the containment of process trees (Config.Containment,
+// contain.go) and logs it: a cgroup of its own below the process's cgroup
+// subtree (Reaper), or, in process-group containment, the process becomes
+// a child subreaper (PR_SET_CHILD_SUBREAPER; process-wide, never
+// reverted). With Config.StateDir it first ends what a previous run on
+// that directory left and reports its lost sessions (Config.OnLost).
 func NewManager(cfg Config) (*Manager, error) {
 	cfg = cfg.normalized()
 	log := cfg.Logger
@@ -84,38 +83,59 @@ func NewManager(cfg Config) (*Manager, error) {
 	if shell == "" {
 		shell = ResolveShell(os.Getenv("SHELL"), os.Getenv("PATH"))
 	}
-	var tag [4]byte
-	_, _ = rand.Read(tag[:])
 	m := &Manager{
 		cfg:       cfg,
 		log:       log,
 		shell:     shell,
 		shellArgs: shellArgs(shell),
-		instance:  hex.EncodeToString(tag[:]),
+		instance:  randomTag(),
 		selfPID:   os.Getpid(),
 		selfPGID:  syscall.Getpgrp(),
+		reaper:    cfg.Reaper,
 		hurry:     make(chan struct{}),
 		resched:   make(chan struct{}, 1),
-		sigchld:   make(chan os.Signal, 1),
-		reapKick:  make(chan struct{}, 1),
-		reapStop:  make(chan struct{}),
-		reapDone:  make(chan struct{}),
 		closeDone: make(chan struct{}),
 		sessions:  map[string]*session{},
 		removed:   map[string]*session{},
 		reserved:  map[string]bool{},
-		leaders:   map[int]bool{},
-		waiting:   map[int]*session{},
+		leftovers: map[string]tree{},
 	}
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		// Without it, escapees of killed trees move to init; everything
-		// else works.
-		log.Warn("cannot become a child subreaper; setsid escapees of killed commands may survive", "err", err)
+	if m.reaper == nil {
+		m.reaper = NewReaper(ReaperConfig{Logger: log})
+		m.ownReaper = true
+	}
+	fail := func(err error) (*Manager, error) {
+		if m.cg != nil {
+			_ = m.cg.dir.Remove()
+		}
+		if m.ownReaper {
+			_ = m.reaper.Close(context.Background())
+		}
+		return nil, err
+	}
+	var lost []LostSession
+	if cfg.StateDir != "" {
+		var err error
+		if lost, err = m.recoverRecords(); err != nil {
+			return fail(err)
+		}
+	}
+	if err := m.setupContainment(); err != nil {
+		return fail(err)
+	}
+	c := m.contain
+	if c.Mode == ContainmentCgroup {
+		log.Info("session containment", "mode", c.Mode, "cgroup", c.Cgroup, "controllers", strings.Join(c.Controllers, ","))
+	} else {
+		log.Info("session containment", "mode", c.Mode, "reason", c.Reason)
 	}
 	m.root, m.cancelRoot = context.WithCancelCause(context.Background())
-	signal.Notify(m.sigchld, syscall.SIGCHLD)
 	m.wg.Go(m.janitor)
-	go m.reaper()
+	if cfg.OnLost != nil {
+		for _, l := range lost {
+			cfg.OnLost(l)
+		}
+	}
 	return m, nil
 }
 
@@ -137,6 +157,12 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 	if w := strings.Join(req.Warnings, "\n"); strings.TrimSpace(w) != "" {
 		warningText = w + "\n\n"
 	}
+	if err := m.CheckLimits(req.Limits); err != nil {
+		return protocol.Result{}, err
+	}
+	if err := req.Limits.Validate(func(k string) string { return "limits." + k }); err != nil {
+		return protocol.Result{}, err
+	}
 	cwd, ok := resolveWorkdir(req.Workdir)
 	if !ok {
 		return unavailableWorkdirResult(cwd, warningText, startedAt), nil
@@ -150,7 +176,7 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 	if len(argv) == 0 {
 		argv = append(append([]string{m.shell}, m.shellArgs...), req.Command)
 	}
-	warning, err := s.spawn(argv, m.sessionEnv(req.Env, s))
+	warning, err := s.spawn(argv, m.sessionEnv(req.Env, s), req.Limits)
 	if warning != "" {
 		req.Warnings = append(slices.Clip(req.Warnings), warning)
 		warningText = strings.Join(req.Warnings, "\n") + "\n\n"
@@ -203,6 +229,9 @@ func (m *Manager) abort(ctx context.Context, s *session) (protocol.Result, error
 // session owns one count of m.wg from here on.
 func (m *Manager) register(req ExecRequest, cwd string, startedAt time.Time) (*session, error) {
 	sec, timeout, hasTimeout := resolveTimeout(req.TimeoutSec, m.cfg.DefaultTimeoutSec)
+	if req.SessionID != "" && !ValidSessionID(req.SessionID) {
+		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "session id %q is invalid: use 1 to %d lower-case letters, digits and '-'", req.SessionID, MaxSessionIDLen)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -212,10 +241,8 @@ func (m *Manager) register(req ExecRequest, cwd string, startedAt time.Time) (*s
 	switch {
 	case id == "":
 		id = NewSessionID(m.takenLocked)
-	case !ValidSessionID(id):
-		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "invalid session id %q: want 1 to 128 lower-case letters, digits or '-'", id)
 	case m.takenLocked(id):
-		return nil, protocol.Errorf(protocol.ErrConflict, "session id %s is in use on this host", id)
+		return nil, protocol.Errorf(protocol.ErrConflict, "session id %q is already in use on this host", id)
 	}
 	m.seq++
 	s := &session{
@@ -245,7 +272,7 @@ func (m *Manager) register(req ExecRequest, cwd string, startedAt time.Time) (*s
 		s.timeoutSec = sec
 	}
 	s.name, s.hasName = deriveSessionName(req.Command)
-	s.marker = m.instance + "/" + s.id
+	s.treeName = strconv.FormatUint(s.seq, 10) + "-" + s.id
 	s.log = m.log.With("session", s.id)
 	if req.PTY {
 		s.mode = cursorUnknown
@@ -281,22 +308,11 @@ func (m *Manager) unregister(s *session) {
 
 // started publishes a spawned session and starts its goroutines.
 func (m *Manager) started(s *session) {
-	var buf [512]byte
-	if p, ok := readProcStat(s.pid, buf[:]); ok {
-		s.leaderStart = p.start
-	}
+	m.writeRecord(s, false)
 	m.mu.Lock()
 	delete(m.reserved, s.id)
 	m.sessions[s.id] = s
-	m.leaders[s.pid] = true
-	m.waiting[s.pid] = s
 	m.mu.Unlock()
-	// The leader may have exited, and its SIGCHLD been consumed, before
-	// it was registered.
-	select {
-	case m.reapKick <- struct{}{}:
-	default:
-	}
 	s.log.Debug("started", "pid", s.pid, "pty", s.pty, "cwd", s.cwd)
 	s.stopTerm = context.AfterFunc(s.ctx, func() { m.terminate(s) })
 	s.startReaders(&m.wg)
@@ -337,7 +353,7 @@ func (m *Manager) sessionEnv(env []string, s *session) []string {
 		}
 		out = append(out, kv)
 	}
-	out = append(out, envShellMarker+"="+envShellMarkerValue, envSessionMarker+"="+s.marker)
+	out = append(out, envShellMarker+"="+envShellMarkerValue, envSessionMarker+"="+s.id)
 	if s.pty && !hasTERM {
 		out = append(out, envTERM+"="+defaultTERM)
 	}
@@ -361,11 +377,13 @@ func (m *Manager) finishSession(s *session, st exitStatus, cause error) {
 	res := s.res
 	s.mu.Unlock()
 	s.log.Debug("exited", "status", res.status, "reason", res.reason, "signal", res.signal)
+	if m.cfg.OnUsage != nil {
+		m.cfg.OnUsage(res.usage)
+	}
 
 	// Bookkeeping first, so that whoever waits on done sees the final
 	// state: a foreground session is gone, a background one retained.
 	m.mu.Lock()
-	delete(m.leaders, s.pid)
 	if removed {
 		delete(m.removed, s.id)
 	} else if m.sessions[s.id] == s {
@@ -466,180 +484,52 @@ func (m *Manager) sweep(now time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// reap collects orphans that exited (see reapOrphans).
-func (m *Manager) reap() {
-	m.mu.Lock()
-	skip := make(map[int]bool, len(m.leaders))
-	for pid := range m.leaders {
-		skip[pid] = true
-	}
-	m.mu.Unlock()
-	if n := reapOrphans(skip); n > 0 {
-		m.log.Debug("reaped orphans", "count", n)
-	}
-}
-
 // terminate ends a session's process tree: SIGTERM (and SIGCONT, so that
 // stopped processes act on it) to every process of the tree, then SIGKILL
 // to whatever is left after KillGrace, or at once when Close's context
 // ended. It runs once per session, when the session context ends.
 func (m *Manager) terminate(s *session) {
 	defer close(s.termDone)
-	spec := s.treeSpec()
 	deadline := time.Now().Add(m.cfg.KillGrace)
-	// The process group first: it is one syscall and holds almost every
-	// tree, so a kill takes effect at once even while /proc is slow to read.
-	_ = signalProcs(map[int]uint64{spec.leader: spec.leaderStart}, spec.pgid, m.selfPGID, unix.SIGTERM)
-	set := m.collect(spec)
-	if err := signalProcs(set, spec.pgid, m.selfPGID, unix.SIGTERM); err != nil {
+	if err := s.tree.term(); err != nil {
 		s.log.Warn("SIGTERM failed", "err", err)
 	}
-	_ = signalProcs(set, spec.pgid, m.selfPGID, unix.SIGCONT)
-	s.log.Debug("SIGTERM sent", "processes", len(set), "cause", context.Cause(s.ctx))
-
-	grace := time.NewTimer(m.cfg.KillGrace)
-	defer grace.Stop()
-	select {
-	case <-s.done:
-	case <-grace.C:
-	case <-m.hurry:
-	}
-	// Escapees can outlive the leader; give them the rest of the grace.
-	survivors := aliveProcs(union(m.collect(spec), set))
-	if len(survivors) > 0 && !closedChan(m.hurry) {
-		waitGone(survivors, deadline, m.hurry)
-		survivors = aliveProcs(union(m.collect(spec), survivors))
-	}
-	if len(survivors) == 0 {
+	s.log.Debug("SIGTERM sent", "cause", context.Cause(s.ctx))
+	if s.tree.waitGone(deadline, m.hurry) {
 		return
 	}
-	if err := signalProcs(survivors, spec.pgid, m.selfPGID, unix.SIGKILL); err != nil {
+	if err := s.tree.kill(); err != nil {
 		s.log.Warn("SIGKILL failed", "err", err)
 	}
-	s.log.Debug("SIGKILL sent", "processes", len(survivors))
+	s.log.Debug("SIGKILL sent")
+	if !s.tree.waitGone(time.Now().Add(killWait), nil) {
+		s.log.Warn("processes of the session survived SIGKILL", "waited", killWait)
+	}
 }
 
-// collect returns the processes of a tree, from a recent snapshot.
-func (m *Manager) collect(spec treeSpec) map[int]uint64 {
-	snap, err := m.snapshot()
-	if err != nil {
-		m.log.Warn("cannot read /proc; signalling the process group only", "err", err)
-		return map[int]uint64{spec.leader: spec.leaderStart}
-	}
+// killWait bounds the wait for a tree to be gone after SIGKILL (processes
+// in uninterruptible sleep take their time).
+const killWait = 10 * time.Second
+
+// addLeftover keeps the tree of a finished session whose processes still
+// run, to end them at Close; its record now says the session exited, so
+// a crash does not report it lost.
+func (m *Manager) addLeftover(t tree, name string, s *session) {
 	m.mu.Lock()
-	leaders := make(map[int]bool, len(m.leaders))
-	for pid := range m.leaders {
-		leaders[pid] = true
-	}
+	_, known := m.leftovers[name]
+	m.leftovers[name] = t
 	m.mu.Unlock()
-	return snap.collect(spec, leaders)
-}
-
-// snapshot returns a /proc snapshot that began at most snapshotMaxAge
-// before the call. Concurrent callers share reads: a caller that finds a
-// read in progress waits for it (when it began recently enough) instead of
-// reading /proc again, so terminating a thousand trees at once costs a few
-// reads of /proc, not a thousand. The process group signal covers what a
-// snapshot that old can miss, and the SIGKILL pass reads again.
-func (m *Manager) snapshot() (*procSnapshot, error) {
-	asked := time.Now().Add(-snapshotMaxAge)
-	for {
-		m.snapMu.Lock()
-		if m.snap != nil && !m.snap.taken.Before(asked) {
-			snap := m.snap
-			m.snapMu.Unlock()
-			return snap, nil
-		}
-		if m.snapReading != nil {
-			ch := m.snapReading
-			m.snapMu.Unlock()
-			<-ch // then use it, or start the next read
-			continue
-		}
-		ch := make(chan struct{})
-		m.snapReading = ch
-		m.snapMu.Unlock()
-
-		snap, err := readProcSnapshot(m.selfPID)
-
-		m.snapMu.Lock()
-		m.snapReading = nil
-		if err == nil {
-			m.snap = snap
-		}
-		close(ch)
-		m.snapMu.Unlock()
-		return snap, err
+	if !known && s != nil && s.pid != 0 {
+		m.writeRecord(s, true)
 	}
 }
 
-func union(a, b map[int]uint64) map[int]uint64 {
-	out := make(map[int]uint64, len(a)+len(b))
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = v
-	}
-	return out
-}
-
-func closedChan(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
-// waitGone waits until every process of set has exited, deadline passed
-// or hurry closed. It waits on pidfds, which become readable when their
-// process exits, so it returns as soon as the last one is gone.
-func waitGone(set map[int]uint64, deadline time.Time, hurry <-chan struct{}) {
-	var fds []unix.PollFd
-	for pid, start := range set {
-		fd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
-			continue // gone already
-		}
-		// The pid may have been reused between the snapshot and here.
-		var buf [512]byte
-		if p, ok := readProcStat(pid, buf[:]); !ok || (start != 0 && p.start != start) {
-			unix.Close(fd)
-			continue
-		}
-		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
-	}
-	defer func() {
-		for _, p := range fds {
-			unix.Close(int(p.Fd))
-		}
-	}()
-	for len(fds) > 0 {
-		left := time.Until(deadline)
-		if left <= 0 || closedChan(hurry) {
-			return
-		}
-		// Wake at least every 100 ms to notice hurry.
-		ms := int(min(left, 100*time.Millisecond) / time.Millisecond)
-		n, err := unix.Poll(fds, max(ms, 1))
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return
-		}
-		if n <= 0 {
-			continue
-		}
-		live := fds[:0]
-		for _, p := range fds {
-			if p.Revents != 0 {
-				unix.Close(int(p.Fd))
-				continue
-			}
-			live = append(live, p)
-		}
-		fds = live
-	}
+// treeGone forgets a tree whose last process is gone.
+func (m *Manager) treeGone(name string) {
+	m.mu.Lock()
+	delete(m.leftovers, name)
+	m.mu.Unlock()
+	m.removeRecord(name)
 }
 
 // Has reports whether the process tool of scopeKey can see sessionID
@@ -693,10 +583,11 @@ func (m *Manager) Blockers() []Blocker {
 }
 
 // Close stops taking work and ends every process tree: SIGTERM, then
-// SIGKILL after KillGrace or as soon as ctx ends. Processes that escaped
-// sessions which already finished are ended the same way. Close waits for
-// every goroutine of the Manager; exit events of background sessions are
-// still delivered. It is idempotent; later calls wait for the first.
+// SIGKILL after KillGrace or as soon as ctx ends. Processes that outlived
+// sessions which already finished are ended the same way, and the
+// Manager's cgroup is removed. Close waits for every goroutine of the
+// Manager; exit events of background sessions are still delivered. It is
+// idempotent; later calls wait for the first.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -717,20 +608,26 @@ func (m *Manager) Close(ctx context.Context) error {
 
 	m.cancelRoot(errShutdown) // every session context ends: trees are terminated
 	var result *multierror.Error
-	if err := m.endEscapees(false); err != nil {
-		result = multierror.Append(result, err)
-	}
+	leftovers := make(chan error, 1)
+	go func() { leftovers <- m.endLeftovers() }()
 	m.wg.Wait()
-	// Last sweep, once every session is over: anything of ours that is
-	// still alive (say, re-parented to us while the trees were ended) is
-	// killed outright.
-	if err := m.endEscapees(true); err != nil {
+	if err := <-leftovers; err != nil {
 		result = multierror.Append(result, err)
 	}
-	close(m.reapStop)
-	<-m.reapDone
-	signal.Stop(m.sigchld)
-	m.reap()
+	// Sessions that finished while the first pass ran.
+	if err := m.endLeftovers(); err != nil {
+		result = multierror.Append(result, err)
+	}
+	if m.cg != nil {
+		if err := m.removeCgroup(); err != nil {
+			result = multierror.Append(result, err)
+		}
+	}
+	if m.ownReaper {
+		if err := m.reaper.Close(ctx); err != nil {
+			result = multierror.Append(result, err)
+		}
+	}
 	close(m.closeDone)
 	if err := result.ErrorOrNil(); err != nil {
 		return fmt.Errorf("session: close: %w", err)
@@ -738,38 +635,60 @@ func (m *Manager) Close(ctx context.Context) error {
 	return nil
 }
 
-// endEscapees ends the processes below us that carry this Manager's marker
-// but are not ended with a session: a `setsid daemon &` left behind by a
-// finished command, for instance. Without force they get SIGTERM and the
-// grace period first.
-func (m *Manager) endEscapees(force bool) error {
-	snap, err := readProcSnapshot(m.selfPID)
-	if err != nil {
-		return fmt.Errorf("read /proc: %w", err)
+// endLeftovers ends the processes that outlived their finished sessions (a
+// `setsid daemon &` left behind by a command): SIGTERM, then SIGKILL
+// after the grace, or at once when Close's context ended.
+func (m *Manager) endLeftovers() error {
+	m.mu.Lock()
+	trees := make([]tree, 0, len(m.leftovers))
+	for _, t := range m.leftovers {
+		trees = append(trees, t)
 	}
-	prefix := m.instance + "/"
-	set := map[int]uint64{}
-	for _, pid := range snap.below(m.selfPID) {
-		if p := snap.procs[pid]; p.state != 'Z' && strings.HasPrefix(snap.marker(pid), prefix) {
-			set[pid] = p.start
-		}
-	}
-	if len(set) == 0 {
+	m.mu.Unlock()
+	if len(trees) == 0 {
 		return nil
 	}
-	m.log.Debug("ending escaped processes", "count", len(set), "force", force)
+	m.log.Debug("ending processes left by finished sessions", "sessions", len(trees))
 	var errs []error
-	if !force {
-		errs = append(errs, signalProcs(set, 0, m.selfPGID, unix.SIGTERM))
-		_ = signalProcs(set, 0, m.selfPGID, unix.SIGCONT)
-		waitGone(set, time.Now().Add(m.cfg.KillGrace), m.hurry)
-		set = aliveProcs(set)
+	deadline := time.Now().Add(m.cfg.KillGrace)
+	for _, t := range trees {
+		errs = append(errs, t.term())
 	}
-	if len(set) > 0 {
-		errs = append(errs, signalProcs(set, 0, m.selfPGID, unix.SIGKILL))
-		waitGone(set, time.Now().Add(time.Second), nil)
+	for _, t := range trees {
+		if !t.waitGone(deadline, m.hurry) {
+			errs = append(errs, t.kill())
+			t.waitGone(time.Now().Add(killWait), nil)
+		}
+		t.release()
 	}
 	return errors.Join(errs...)
+}
+
+// removeCgroup kills whatever is left in the Manager's cgroup subtree and
+// removes it.
+func (m *Manager) removeCgroup() error {
+	d := m.cg.dir
+	if p, err := d.Populated(); err == nil && p {
+		m.log.Warn("processes left in the Manager's cgroup at close; killing them", "cgroup", d.Path)
+		_ = d.Kill()
+		deadline := time.Now().Add(killWait)
+		for time.Now().Before(deadline) {
+			if p, err := d.Populated(); err != nil || !p {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	m.mu.Lock()
+	trees := make([]tree, 0, len(m.leftovers))
+	for _, t := range m.leftovers {
+		trees = append(trees, t)
+	}
+	m.mu.Unlock()
+	for _, t := range trees {
+		t.release()
+	}
+	return d.RemoveSubtree()
 }
 
 // emitExit delivers the exit event of a background session to OnExit and
@@ -780,6 +699,7 @@ func (m *Manager) endEscapees(force bool) error {
 func (m *Manager) emitExit(s *session) {
 	s.mu.Lock()
 	r := s.res
+	u := r.usage
 	ev := protocol.ExitEvent{
 		SessionID:  s.id,
 		SessionKey: s.scopeKey,
@@ -791,6 +711,7 @@ func (m *Manager) emitExit(s *session) {
 		Tail:       s.out.tail(),
 		StartedAt:  s.startedAt.UnixMilli(),
 		EndedAt:    s.endedAt.UnixMilli(),
+		Usage:      &u,
 	}
 	// No notification for removed sessions, for sessions whose terminal
 	// status a poll already delivered, and without a scope to notify.

@@ -104,6 +104,7 @@ func (s *session) finishedDetailsLocked() protocol.Details {
 		d.TimedOut = protocol.Some(isTimeoutReason(r.reason))
 		d.NoOutputTimedOut = protocol.Some(r.reason == reasonNoOutput)
 	}
+	d.Usage = protocol.Some(r.usage)
 	return s.nameDetail(d)
 }
 
@@ -172,6 +173,7 @@ func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int)
 		RetryInMs:  protocol.Some(retry),
 	}
 	s.mu.Unlock()
+	d.Usage = protocol.Some(s.tree.usage(nil))
 	return protocol.TextResult(text, s.nameDetail(facts.addTo(d)))
 }
 
@@ -302,7 +304,7 @@ func (m *Manager) logAction(s *session, id string, offset, limit *int) protocol.
 		if facts.waitingForInput {
 			text += inputWaitHint(facts.idleMs)
 		}
-		d = s.nameDetail(facts.addTo(protocol.Details{Status: protocol.Some(protocol.StatusRunning), SessionID: protocol.Some(id)}))
+		d = s.nameDetail(facts.addTo(protocol.Details{Status: protocol.Some(protocol.StatusRunning), SessionID: protocol.Some(id), Usage: protocol.Some(s.tree.usage(nil))}))
 	} else {
 		if s.res.stopped {
 			text += s.exitLineLocked()
@@ -561,6 +563,7 @@ func (s *session) listEntry(now time.Time) (d protocol.Details, ok bool) {
 			Status:    protocol.Some(protocol.StatusRunning),
 			RuntimeMs: protocol.Some(now.Sub(s.startedAt).Milliseconds()),
 			PID:       protocol.Some(s.pid),
+			Usage:     protocol.Some(s.tree.usage(nil)),
 		}))
 	}
 	d.SessionID = protocol.Some(s.id)

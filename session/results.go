@@ -48,6 +48,7 @@ func (s *session) foregroundResult(warningText string) protocol.Result {
 		Aggregated:       protocol.Some(r.aggregated),
 		NoOutputTimedOut: protocol.Some(false),
 		Cwd:              protocol.Some(s.cwd),
+		Usage:            protocol.Some(r.usage),
 	}
 	if r.status == protocol.StatusFailed {
 		d.FailureKind = protocol.Some(r.failureKind)

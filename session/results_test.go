@@ -188,6 +188,9 @@ func (r *replay) waitFor(args protocol.ProcessArgs, c resultsCall) {
 	}
 	switch args.Action {
 	case "list":
+		// A running entry's runtime prints as a duration from 1 ms on
+		// ("n/a" at 0, as in OpenClaw); the generator was never that fast.
+		time.Sleep(2 * time.Millisecond)
 		sessions, _ := d["sessions"].([]any)
 		for _, e := range sessions {
 			entry, _ := e.(map[string]any)
@@ -310,6 +313,10 @@ func (r *replay) diff(path string, want, got any) []string {
 			wv, wok := w[k]
 			gv, gok := g[k]
 			switch {
+			case !wok && k == "usage":
+				// execmesh's addition (DESIGN.md §5): what the processes
+				// cost. OpenClaw has no such key.
+				out = append(out, checkUsage(path+"."+k, gv)...)
 			case !wok:
 				out = append(out, fmt.Sprintf("%s.%s = %v, want absent", path, k, gv))
 			case !gok:
@@ -347,4 +354,22 @@ func (r *replay) diff(path string, want, got any) []string {
 		}
 		return nil
 	}
+}
+
+// checkUsage checks the shape of an execmesh details.usage object.
+func checkUsage(path string, v any) []string {
+	u, ok := v.(map[string]any)
+	if !ok {
+		return []string{fmt.Sprintf("%s = %v, want an object", path, v)}
+	}
+	var out []string
+	for _, k := range []string{"cpuUserMs", "cpuSystemMs"} {
+		if n, ok := u[k].(float64); !ok || n < 0 {
+			out = append(out, fmt.Sprintf("%s.%s = %v, want a number of milliseconds", path, k, u[k]))
+		}
+	}
+	if sc := u["scope"]; sc != protocol.UsageScopeTree && sc != protocol.UsageScopeLeader {
+		out = append(out, fmt.Sprintf("%s.scope = %v", path, sc))
+	}
+	return out
 }

@@ -41,7 +41,8 @@ type exitResult struct {
 	aggregated  string // details.aggregated of the foreground result
 	durationMs  int64
 	timedOut    bool
-	stopped     bool // ended by a kill or remove the caller asked for
+	stopped     bool           // ended by a kill or remove the caller asked for
+	usage       protocol.Usage // what the tree cost, at the exit
 }
 
 // session is one command run. Fields above mu are set before the session
@@ -62,13 +63,15 @@ type session struct {
 	notify       bool // exec.exit notifications wanted
 	emptySuccess bool
 	hook         func(protocol.ExitEvent)
-	marker       string // EXECMESH_SESSION value
+	treeName     string // <seq>-<id>: the name of its cgroup and state dir record
+	limits       protocol.Limits
 	log          *slog.Logger
 
-	cmd         *exec.Cmd // started only: its process handle is released (see wait.go)
+	cmd         *exec.Cmd // started only: its process handle is released (see releaseProcess)
 	pid         int
 	leaderStart uint64
-	exitCh      chan exitStatus // the leader's exit status, from the reaper
+	tree        tree            // the containment of its processes
+	exitCh      chan exitStatus // the leader's exit status, from the Reaper
 	ptmx        *os.File        // PTY master; nil for pipe sessions
 	pipes       [2]*os.File     // read ends of stdout and stderr; nil for PTY sessions
 	stdout      *streamWriter   // stdout, or the PTY's merged output
@@ -107,8 +110,20 @@ type session struct {
 	expiresAt       time.Time
 }
 
-// spawn starts the process. On success the output readers run.
-func (s *session) spawn(argv, env []string) (warning string, err error) {
+// spawn starts the process in a tree of its own. On success the output
+// readers run.
+func (s *session) spawn(argv, env []string, limits protocol.Limits) (warning string, err error) {
+	t, err := s.m.newTree(s, limits)
+	if err != nil {
+		return "", err
+	}
+	s.tree = t
+	s.limits = limits
+	defer func() {
+		if err != nil {
+			t.release()
+		}
+	}()
 	if s.pty {
 		err := s.startPTY(argv, env)
 		if err == nil {
@@ -150,28 +165,50 @@ func (s *session) startPipes(argv, env []string) error {
 	cmd.Stdout, cmd.Stderr = w[0], w[1]
 	// Its own process group, so the tree can be signalled as one.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err := cmd.Start()
+	started, err := s.tree.prepare(cmd.SysProcAttr)
+	if err != nil {
+		closeFiles(s.pipes[:]...)
+		closeFiles(w[:]...)
+		s.pipes = [2]*os.File{}
+		return err
+	}
+	register := s.m.reaper.spawn()
+	err = cmd.Start()
 	// The child has its copies; ours would keep the pipes open for ever.
 	closeFiles(w[:]...)
 	if err != nil {
+		register(0, nil)
+		started(0)
 		closeFiles(s.pipes[:]...)
 		s.pipes = [2]*os.File{}
 		return err
 	}
 	s.cmd = cmd
 	s.pid = cmd.Process.Pid
+	s.releaseProcess(register)
+	started(s.pid)
 	s.stdout = newStreamWriter(s, streamStdout)
 	s.stderr = newStreamWriter(s, streamStderr)
 	s.readersDone = make(chan struct{})
-	s.releaseProcess()
 	return nil
 }
 
-// releaseProcess lets go of os/exec's process handle (and the pidfd it
-// keeps): the Manager's reaper waits for the leader instead (see wait.go).
-func (s *session) releaseProcess() {
+// releaseProcess hands the leader to the Reaper and lets go of os/exec's
+// process handle (and the pidfd it keeps). os/exec's Wait would block an
+// OS thread in waitid for as long as the command runs: ten thousand
+// sleeping background commands would hold ten thousand threads (the
+// runtime's limit). The session never calls exec.Cmd.Wait: the output
+// pipes are the session's own (see startPipes), so the Cmd holds nothing
+// that Wait would release.
+func (s *session) releaseProcess(register func(int, chan<- exitStatus)) {
 	s.exitCh = make(chan exitStatus, 1)
-	registerLeader(s.pid)
+	register(s.pid, s.exitCh)
+	// Read after the registration, which the start time must not delay;
+	// the pid stays the leader's until the session takes its status.
+	var buf [512]byte
+	if p, ok := readProcStat(s.pid, buf[:]); ok {
+		s.leaderStart = p.start
+	}
 	_ = s.cmd.Process.Release()
 }
 
@@ -191,22 +228,31 @@ func (s *session) startPTY(argv, env []string) error {
 	cmd.Env = env
 	// pty.StartWithSize sets Setsid and Setctty: the command leads its own
 	// session and process group. Setpgid must not be added (fork fails).
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: ptyCols, Rows: ptyRows})
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	started, err := s.tree.prepare(cmd.SysProcAttr)
 	if err != nil {
 		return err
 	}
+	register := s.m.reaper.spawn()
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: ptyCols, Rows: ptyRows})
+	if err != nil {
+		register(0, nil)
+		started(0)
+		return err
+	}
+	s.pid = cmd.Process.Pid
+	s.cmd = cmd
+	s.releaseProcess(register) // Release sets cmd.Process.Pid to -1
+	started(s.pid)
 	// creack/pty used Fd(), which switched the master to blocking mode;
 	// switch it back once, so reads wait in the poller and Close
 	// interrupts them. Fd is never called again.
 	if err := syscall.SetNonblock(int(ptmx.Fd()), true); err != nil {
 		s.log.Warn("PTY master stays in blocking mode", "err", err)
 	}
-	s.cmd = cmd
 	s.ptmx = ptmx
-	s.pid = cmd.Process.Pid
 	s.stdout = newStreamWriter(s, streamStdout)
 	s.readersDone = make(chan struct{})
-	s.releaseProcess()
 	return nil
 }
 
@@ -289,6 +335,7 @@ func (s *session) run() {
 	if !s.stopTerm() {
 		<-s.termDone
 	}
+	s.tree.release()
 	s.cancel(errExited)
 }
 
@@ -356,19 +403,10 @@ func (s *session) markBackgrounded() bool {
 	return true
 }
 
-// treeSpec describes the session's processes for signalling.
-func (s *session) treeSpec() treeSpec {
-	spec := treeSpec{leader: s.pid, leaderStart: s.leaderStart, pgid: s.pid, marker: s.marker}
-	if s.ptmx != nil {
-		spec.sid = s.pid
-	}
-	return spec
-}
-
 // classify turns a wait status and the context cause into the outcome of
 // the run. Caller holds s.mu (it reads the output).
 func (s *session) classifyLocked(st exitStatus, cause error, now time.Time) exitResult {
-	r := exitResult{durationMs: now.Sub(s.startedAt).Milliseconds()}
+	r := exitResult{durationMs: now.Sub(s.startedAt).Milliseconds(), usage: s.tree.usage(&st)}
 	agg := jsTrim(s.out.aggregated())
 	if st.err != nil {
 		// The process could not be waited for: a runtime error.
@@ -392,6 +430,8 @@ func (s *session) classifyLocked(st exitStatus, cause error, now time.Time) exit
 		r.reason = reasonTimeout
 	case errors.Is(cause, errKilled), errors.Is(cause, errAborted):
 		r.reason = reasonManualCancel
+	case (r.signal != "" || (r.code != nil && *r.code != 0)) && s.tree.oomKilled():
+		r.reason = reasonOOM
 	case r.signal != "":
 		// Shutdown kills land here too: the agent did not ask for them,
 		// so they are reported (and notified) like any other signal.
@@ -438,6 +478,12 @@ func (s *session) classifyLocked(st exitStatus, cause error, now time.Time) exit
 		reasonText = appendTimeoutGuidance(reasonText, r.reason)
 		if s.continuation {
 			reasonText += "\n\n" + backgroundHint
+		}
+	case r.reason == reasonOOM:
+		r.failureKind = reasonOOM
+		reasonText = "Command killed: out of memory (the session's memory limit memoryMax=" + protocol.FormatBytes(s.limits.MemoryMax) + " was reached)"
+		if s.limits.MemoryMax == 0 {
+			reasonText = "Command killed: out of memory (the kernel's OOM killer ended a process of the session)"
 		}
 	case r.signal != "":
 		r.failureKind, reasonText = failureSignal, "Command aborted by signal "+r.signal

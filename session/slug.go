@@ -84,10 +84,15 @@ func NewSessionID(taken func(string) bool) string {
 	return id
 }
 
-// ValidSessionID reports whether id can be a session id: 1 to 128
-// lower-case letters, digits and '-', as slugs are (and subject-safe).
+// MaxSessionIDLen is the longest session id: it names the session's
+// cgroup and state-dir record, and is a KV key of the session index.
+const MaxSessionIDLen = 64
+
+// ValidSessionID reports whether id can be a session id: 1 to
+// MaxSessionIDLen lower-case letters, digits and '-', as slugs are (a
+// plain file name, a single subject token).
 func ValidSessionID(id string) bool {
-	if id == "" || len(id) > 128 {
+	if id == "" || len(id) > MaxSessionIDLen || id[0] == '-' {
 		return false
 	}
 	for i := 0; i < len(id); i++ {

@@ -47,6 +47,7 @@ const (
 	reasonTimeout       = "overall-timeout"
 	reasonNoOutput      = "no-output-timeout"
 	reasonManualCancel  = "manual-cancel"
+	reasonOOM           = "oom" // the kernel's OOM killer ended a process of the session's cgroup
 	failureNotFound     = "shell-command-not-found"
 	failureNotExec      = "shell-not-executable"
 	failureSignal       = "signal"

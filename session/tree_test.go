@@ -52,17 +52,26 @@ func waitGoneAll(t *testing.T, pids []int) {
 	})
 }
 
-// markedProcesses lists processes whose environment carries the Manager's
-// marker prefix.
+// markedProcesses lists the live processes left in the Manager's cgroup
+// subtree (none in process-group containment: tests check pids there).
 func markedProcesses(m *Manager) []int {
-	snap, err := readProcSnapshot(m.selfPID)
-	if err != nil {
+	if m.cg == nil {
 		return nil
 	}
 	var out []int
-	for pid := range snap.procs {
-		if strings.HasPrefix(snap.marker(pid), m.instance+"/") {
-			out = append(out, pid)
+	walk := []string{m.cg.dir.Path}
+	for i := 0; i < len(walk); i++ {
+		b, _ := os.ReadFile(walk[i] + "/cgroup.procs")
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				out = append(out, pid)
+			}
+		}
+		ents, _ := os.ReadDir(walk[i])
+		for _, e := range ents {
+			if e.IsDir() {
+				walk = append(walk, walk[i]+"/"+e.Name())
+			}
 		}
 	}
 	return out
@@ -323,8 +332,11 @@ func TestProcSnapshotParsing(t *testing.T) {
 	}
 	self := snap.procs[os.Getpid()]
 	// Our own process and its ancestors are never part of a tree, whatever
-	// the spec says.
-	got := snap.collect(treeSpec{leader: os.Getpid(), pgid: self.pgrp, sid: self.sid}, nil)
+	// its group and session say.
+	m := &Manager{selfPID: os.Getpid()}
+	tr := &groupTree{m: m, leader: os.Getpid(), pgid: self.pgrp, sid: self.sid, known: map[int]uint64{}}
+	tr.collect(snap)
+	got := tr.known
 	for pid := os.Getpid(); pid > 1; pid = snap.procs[pid].ppid {
 		if _, bad := got[pid]; bad {
 			t.Fatalf("collect included %d, an ancestor of the test", pid)

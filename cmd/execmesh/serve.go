@@ -26,6 +26,7 @@ import (
 	"github.com/execmesh/execmesh/mcpserver"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodeagent"
+	"github.com/execmesh/execmesh/session"
 	"github.com/execmesh/execmesh/ui"
 )
 
@@ -159,6 +160,7 @@ type daemon struct {
 	gw      *gateway.Gateway
 	http    *http.Server
 	node    *nodeagent.Agent
+	reaper  *session.Reaper // the process's, shared by the gateway's and the local node's session cores
 	metrics *metrics.Metrics
 	// gwID is the gateway's identity on the embedded server (nil with an
 	// external NATS): it connects with it, and it alone may send to
@@ -303,7 +305,9 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 	if cfgPath == "" {
 		cfgPath = filepath.Join(cfg.StateDir, "config.json")
 	}
-	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Conn: d.nc, Server: d.srv, Logger: d.log, ConfigPath: cfgPath, Load: d.reload, Metrics: d.metrics})
+	d.reaper = session.NewReaper(session.ReaperConfig{Logger: d.log.With("component", "session")})
+	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Conn: d.nc, Server: d.srv, Logger: d.log, ConfigPath: cfgPath, Load: d.reload,
+		Metrics: d.metrics, Reaper: d.reaper})
 	if err != nil {
 		ln.Close()
 		return err
@@ -373,6 +377,11 @@ func (d *daemon) stop(ctx context.Context) error {
 	}
 	if d.gw != nil {
 		if err := d.gw.Close(ctx); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
+	if d.reaper != nil {
+		if err := d.reaper.Close(ctx); err != nil {
 			errs = multierror.Append(errs, err)
 		}
 	}
@@ -468,6 +477,8 @@ func startLocalNode(ctx context.Context, d *daemon) (*nodeagent.Agent, error) {
 	cfg := nodeagent.DefaultConfig()
 	cfg.GatewayKeys = []string{key}
 	cfg.Logger = d.log.With("component", "node")
+	cfg.Session.Reaper = d.reaper
+	cfg.Session.Containment = d.cfg.Tools.Exec.Containment
 	cfg.Prefix = d.cfg.NATS.Prefix
 	cfg.StateDir = d.cfg.StateDir
 	cfg.Workspace = d.cfg.Sandbox.Workspace // one workspace root for the gateway and its local node

@@ -37,6 +37,9 @@ type nodeEnv struct {
 	Ask         *string `env:"NODE_ASK"`
 	MetricsAddr *string `env:"NODE_METRICS_ADDR"`
 	Workspace   *string `env:"NODE_WORKSPACE"`
+	// Containment is the session core's containment, as the gateway's
+	// tools.exec.containment: auto, cgroup or process-group.
+	Containment *string `env:"EXEC_CONTAINMENT"`
 }
 
 // nodeFlags are the flags of `execmesh node`.
@@ -114,6 +117,9 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 	cfg.Version = buildVersion().semver()
 	cfg.Session.ApplyEnv(c.getenv)
 	cfg.Session.Logger = log.With("component", "session")
+	if ev.Containment != nil {
+		cfg.Session.Containment = strings.TrimSpace(*ev.Containment)
+	}
 	if d := pick(f.stateDir, ev.StateDir); d != "" {
 		cfg.StateDir = d
 	} else if home := c.getenv("HOME"); home != "" {

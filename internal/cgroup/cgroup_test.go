@@ -1,0 +1,184 @@
+package cgroup
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestParseMountinfo(t *testing.T) {
+	hybrid := `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+`
+	unified := `24 30 0:22 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate
+`
+	bound := `50 40 0:22 /docker/abc /sys/fs/cgroup ro,relatime master:1 - cgroup2 cgroup rw
+`
+	spaced := `41 31 0:38 / /mnt/my\040cg rw - cgroup2 cgroup2 rw
+`
+	for _, tc := range []struct{ name, in, mount, root string }{
+		{"hybrid", hybrid, "/sys/fs/cgroup/unified", "/"},
+		{"unified", unified, "/sys/fs/cgroup", "/"},
+		{"bind-mounted subtree", bound, "/sys/fs/cgroup", "/docker/abc"},
+		{"escaped", spaced, "/mnt/my cg", "/"},
+	} {
+		mount, root, err := ParseMountinfo(strings.NewReader(tc.in))
+		if err != nil || mount != tc.mount || root != tc.root {
+			t.Errorf("%s: %q %q %v", tc.name, mount, root, err)
+		}
+	}
+	if _, _, err := ParseMountinfo(strings.NewReader("35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n")); err != ErrNoV2 {
+		t.Errorf("v1 only: %v", err)
+	}
+}
+
+func TestParseProcCgroupAndResolve(t *testing.T) {
+	rel, err := ParseProcCgroup([]byte("9:name=systemd:/\n4:memory:/x\n0::/system.slice/execmesh.service\n"))
+	if err != nil || rel != "/system.slice/execmesh.service" {
+		t.Fatalf("%q %v", rel, err)
+	}
+	if _, err := ParseProcCgroup([]byte("4:memory:/x\n")); err == nil {
+		t.Error("no v2 line accepted")
+	}
+	d, err := Resolve("/sys/fs/cgroup", "/", rel)
+	if err != nil || d.Path != "/sys/fs/cgroup/system.slice/execmesh.service" || d.Rel != rel {
+		t.Errorf("resolve: %+v %v", d, err)
+	}
+	d, err = Resolve("/sys/fs/cgroup", "/docker/abc", "/docker/abc/sub")
+	if err != nil || d.Path != "/sys/fs/cgroup/sub" {
+		t.Errorf("resolve below a bound root: %+v %v", d, err)
+	}
+	if _, err := Resolve("/sys/fs/cgroup", "/docker/abc", "/other"); err == nil {
+		t.Error("a group outside the mounted subtree resolved")
+	}
+	if c := d.Child("s1"); c.Rel != "/docker/abc/sub/s1" || c.Name() != "s1" || c.Parent() != d {
+		t.Errorf("child: %+v", c)
+	}
+}
+
+func TestKeyed(t *testing.T) {
+	b := []byte("usage_usec 120\nuser_usec 100\nsystem_usec 20\n")
+	if v, ok := keyed(b, "user_usec"); !ok || v != 100 {
+		t.Errorf("user_usec %d %v", v, ok)
+	}
+	if _, ok := keyed(b, "user"); ok {
+		t.Error("prefix matched")
+	}
+}
+
+// testGroup makes a group below the process's own, removed at the end;
+// the test is skipped where that is not allowed.
+func testGroup(t *testing.T) Dir {
+	t.Helper()
+	self, err := Self()
+	if err != nil {
+		t.Skipf("no cgroup v2 here: %v", err)
+	}
+	d := self.Child("cgtest-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + time.Now().Format("150405.000000"))
+	if err := d.Create(); err != nil {
+		t.Skipf("cannot create a cgroup below %s: %v", self.Path, err)
+	}
+	t.Cleanup(func() {
+		_ = d.Kill()
+		for range 100 {
+			if p, err := d.Populated(); err != nil || !p {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := d.Remove(); err != nil {
+			t.Errorf("remove: %v", err)
+		}
+	})
+	return d
+}
+
+// TestGroupLifecycle clones a process into a group and watches it: the
+// process is a member, populated follows it, a pid elsewhere is never
+// signalled, cpu.stat counts, cgroup.kill ends it.
+func TestGroupLifecycle(t *testing.T) {
+	d := testGroup(t)
+	w, err := NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	changed := make(chan struct{}, 10)
+	stop, err := w.Watch(d, func() { changed <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	fd, err := d.OpenFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; exec sleep 600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event when the group became populated")
+	}
+	if !d.Member(cmd.Process.Pid) {
+		t.Fatal("the child is not in its group")
+	}
+	if p, err := d.Populated(); err != nil || !p {
+		t.Fatalf("populated %v %v", p, err)
+	}
+	if d.Member(os.Getpid()) {
+		t.Fatal("the test process counts as a member")
+	}
+	// Signal skips what is not a member; our own pid is never one.
+	if n := d.Descendants(); n != 0 {
+		t.Errorf("descendants %d", n)
+	}
+	if pids, err := d.Signal(nil, 0); err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid {
+		t.Fatalf("signal 0: %v %v", pids, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if u, s, err := d.CPUStat(); err != nil || u+s == 0 {
+		t.Errorf("cpu.stat user %d system %d %v", u, s, err)
+	}
+	if err := d.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		if p, _ := d.Populated(); !p {
+			break
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatal("still populated after cgroup.kill")
+		}
+	}
+	_ = cmd.Wait()
+	if pids, _ := d.Procs(); len(pids) != 0 {
+		t.Errorf("procs after kill: %v", pids)
+	}
+}
+
+func TestEnableControllersNeverFails(t *testing.T) {
+	d := testGroup(t)
+	have, _ := d.Controllers()
+	on, err := d.EnableControllers("cpu", "memory", "pids")
+	for _, c := range on {
+		if !strings.Contains(" "+strings.Join(have, " ")+" ", " "+c+" ") {
+			t.Errorf("enabled %s, which the group does not have (%v)", c, have)
+		}
+	}
+	t.Logf("available %v, enabled %v, err %v", have, on, err)
+}

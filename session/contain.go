@@ -1,0 +1,564 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/execmesh/execmesh/internal/cgroup"
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// Containment: how a Manager holds each command's process tree, so that
+// kill, timeout, remove and Close end all of it and nothing else.
+//
+// With cgroup containment every command is cloned straight into a cgroup v2
+// group of its own (clone3 CLONE_INTO_CGROUP: no moment in which a child
+// runs outside it), below the Manager's group in the process's subtree. A
+// process cannot leave its group without write access to the hierarchy,
+// so the group is the tree: SIGTERM (and SIGCONT) go to every member of
+// cgroup.procs, "the tree is gone" is populated 0 in cgroup.events (one
+// inotify watch per group on the Reaper's single descriptor), and after
+// the grace cgroup.kill ends whatever is left, atomically with respect to
+// forks. cpu.stat gives the tree's CPU time; memory.peak, pids.peak and
+// the limits need the memory, pids and cpu controllers to be delegated.
+//
+// Where no writable cgroup v2 subtree exists (or Config.Containment says
+// process-group), the process becomes a child subreaper, so that orphans
+// of a tree stay below it, and a tree is every process reached from the
+// leader, its process group and (PTY sessions) its terminal session by
+// parent links. Each pass that signals a tree first stops it: SIGSTOP to
+// every member found, then /proc is read again, until a read finds no new
+// member; a stopped process can neither fork nor exit, so parent links
+// hold while the tree is read, and processes that left group and session
+// with setsid are still reached through their parents. Every pass reads
+// /proc afresh (concurrent passes share a read that began after they
+// asked); the SIGKILL pass never reuses the SIGTERM pass's read. What this
+// cannot find is a process whose every ancestor up to the leader ended
+// before the kill (a double-forked daemon): it is an orphan of the
+// process, ended with the Reaper (Reaper.Close).
+
+// Containment modes (Config.Containment and Containment.Mode).
+const (
+	// ContainmentAuto uses cgroups where a writable cgroup v2 subtree
+	// exists and process groups elsewhere. "" means the same.
+	ContainmentAuto = "auto"
+	// ContainmentCgroup requires cgroups: NewManager fails without them.
+	ContainmentCgroup = "cgroup"
+	// ContainmentProcessGroup forces the process-group fallback.
+	ContainmentProcessGroup = "process-group"
+)
+
+// Containment describes how a Manager holds process trees
+// (Manager.Containment).
+type Containment struct {
+	// Mode is ContainmentCgroup or ContainmentProcessGroup.
+	Mode string `json:"mode"`
+	// Cgroup is the Manager's cgroup directory; each session's group is
+	// a child of it.
+	Cgroup string `json:"cgroup,omitempty"`
+	// Controllers are the cgroup controllers enabled for session groups
+	// (of cpu, memory, pids).
+	Controllers []string `json:"controllers,omitempty"`
+	// Reason says why cgroups are not used, in process-group mode.
+	Reason string `json:"reason,omitempty"`
+}
+
+// limitControllers are the controllers the session core enables when its
+// subtree offers them: cpu for cpu.max, memory for memory.max and
+// memory.peak, pids for pids.max and pids.peak.
+var limitControllers = []string{"cpu", "memory", "pids"}
+
+// cgroupBase is the process's own cgroup subtree (see discoverCgroups).
+type cgroupBase struct {
+	dir         cgroup.Dir
+	created     bool     // made by this process; removed by Reaper.Close
+	controllers []string // enabled for the groups below dir
+}
+
+// cgroups returns the process's cgroup subtree, set up on first use.
+func (r *Reaper) cgroups() (*cgroupBase, error) {
+	r.cgOnce.Do(func() {
+		r.cg, r.cgErr = discoverCgroups(r.log)
+	})
+	return r.cg, r.cgErr
+}
+
+// discoverCgroups finds the cgroup v2 hierarchy (mountinfo) and the
+// process's group in it (/proc/self/cgroup). A group systemd delegated to
+// this service (Delegate=yes; marked with the trusted.delegate or
+// user.delegate attribute, or, for a service of an unprivileged user,
+// owned by that user) becomes the subtree itself: the process moves
+// into a leaf "daemon" below it, so that it holds no processes and the
+// controllers can be enabled for the sessions beside that leaf. Otherwise
+// the process creates a group of its own below its cgroup,
+// execmesh-<pid>-<random>, when it may, and uses the controllers the
+// parent already offers; several daemons and test processes on one host
+// never collide.
+func discoverCgroups(log *slog.Logger) (*cgroupBase, error) {
+	self, err := cgroup.Self()
+	if err != nil {
+		return nil, err
+	}
+	b := &cgroupBase{dir: self}
+	uid := os.Geteuid()
+	if self.Rel != "/" && (self.Delegated() || (uid != 0 && self.OwnedBy(uid))) {
+		leaf := self.Child("daemon")
+		if err := leaf.Create(); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("delegated cgroup %s: create the daemon's leaf: %w", self.Path, err)
+		}
+		if err := leaf.MoveSelf(); err != nil {
+			return nil, fmt.Errorf("delegated cgroup %s: move into %s: %w", self.Path, leaf.Path, err)
+		}
+		log.Debug("moved into the daemon leaf of the delegated cgroup", "cgroup", leaf.Path)
+	} else {
+		removeStaleCgroups(self, log)
+		b.dir = self.Child("execmesh-" + strconv.Itoa(os.Getpid()) + "-" + randomTag())
+		if err := b.dir.Create(); err != nil {
+			return nil, fmt.Errorf("cannot create a cgroup below %s: %w", self.Path, errors.Unwrap(err))
+		}
+		b.created = true
+	}
+	on, err := b.dir.EnableControllers(limitControllers...)
+	if err != nil {
+		log.Warn("cgroup controllers not enabled for sessions", "cgroup", b.dir.Path, "err", err)
+	}
+	b.controllers = on
+	return b, nil
+}
+
+// removeStaleCgroups removes the empty groups that execmesh processes
+// which no longer run (killed with SIGKILL, say) left below parent:
+// execmesh-<pid>-<tag> whose pid is gone. Groups that still hold
+// processes are left alone: their daemon's next run on its state dir ends
+// them (records.go).
+func removeStaleCgroups(parent cgroup.Dir, log *slog.Logger) {
+	ents, err := os.ReadDir(parent.Path)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		f := strings.Split(e.Name(), "-")
+		if !e.IsDir() || len(f) != 3 || f[0] != "execmesh" {
+			continue
+		}
+		pid, err := strconv.Atoi(f[1])
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + f[1]); err == nil {
+			continue // alive, or a reused pid: left for later
+		}
+		d := parent.Child(e.Name())
+		if p, err := d.Populated(); err != nil || p {
+			continue
+		}
+		_ = d.RemoveSubtree()
+		log.Debug("removed the empty cgroups of an execmesh process that is gone", "cgroup", d.Path)
+	}
+}
+
+// close removes the subtree if this process created it.
+func (b *cgroupBase) close() error {
+	if !b.created {
+		return nil
+	}
+	return b.dir.Remove()
+}
+
+// watch calls fn after every change of d's cgroup.events, through the
+// Reaper's one inotify watcher (started on first use). ok is false when
+// inotify is unavailable: the caller then polls.
+func (r *Reaper) watch(d cgroup.Dir, fn func()) (stop func(), ok bool) {
+	r.mu.Lock()
+	if r.watcher == nil && !r.closed {
+		w, err := cgroup.NewWatcher()
+		if err != nil {
+			r.mu.Unlock()
+			r.log.Warn("no inotify for cgroup events; polling them", "err", err)
+			return func() {}, false
+		}
+		r.watcher = w
+	}
+	w := r.watcher
+	r.mu.Unlock()
+	if w == nil {
+		return func() {}, false
+	}
+	stop, err := w.Watch(d, fn)
+	if err != nil {
+		return func() {}, false
+	}
+	return stop, true
+}
+
+// cgroupManager is a Manager's group: one child group per session.
+type cgroupManager struct {
+	dir         cgroup.Dir
+	controllers []string
+}
+
+// setupContainment decides the Manager's containment (Config.Containment).
+func (m *Manager) setupContainment() error {
+	mode := m.cfg.Containment
+	switch mode {
+	case "", ContainmentAuto, ContainmentCgroup, ContainmentProcessGroup:
+	default:
+		return fmt.Errorf("session: containment %q: want %s, %s or %s", mode, ContainmentAuto, ContainmentCgroup, ContainmentProcessGroup)
+	}
+	reason := "forced by configuration"
+	if mode != ContainmentProcessGroup {
+		cg, err := m.setupCgroups()
+		if err == nil {
+			m.cg = cg
+			m.contain = Containment{Mode: ContainmentCgroup, Cgroup: cg.dir.Path, Controllers: cg.controllers}
+			return nil
+		}
+		if mode == ContainmentCgroup {
+			return fmt.Errorf("session: containment cgroup: %w", err)
+		}
+		reason = "no writable cgroup v2 subtree: " + err.Error()
+	}
+	if err := m.reaper.becomeSubreaper(); err != nil {
+		m.log.Warn("cannot become a child subreaper; escapees of killed commands may survive", "err", err)
+	}
+	m.contain = Containment{Mode: ContainmentProcessGroup, Reason: reason}
+	return nil
+}
+
+func (m *Manager) setupCgroups() (*cgroupManager, error) {
+	base, err := m.reaper.cgroups()
+	if err != nil {
+		return nil, err
+	}
+	dir := base.dir.Child("m-" + m.instance)
+	if err := dir.Create(); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir.Path, err)
+	}
+	on, err := dir.EnableControllers(base.controllers...)
+	if err != nil {
+		m.log.Warn("cgroup controllers not enabled for sessions", "cgroup", dir.Path, "err", err)
+	}
+	return &cgroupManager{dir: dir, controllers: on}, nil
+}
+
+// Containment reports how the Manager holds process trees.
+func (m *Manager) Containment() Containment {
+	c := m.contain
+	c.Controllers = slices.Clone(c.Controllers)
+	return c
+}
+
+// CheckLimits reports whether limits can be applied to sessions: nil, or
+// an ErrInvalidRequest *protocol.Error naming each limit whose controller
+// is missing, and why.
+func (m *Manager) CheckLimits(l protocol.Limits) error {
+	if l.IsZero() {
+		return nil
+	}
+	var need []string
+	for _, c := range []struct {
+		set        bool
+		name, ctrl string
+	}{{l.MemoryMax != 0, "memoryMax", "memory"}, {l.PidsMax != 0, "pidsMax", "pids"}, {l.CPUMax != 0, "cpuMax", "cpu"}} {
+		if c.set && (m.cg == nil || !slices.Contains(m.cg.controllers, c.ctrl)) {
+			need = append(need, c.name+" needs the "+c.ctrl+" controller")
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	var where string
+	if m.cg == nil {
+		where = "this host runs commands in process-group containment (" + m.contain.Reason + "), and limits need a cgroup v2 subtree with controllers"
+	} else {
+		have := "none"
+		if len(m.cg.controllers) > 0 {
+			have = strings.Join(m.cg.controllers, ", ")
+		}
+		where = "the cgroup v2 subtree " + m.cg.dir.Path + " has these controllers enabled for sessions: " + have +
+			" (delegate them, e.g. systemd Delegate=yes, on a host whose cgroup v2 hierarchy has them)"
+	}
+	return protocol.Errorf(protocol.ErrInvalidRequest, "resource limits are not available here: %s; %s", strings.Join(need, ", "), where)
+}
+
+// tree is one session's process tree, held by its containment.
+type tree interface {
+	// prepare adjusts the spawn's attributes; after the start (or its
+	// failure) the returned function gets the leader's pid (0 on failure).
+	prepare(attr *syscall.SysProcAttr) (started func(pid int), err error)
+	// term sends SIGTERM, then SIGCONT, to every process of the tree.
+	term() error
+	// kill sends SIGKILL to every process of the tree.
+	kill() error
+	// waitGone waits until no process of the tree lives, deadline passes
+	// or hurry closes; it reports whether the tree is gone.
+	waitGone(deadline time.Time, hurry <-chan struct{}) bool
+	// members lists the live processes of the tree.
+	members() []int
+	// usage is what the tree cost so far; st is the leader's exit status
+	// once it was taken.
+	usage(st *exitStatus) protocol.Usage
+	// oomKilled reports whether the kernel's OOM killer ended a process
+	// of the tree.
+	oomKilled() bool
+	// release is called once the session is over; the tree's resources
+	// go when its last process has (at once, or later from a watch).
+	release()
+	// where describes the tree for the state dir record.
+	where(r *record)
+}
+
+// newTree makes the containment of a new session.
+func (m *Manager) newTree(s *session, limits protocol.Limits) (tree, error) {
+	if m.cg != nil {
+		return m.newCgroupTree(s, limits)
+	}
+	return &groupTree{m: m, s: s, name: s.treeName, pty: s.pty, known: map[int]uint64{}}, nil
+}
+
+// cgroupTree is a session's cgroup.
+type cgroupTree struct {
+	m        *Manager
+	s        *session
+	name     string
+	dir      cgroup.Dir
+	changed  chan struct{} // a cgroup.events change; capacity 1
+	watching bool
+	stop     func()
+	memLimit int64
+
+	mu       sync.Mutex
+	released bool
+	removed  bool
+}
+
+// pollInterval is how often a tree's populated state is read where no
+// inotify watch reports it.
+const pollInterval = 50 * time.Millisecond
+
+func (m *Manager) newCgroupTree(s *session, l protocol.Limits) (*cgroupTree, error) {
+	t := &cgroupTree{m: m, s: s, name: s.treeName, dir: m.cg.dir.Child(s.treeName), changed: make(chan struct{}, 1), memLimit: l.MemoryMax}
+	if err := t.dir.Create(); err != nil {
+		return nil, fmt.Errorf("create the session's cgroup: %w", err)
+	}
+	if err := t.setLimits(l); err != nil {
+		_ = t.dir.Remove()
+		return nil, err
+	}
+	t.stop, t.watching = m.reaper.watch(t.dir, t.onEvent)
+	return t, nil
+}
+
+// setLimits writes the limits into the group's control files.
+func (t *cgroupTree) setLimits(l protocol.Limits) error {
+	var errs []error
+	if l.MemoryMax > 0 {
+		errs = append(errs, t.dir.Write("memory.max", strconv.FormatInt(l.MemoryMax, 10)))
+		// The limit means memory, not memory plus swap; and an OOM kill
+		// ends the whole session, not one process of it.
+		if _, err := os.Stat(t.dir.Path + "/memory.swap.max"); err == nil {
+			errs = append(errs, t.dir.Write("memory.swap.max", "0"))
+		}
+		if _, err := os.Stat(t.dir.Path + "/memory.oom.group"); err == nil {
+			errs = append(errs, t.dir.Write("memory.oom.group", "1"))
+		}
+	}
+	if l.PidsMax > 0 {
+		errs = append(errs, t.dir.Write("pids.max", strconv.FormatInt(l.PidsMax, 10)))
+	}
+	if l.CPUMax > 0 {
+		const period = 100000
+		quota := max(int64(l.CPUMax*period), 1000)
+		errs = append(errs, t.dir.Write("cpu.max", strconv.FormatInt(quota, 10)+" "+strconv.Itoa(period)))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("apply limits %s: %w", l, err)
+	}
+	return nil
+}
+
+// onEvent runs on the watcher's goroutine at every cgroup.events change.
+func (t *cgroupTree) onEvent() {
+	select {
+	case t.changed <- struct{}{}:
+	default:
+	}
+	t.mu.Lock()
+	released := t.released
+	t.mu.Unlock()
+	if released {
+		t.tryRemove()
+	}
+}
+
+func (t *cgroupTree) prepare(attr *syscall.SysProcAttr) (func(int), error) {
+	fd, err := t.dir.OpenFD()
+	if err != nil {
+		return nil, err
+	}
+	attr.UseCgroupFD = true
+	attr.CgroupFD = fd
+	return func(int) { unix.Close(fd) }, nil
+}
+
+// dirs returns the group and any groups below it (a command with write
+// access to its group may create some).
+func (t *cgroupTree) dirs() []cgroup.Dir {
+	if t.dir.Descendants() == 0 {
+		return []cgroup.Dir{t.dir}
+	}
+	return t.dir.Subtree()
+}
+
+// maxSignalRounds bounds the re-reads of cgroup.procs in one signal pass:
+// each round signals the processes forked since the last.
+const maxSignalRounds = 8
+
+func (t *cgroupTree) term() error {
+	sent := map[int]bool{}
+	var errs []error
+	dirs := t.dirs()
+	for range maxSignalRounds {
+		n := 0
+		for _, d := range dirs {
+			pids, err := d.Signal(sent, unix.SIGTERM, unix.SIGCONT)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			for _, p := range pids {
+				sent[p] = true
+			}
+			n += len(pids)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t *cgroupTree) kill() error {
+	if err := t.dir.Kill(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (t *cgroupTree) gone() bool {
+	populated, err := t.dir.Populated()
+	return err != nil || !populated
+}
+
+func (t *cgroupTree) waitGone(deadline time.Time, hurry <-chan struct{}) bool {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if t.gone() {
+			return true
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		if !t.watching {
+			left = min(left, pollInterval)
+		}
+		timer.Reset(left)
+		select {
+		case <-t.changed:
+		case <-timer.C:
+		case <-hurry:
+			return t.gone()
+		}
+	}
+}
+
+func (t *cgroupTree) members() []int {
+	var out []int
+	for _, d := range t.dirs() {
+		pids, _ := d.Procs()
+		out = append(out, pids...)
+	}
+	return out
+}
+
+func (t *cgroupTree) usage(*exitStatus) protocol.Usage {
+	u := protocol.Usage{Scope: protocol.UsageScopeTree}
+	if user, sys, err := t.dir.CPUStat(); err == nil {
+		u.CPUUserMs, u.CPUSystemMs = int64(user/1000), int64(sys/1000)
+	}
+	if t.has("memory") {
+		if v, ok := t.dir.Uint("memory.peak"); ok {
+			u.MemoryPeakBytes = &v
+		}
+	}
+	if t.has("pids") {
+		if v, ok := t.dir.Uint("pids.peak"); ok {
+			u.PidsPeak = &v
+		}
+	}
+	return u
+}
+
+// has reports whether controller is enabled for the session groups.
+func (t *cgroupTree) has(controller string) bool {
+	return slices.Contains(t.m.cg.controllers, controller)
+}
+
+func (t *cgroupTree) oomKilled() bool {
+	if !t.has("memory") {
+		return false
+	}
+	n, ok := t.dir.Event("memory.events", "oom_kill")
+	return ok && n > 0
+}
+
+func (t *cgroupTree) release() {
+	if t.tryRemove() {
+		return
+	}
+	// Processes of a finished command live on (a daemon it started):
+	// the group goes when they do (the watch removes it), or at Close.
+	t.m.addLeftover(t, t.name, t.s)
+	t.mu.Lock()
+	t.released = true
+	t.mu.Unlock()
+	t.tryRemove() // it may have emptied meanwhile
+}
+
+// tryRemove removes the group if no process is left in it. rmdir itself
+// refuses a group with live processes or child groups, so the common case
+// costs one system call.
+func (t *cgroupTree) tryRemove() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.removed {
+		return true
+	}
+	err := t.dir.Remove()
+	if err != nil && t.dir.Descendants() > 0 && t.gone() {
+		err = t.dir.RemoveSubtree() // groups a command created below its own
+	}
+	if err != nil {
+		return false
+	}
+	t.removed = true
+	if t.stop != nil {
+		t.stop()
+	}
+	t.m.treeGone(t.name)
+	return true
+}
+
+func (t *cgroupTree) where(r *record) { r.Cgroup = t.dir.Path }

@@ -1,0 +1,440 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/execmesh/execmesh/internal/cgroup"
+	"github.com/execmesh/execmesh/internal/procfs"
+)
+
+// Reaper is the part of the session core that belongs to a whole process
+// rather than to one Manager: the children of a process, its SIGCHLD, its
+// child-subreaper attribute and its place in the cgroup hierarchy are
+// process-wide. A daemon creates one Reaper and passes it to each of its
+// Managers (Config.Reaper; `execmesh up` runs the gateway's and the local
+// node agent's Managers side by side); a Manager given none makes its own
+// and closes it with itself.
+//
+// The Reaper takes the exit statuses of session leaders. At every SIGCHLD
+// it peeks at the first child that exited (waitid with WNOWAIT, which
+// leaves it unreaped), collects it with wait4 when it is a leader some
+// Manager registered, and repeats: one system call pair per exit, however
+// many sessions run, no thread and no descriptor per session. A child it
+// did not register (an os/exec child of other code in the process, waited
+// for by its owner) stops the peek; only then are the process's children
+// listed, to collect the leaders behind it. When the process is a child
+// subreaper (process-group containment, see Config.Containment), orphans
+// re-parented to it are reaped as well, once they have been zombies for
+// orphanGrace, which leaves other code in the process time to take its own
+// children's statuses.
+//
+// The Reaper also holds the process's cgroup v2 subtree (found, created or
+// delegated on first use, see NewManager) and one inotify watcher for the
+// cgroup.events of every session group.
+type Reaper struct {
+	log *slog.Logger
+
+	sigchld chan os.Signal
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+
+	// spawning counts starts whose leader is not registered yet: an
+	// exited child nobody registered is then most likely one of them,
+	// and the registration's wake-up collects it without a slow pass.
+	spawning atomic.Int32
+	deferred int // slow passes put off for spawning, in a row (run's goroutine only)
+
+	mu      sync.Mutex
+	leaders map[int]chan<- exitStatus
+	zombies map[int]time.Time // non-leader zombie children: when first seen
+	closed  bool
+
+	subreaper bool // a Manager of this Reaper made the process a subreaper
+
+	cgOnce  sync.Once
+	cg      *cgroupBase // nil when no writable cgroup v2 subtree exists
+	cgErr   error       // why, when cg is nil
+	watcher *cgroup.Watcher
+}
+
+// ReaperConfig configures a Reaper.
+type ReaperConfig struct {
+	// Logger receives the Reaper's messages; nil discards them.
+	Logger *slog.Logger
+}
+
+// orphanGrace is how long a zombie child that no Manager registered is left
+// to other code in the process (an os/exec Cmd's Wait) before a subreaper
+// reaps it as an orphan.
+const orphanGrace = 2 * time.Second
+
+// NewReaper starts the Reaper of this process. Close it after every
+// Manager using it was closed.
+func NewReaper(cfg ReaperConfig) *Reaper {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Reaper{
+		log:     log,
+		sigchld: make(chan os.Signal, 1),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		leaders: map[int]chan<- exitStatus{},
+		zombies: map[int]time.Time{},
+	}
+	signal.Notify(r.sigchld, syscall.SIGCHLD)
+	go r.run()
+	return r
+}
+
+// exitStatus is how a session leader ended.
+type exitStatus struct {
+	ws  unix.WaitStatus
+	ru  unix.Rusage
+	err error // the status could not be read; ws is meaningless
+}
+
+// spawn announces a start; the returned function registers its leader
+// (pid > 0), handing pid's exit status to ch (buffered, one send) once it
+// is taken, or withdraws the announcement (pid 0, the start failed).
+// Registration must follow the start at once: a leader that exited
+// unregistered is left alone only for orphanGrace.
+func (r *Reaper) spawn() func(pid int, ch chan<- exitStatus) {
+	r.spawning.Add(1)
+	var once sync.Once
+	return func(pid int, ch chan<- exitStatus) {
+		once.Do(func() {
+			if pid > 0 {
+				r.mu.Lock()
+				r.leaders[pid] = ch
+				r.mu.Unlock()
+			}
+			r.spawning.Add(-1)
+			r.wake()
+		})
+	}
+}
+
+func (r *Reaper) wake() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Reaper) run() {
+	defer close(r.done)
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	for {
+		select {
+		case <-r.stop:
+			retry.Stop()
+			return
+		case <-r.sigchld:
+		case <-r.kick:
+		case <-retry.C:
+		}
+		if again := r.reapAll(); again > 0 {
+			retry.Reset(again)
+		}
+	}
+}
+
+// reapAll collects every exited leader; it returns when to look again
+// (orphans still within their grace, or a slow pass put off; 0: no need).
+func (r *Reaper) reapAll() time.Duration {
+	for {
+		pid, ok := peekExited()
+		if !ok {
+			r.deferred = 0
+			return 0
+		}
+		if r.collect(pid) {
+			continue
+		}
+		// A start that is not registered yet (a quick command can end
+		// first) wakes the Reaper when it is: wait for that a little
+		// before listing the children.
+		if r.spawning.Load() > 0 && r.deferred < maxDeferred {
+			r.deferred++
+			return deferWait
+		}
+		r.deferred = 0
+		return r.slowPass()
+	}
+}
+
+// A slow pass is put off at most maxDeferred times in a row, deferWait
+// each, while starts are being registered.
+const (
+	maxDeferred = 3
+	deferWait   = 5 * time.Millisecond
+)
+
+// collect takes the exit status of pid if it is a registered leader.
+func (r *Reaper) collect(pid int) bool {
+	r.mu.Lock()
+	ch := r.leaders[pid]
+	if ch != nil {
+		delete(r.leaders, pid)
+	}
+	r.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	var st exitStatus
+	got, err := wait4(pid, &st.ws, unix.WNOHANG, &st.ru)
+	switch {
+	case err != nil:
+		st.err = fmt.Errorf("wait for pid %d: %w", pid, err)
+	case got != pid:
+		// Not exited after all (cannot happen after a peek); keep waiting.
+		r.mu.Lock()
+		r.leaders[pid] = ch
+		r.mu.Unlock()
+		return false
+	}
+	ch <- st
+	return true
+}
+
+// slowPass runs when the first exited child is not a registered leader:
+// it lists the children and collects the leaders among them, and, in a
+// subreaper, reaps zombies nobody registered once their grace passed.
+func (r *Reaper) slowPass() time.Duration {
+	subreaper := isSubreaper()
+	now := time.Now()
+	var next time.Duration
+	seen := map[int]bool{}
+	for _, pid := range procfs.Children() {
+		r.mu.Lock()
+		leader := r.leaders[pid] != nil
+		r.mu.Unlock()
+		if leader {
+			r.collect(pid)
+			continue
+		}
+		if !subreaper || !isZombie(pid) {
+			continue
+		}
+		seen[pid] = true
+		r.mu.Lock()
+		first, ok := r.zombies[pid]
+		if !ok {
+			r.zombies[pid], first = now, now
+		}
+		r.mu.Unlock()
+		if left := orphanGrace - now.Sub(first); left > 0 {
+			if next == 0 || left < next {
+				next = left
+			}
+			continue
+		}
+		var ws unix.WaitStatus
+		if got, err := wait4(pid, &ws, unix.WNOHANG, nil); err == nil && got == pid {
+			r.log.Debug("reaped orphan", "pid", pid)
+		}
+	}
+	r.mu.Lock()
+	for pid := range r.zombies {
+		if !seen[pid] {
+			delete(r.zombies, pid)
+		}
+	}
+	r.mu.Unlock()
+	return next
+}
+
+// siginfoChild is the start of the kernel's siginfo_t for SIGCHLD.
+type siginfoChild struct {
+	Signo, Errno, Code int32
+	_                  [unsafe.Sizeof(uintptr(0)) - 4]byte // union alignment
+	Pid                int32
+	_                  [112 - (unsafe.Sizeof(uintptr(0)) - 4)]byte // to the kernel's 128 bytes
+}
+
+// peekExited returns a child that exited and is not yet reaped, leaving it
+// so (waitid P_ALL with WNOWAIT).
+func peekExited() (int, bool) {
+	for {
+		var info siginfoChild
+		_, _, e := unix.Syscall6(unix.SYS_WAITID, unix.P_ALL, 0, uintptr(unsafe.Pointer(&info)),
+			unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 || info.Pid <= 0 {
+			return 0, false // ECHILD: no children; Pid 0: none exited
+		}
+		return int(info.Pid), true
+	}
+}
+
+func wait4(pid int, ws *unix.WaitStatus, options int, ru *unix.Rusage) (int, error) {
+	for {
+		got, err := unix.Wait4(pid, ws, options, ru)
+		if err != unix.EINTR {
+			return got, err
+		}
+	}
+}
+
+func isSubreaper() bool {
+	var v int32
+	if err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&v)), 0, 0, 0); err != nil {
+		return false
+	}
+	return v != 0
+}
+
+// becomeSubreaper makes the process a child subreaper, for process-group
+// containment: orphans of a command's tree stay below the process instead
+// of moving to init. The attribute is process-wide and never reverted.
+func (r *Reaper) becomeSubreaper() error {
+	r.mu.Lock()
+	r.subreaper = true
+	r.mu.Unlock()
+	if isSubreaper() {
+		return nil
+	}
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}
+
+func isZombie(pid int) bool {
+	var buf [512]byte
+	p, ok := readProcStat(pid, buf[:])
+	return ok && p.state == 'Z'
+}
+
+// Close stops the Reaper. When one of its Managers made the process a
+// subreaper, processes that were re-parented to it and still run in its
+// own cgroup are ended: SIGTERM, then SIGKILL after a second or as soon as
+// ctx ends; in a subreaper the orphans that ended are reaped before Close
+// returns (waiting out their grace, within ctx). The process's cgroup
+// subtree is removed if the Reaper created it. Managers using the Reaper
+// must be closed first.
+func (r *Reaper) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	var errs []error
+	if r.subreaper {
+		errs = append(errs, endAdoptees(ctx, r))
+	}
+	close(r.stop)
+	<-r.done
+	signal.Stop(r.sigchld)
+	// In a subreaper, orphans that ended (those just killed included)
+	// are still to be reaped; their grace is waited out, within ctx.
+	if isSubreaper() {
+	final:
+		for {
+			next := r.reapAll()
+			if next == 0 {
+				break
+			}
+			select {
+			case <-time.After(next):
+			case <-ctx.Done():
+				break final
+			}
+		}
+	}
+	if r.watcher != nil {
+		errs = append(errs, r.watcher.Close())
+	}
+	if r.cg != nil {
+		errs = append(errs, r.cg.close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("session: reaper: %w", err)
+	}
+	return nil
+}
+
+// endAdoptees ends the orphans this process adopted as subreaper that are
+// still alive, with everything below them. An adoptee is a child that is
+// no registered leader, lies in the process's own cgroup (those in other
+// groups belong to cgroup-contained sessions) and is not in the process's
+// own process group: children that other code in the process started
+// with os/exec share that group, while every session tree runs in groups
+// of its own.
+func endAdoptees(ctx context.Context, r *Reaper) error {
+	self := ""
+	if d, err := cgroup.Self(); err == nil {
+		self = d.Rel
+	}
+	snap, err := readProcSnapshot(os.Getpid())
+	if err != nil {
+		return err
+	}
+	selfPGID := syscall.Getpgrp()
+	r.mu.Lock()
+	set := map[int]uint64{}
+	for _, pid := range snap.children[os.Getpid()] {
+		p := snap.procs[pid]
+		if r.leaders[pid] != nil || p.state == 'Z' || p.pgrp == selfPGID || (self != "" && !inCgroup(pid, self)) {
+			continue
+		}
+		set[pid] = p.start
+		for _, d := range snap.below(pid) {
+			set[d] = snap.procs[d].start
+		}
+	}
+	r.mu.Unlock()
+	if len(set) == 0 {
+		return nil
+	}
+	r.log.Debug("ending adopted processes", "count", len(set))
+	hurry := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { close(hurry) })
+	defer stop()
+	errs := []error{signalSet(set, unix.SIGTERM), signalSet(set, unix.SIGCONT)}
+	waitGone(set, time.Now().Add(time.Second), hurry)
+	if left := aliveProcs(set); len(left) > 0 {
+		errs = append(errs, signalSet(left, unix.SIGKILL))
+		waitGone(left, time.Now().Add(time.Second), nil)
+	}
+	r.wake() // their zombies
+	return errors.Join(errs...)
+}
+
+// inCgroup reports whether pid's cgroup v2 path is rel.
+func inCgroup(pid int, rel string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false
+	}
+	got, err := cgroup.ParseProcCgroup(b)
+	return err == nil && got == rel
+}
+
+// randomTag returns 8 hex digits.
+func randomTag() string {
+	var tag [4]byte
+	_, _ = rand.Read(tag[:])
+	return hex.EncodeToString(tag[:])
+}
