@@ -198,6 +198,14 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, prefix string, r
 	return nil
 }
 
+// IsWrongLastSequence reports a compare-and-set write refused because
+// the key (or subject) changed since it was read: the caller reads again
+// and re-applies its change.
+func IsWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
 // LeaderReadKeyValue creates (or updates) the bucket of cfg and returns a
 // handle whose reads go to the stream leader. A KV bucket allows direct
 // gets, which any replica answers, possibly one that has not applied the

@@ -266,7 +266,7 @@ func (q *Queue) updateCursor(ctx context.Context, kv jetstream.KeyValue, session
 		if err == nil {
 			return c, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+		if !errors.Is(err, jetstream.ErrKeyExists) && !bus.IsWrongLastSequence(err) {
 			// A write that timed out may still have been applied (a
 			// leader elected meanwhile). Reporting a failure then would
 			// let the next poll confirm what this one never returned, so
@@ -287,11 +287,6 @@ func (q *Queue) updateCursor(ctx context.Context, kv jetstream.KeyValue, session
 		}
 	}
 	return cursor{}, errors.New("events: cursor contended")
-}
-
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 func (q *Queue) countDropped(ctx context.Context, kv jetstream.KeyValue, sessionKey string) error {

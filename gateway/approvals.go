@@ -20,6 +20,7 @@ import (
 	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/host"
+	"github.com/execmesh/execmesh/index"
 	"github.com/execmesh/execmesh/nodes"
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -126,7 +127,7 @@ func (s *approvalStore) bucket(ctx context.Context) (jetstream.KeyValue, error) 
 	}
 	g := s.g
 	name := bus.StreamNamesFor(g.prefix).Approvals
-	actx, cancel := context.WithTimeout(ctx, indexTimeout)
+	actx, cancel := context.WithTimeout(ctx, index.Timeout)
 	defer cancel()
 	kv, err := g.js.KeyValue(actx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -376,7 +377,7 @@ func (s *approvalStore) decide(ctx context.Context, idOrSlug, decision string) (
 			s.react(rec)
 			return rec.PendingApproval, nil
 		}
-		if !isWrongSequence(err) {
+		if !bus.IsWrongLastSequence(err) {
 			return PendingApproval{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: fmt.Sprintf("exec approvals: %v", err)}
 		}
 		// Another gateway wrote it meanwhile: read it again.
@@ -397,7 +398,7 @@ func (s *approvalStore) expire(id string) {
 	s.mu.Lock()
 	delete(s.timers, id)
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(s.g.bg, indexTimeout)
+	ctx, cancel := context.WithTimeout(s.g.bg, index.Timeout)
 	defer cancel()
 	_ = s.update(ctx, id, func(r *approvalRecord) bool {
 		if r.State != approvalPending {
@@ -437,7 +438,7 @@ func (s *approvalStore) update(ctx context.Context, id string, fn func(*approval
 			s.react(rec)
 			return nil
 		}
-		if !isWrongSequence(err) {
+		if !bus.IsWrongLastSequence(err) {
 			return err
 		}
 	}
@@ -526,9 +527,9 @@ func (g *Gateway) startApproved(ctx context.Context, rec approvalRecord, req pro
 		case !n.Live:
 			return protocol.Result{}, nodes.UnreachableError(n, g.nodes.Now(), "the approved command was not started")
 		}
-		recd := sessionRecord{SessionKey: rec.SessionKey, Host: indexHostNode, HostID: n.ID, Instance: n.Instance,
-			Command: rec.Command, StartedAt: time.Now().UnixMilli(), State: stateRunning, RunID: rec.ID}
-		id, err := g.index.allocate(ctx, recd)
+		recd := index.Record{SessionKey: rec.SessionKey, Host: index.HostNode, HostID: n.ID, Instance: n.Instance,
+			Command: rec.Command, StartedAt: time.Now().UnixMilli(), State: index.StateRunning, RunID: rec.ID}
+		id, err := g.index.Allocate(ctx, recd)
 		if err != nil {
 			return protocol.Result{}, err
 		}
@@ -536,9 +537,9 @@ func (g *Gateway) startApproved(ctx context.Context, rec approvalRecord, req pro
 		reply, err := g.nodes.Host(n).Exec(ctx, req)
 		return c.started(ctx, id, req, reply, err, &n)
 	}
-	recd := sessionRecord{SessionKey: rec.SessionKey, Host: indexHostGateway, HostID: g.id, Instance: g.local.Instance(),
-		Command: rec.Command, StartedAt: time.Now().UnixMilli(), State: stateRunning, RunID: rec.ID}
-	id, err := g.index.allocate(ctx, recd)
+	recd := index.Record{SessionKey: rec.SessionKey, Host: index.HostGateway, HostID: g.id, Instance: g.local.Instance(),
+		Command: rec.Command, StartedAt: time.Now().UnixMilli(), State: index.StateRunning, RunID: rec.ID}
+	id, err := g.index.Allocate(ctx, recd)
 	if err != nil {
 		return protocol.Result{}, err
 	}

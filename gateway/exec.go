@@ -9,6 +9,7 @@ import (
 	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/hostbus"
+	"github.com/execmesh/execmesh/index"
 	"github.com/execmesh/execmesh/nodes"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/sandbox"
@@ -88,9 +89,9 @@ func (c *call) policy(d SessionExecDefaults, args protocol.ExecArgs) (security, 
 // execLocal runs a host=gateway or host=sandbox call on the gateway's own
 // machine, under a session id from the index.
 func (c *call) execLocal(ctx context.Context, req protocol.ExecRequest) (protocol.Result, error) {
-	rec := sessionRecord{SessionKey: c.sessionKey, Host: indexHostGateway, HostID: c.g.id, Instance: c.g.local.Instance(),
-		Command: req.Args.Command, StartedAt: time.Now().UnixMilli(), State: stateRunning}
-	id, err := c.g.index.allocate(ctx, rec)
+	rec := index.Record{SessionKey: c.sessionKey, Host: index.HostGateway, HostID: c.g.id, Instance: c.g.local.Instance(),
+		Command: req.Args.Command, StartedAt: time.Now().UnixMilli(), State: index.StateRunning}
+	id, err := c.g.index.Allocate(ctx, rec)
 	if err != nil {
 		return protocol.Result{}, err
 	}
@@ -130,9 +131,9 @@ func (c *call) execNode(ctx context.Context, req protocol.ExecRequest, requested
 		t := float64(c.cfg.Tools.Exec.TimeoutSec)
 		req.Args.Timeout = &t
 	}
-	rec := sessionRecord{SessionKey: c.sessionKey, Host: indexHostNode, HostID: n.ID, Instance: n.Instance,
-		Command: req.Args.Command, StartedAt: time.Now().UnixMilli(), State: stateRunning}
-	id, err := c.g.index.allocate(ctx, rec)
+	rec := index.Record{SessionKey: c.sessionKey, Host: index.HostNode, HostID: n.ID, Instance: n.Instance,
+		Command: req.Args.Command, StartedAt: time.Now().UnixMilli(), State: index.StateRunning}
+	id, err := c.g.index.Allocate(ctx, rec)
 	if err != nil {
 		return protocol.Result{}, err
 	}
@@ -165,17 +166,17 @@ func (c *call) started(ctx context.Context, id string, req protocol.ExecRequest,
 	}
 	if n != nil && reply.Instance != "" && reply.Instance != n.Instance {
 		inst := reply.Instance
-		_ = c.g.index.update(ctx, id, func(r *sessionRecord) bool { r.Instance = inst; return true })
+		_ = c.g.index.Update(ctx, id, func(r *index.Record) bool { r.Instance = inst; return true })
 	}
 	if cwd := res.Details.Cwd.Value(); cwd != "" {
-		_ = c.g.index.update(ctx, id, func(r *sessionRecord) bool { r.Cwd = cwd; return true })
+		_ = c.g.index.Update(ctx, id, func(r *index.Record) bool { r.Cwd = cwd; return true })
 	}
 	return res, nil
 }
 
 // forget gives a session id back, off the call's path.
 func (g *Gateway) forget(id string) {
-	g.spawn(func(ctx context.Context) { g.index.remove(ctx, id) })
+	g.spawn(func(ctx context.Context) { g.index.Remove(ctx, id) })
 }
 
 // isOutcomeUnknown reports a retryable error that says the start may

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/execmesh/execmesh/index"
 	"strconv"
 	"time"
 
@@ -75,13 +76,13 @@ func (g *Gateway) onNodeExit(ctx context.Context, n nodes.Node, ev protocol.Exit
 // host holds for that sessionKey, so no host can notify any agent about
 // any session.
 func (g *Gateway) handleExit(ctx context.Context, ev protocol.ExitEvent, nodeID string) error {
-	rec, ok := g.index.lookup(ctx, ev.SessionID)
-	wantHost, wantID := indexHostGateway, g.id
+	rec, ok := g.index.Lookup(ctx, ev.SessionID)
+	wantHost, wantID := index.HostGateway, g.id
 	if nodeID != "" {
-		wantHost, wantID = indexHostNode, nodeID
+		wantHost, wantID = index.HostNode, nodeID
 	}
 	if !ok || rec.SessionKey != ev.SessionKey || rec.Host != wantHost || rec.HostID != wantID {
-		if err := g.index.healthy(); err != nil {
+		if err := g.index.Healthy(); err != nil {
 			return err // cannot tell: try again later
 		}
 		g.log.Warn("exit event for a session the host does not run dropped", "host", wantID, "sessionId", ev.SessionID, "sessionKey", ev.SessionKey)
@@ -109,12 +110,12 @@ func (g *Gateway) handleExit(ctx context.Context, ev protocol.ExitEvent, nodeID 
 // here. Either way no notice stays for a session a poll delivered.
 func (g *Gateway) notifyExit(ctx context.Context, ev protocol.ExitEvent) error {
 	skip := false
-	if err := g.index.update(ctx, ev.SessionID, func(r *sessionRecord) bool {
-		skip = r.Polled || r.Notice == noticeStored
-		if skip || r.Notice == noticePending {
+	if err := g.index.Update(ctx, ev.SessionID, func(r *index.Record) bool {
+		skip = r.Polled || r.Notice == index.NoticeStored
+		if skip || r.Notice == index.NoticePending {
 			return false
 		}
-		r.Notice = noticePending
+		r.Notice = index.NoticePending
 		return true
 	}); err != nil {
 		return err
@@ -127,9 +128,9 @@ func (g *Gateway) notifyExit(ctx context.Context, ev protocol.ExitEvent) error {
 		return err
 	}
 	polled := false
-	if err := g.index.update(ctx, ev.SessionID, func(r *sessionRecord) bool {
+	if err := g.index.Update(ctx, ev.SessionID, func(r *index.Record) bool {
 		polled = r.Polled
-		r.Notice = noticeStored
+		r.Notice = index.NoticeStored
 		return true
 	}); err != nil {
 		return err
@@ -143,11 +144,11 @@ func (g *Gateway) notifyExit(ctx context.Context, ev protocol.ExitEvent) error {
 
 // finish marks a session finished in the index.
 func (g *Gateway) finish(ctx context.Context, ev protocol.ExitEvent) error {
-	err := g.index.update(ctx, ev.SessionID, func(r *sessionRecord) bool {
-		if r.State == stateFinished {
+	err := g.index.Update(ctx, ev.SessionID, func(r *index.Record) bool {
+		if r.State == index.StateFinished {
 			return false
 		}
-		r.State = stateFinished
+		r.State = index.StateFinished
 		return true
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -206,21 +207,21 @@ func (g *Gateway) flushBacklog(ctx context.Context) {
 // their agents (a node that restarts reports what it recorded of them
 // too; the same identity keeps the notice single).
 func (g *Gateway) onNodeRestart(n nodes.Node, oldInstance string) {
-	g.loseSessions(n, func(r sessionRecord) bool { return r.Instance == "" || r.Instance == oldInstance },
+	g.loseSessions(n, func(r index.Record) bool { return r.Instance == "" || r.Instance == oldInstance },
 		fmt.Sprintf("node %s restarted", n.Label()))
 }
 
 // onNodeRejected marks the sessions of a rejected node lost.
 func (g *Gateway) onNodeRejected(n nodes.Node) {
-	g.loseSessions(n, func(sessionRecord) bool { return true }, fmt.Sprintf("node %s was rejected", n.Label()))
+	g.loseSessions(n, func(index.Record) bool { return true }, fmt.Sprintf("node %s was rejected", n.Label()))
 }
 
-func (g *Gateway) loseSessions(n nodes.Node, match func(sessionRecord) bool, reason string) {
+func (g *Gateway) loseSessions(n nodes.Node, match func(index.Record) bool, reason string) {
 	ctx, cancel := context.WithTimeout(g.bg, 30*time.Second)
 	defer cancel()
-	for _, id := range g.index.ofHost(indexHostNode, n.ID) {
-		rec, ok := g.index.lookup(ctx, id)
-		if !ok || !match(rec) || rec.State != stateRunning {
+	for _, id := range g.index.OfHost(index.HostNode, n.ID) {
+		rec, ok := g.index.Lookup(ctx, id)
+		if !ok || !match(rec) || rec.State != index.StateRunning {
 			continue
 		}
 		g.sessionLost(ctx, id, rec.SessionKey, rec.StartedAt, reason, n.ID)
@@ -236,22 +237,22 @@ func (g *Gateway) loseSessions(n nodes.Node, match func(sessionRecord) bool, rea
 // report only sessions the index says it holds.
 func (g *Gateway) sessionLost(ctx context.Context, id, sessionKey string, startedAt int64, reason, nodeID string) {
 	tell := true
-	if rec, ok := g.index.lookup(ctx, id); ok {
-		wantHost, wantID := indexHostGateway, g.id
+	if rec, ok := g.index.Lookup(ctx, id); ok {
+		wantHost, wantID := index.HostGateway, g.id
 		if nodeID != "" {
-			wantHost, wantID = indexHostNode, nodeID
+			wantHost, wantID = index.HostNode, nodeID
 		}
 		if rec.SessionKey != sessionKey || rec.Host != wantHost || rec.HostID != wantID {
 			g.log.Warn("lost report for a session the host does not hold dropped", "host", wantID, "sessionId", id)
 			return
 		}
 		startedAt = rec.StartedAt
-		_ = g.index.update(ctx, id, func(r *sessionRecord) bool {
+		_ = g.index.Update(ctx, id, func(r *index.Record) bool {
 			if r.LostTold {
 				tell = false
 				return false
 			}
-			r.State, r.LostReason, r.LostTold = stateLost, reason, true
+			r.State, r.LostReason, r.LostTold = index.StateLost, reason, true
 			return true
 		})
 	} else if nodeID != "" {

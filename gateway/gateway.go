@@ -25,6 +25,7 @@ import (
 	"github.com/execmesh/execmesh/events"
 	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/hostbus"
+	"github.com/execmesh/execmesh/index"
 	"github.com/execmesh/execmesh/internal/hostid"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodes"
@@ -100,7 +101,7 @@ type Gateway struct {
 	localSv  *hostbus.Server // serves the local host to other gateways
 	nodes    *nodes.Registry
 	events   *events.Queue
-	index    *sessionIndex
+	index    *index.Index
 	appr     *approvalStore
 	signer   *signer
 	limiter  *authLimiter
@@ -251,7 +252,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.index = newSessionIndex(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log)
+	g.index = index.New(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log)
 	g.appr = newApprovalStore(g)
 	no := nodeOptionsFromEnv(opts.Getenv, g.log)
 	g.nodes, err = nodes.Start(nodes.Options{
@@ -297,7 +298,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.routes = append(g.routes, g.nodeRoutes()...)
-	g.spawn(g.index.run)
+	g.spawn(g.index.Run)
 	g.spawn(g.appr.run)
 	g.spawn(g.signer.run)
 	return g, nil
@@ -410,7 +411,7 @@ func (g *Gateway) Healthy() error {
 	if n := g.backlog.Load(); n > 0 {
 		return fmt.Errorf("%d system event(s) not stored yet", n)
 	}
-	return g.index.healthy()
+	return g.index.Healthy()
 }
 
 // Blockers lists the gateway-host sessions that block a safe restart.

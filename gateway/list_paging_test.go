@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/index"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -175,9 +176,9 @@ func TestListPagingAcrossNodes(t *testing.T) {
 		t.Fatalf("page of one: %v %v", ids, res.Details)
 	}
 	indexed, lost := 0, 0
-	for _, rec := range env.g.index.scope(DefaultSessionKey, func(r sessionRecord) bool { return r.HostID == a.ID() }) {
+	for _, rec := range env.g.index.Scope(DefaultSessionKey, func(r index.Record) bool { return r.HostID == a.ID() }) {
 		indexed++
-		if rec.State == stateLost {
+		if rec.State == index.StateLost {
 			lost++
 		}
 	}

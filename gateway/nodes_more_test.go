@@ -103,7 +103,7 @@ func TestNodeStartOutcomeUnknown(t *testing.T) {
 		w.Target != protocol.TargetNode || w.SessionID == "" {
 		t.Fatalf("exec request: %s", got[0].Data)
 	}
-	if rec, ok := env.g.index.lookup(t.Context(), w.SessionID); !ok || rec.HostID != f.id.NodeID {
+	if rec, ok := env.g.index.Lookup(t.Context(), w.SessionID); !ok || rec.HostID != f.id.NodeID {
 		t.Fatalf("index entry of the unknown start: %+v %v", rec, ok)
 	}
 }

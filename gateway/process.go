@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/execmesh/execmesh/host"
+	"github.com/execmesh/execmesh/index"
 	"github.com/execmesh/execmesh/nodes"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/session"
@@ -30,13 +31,13 @@ func (c *call) process(ctx context.Context, args protocol.ProcessArgs) (protocol
 	if id == "" || g.local.Has(c.sessionKey, id) {
 		return c.onHost(ctx, g.local, id, args, nil, id != "")
 	}
-	rec, ok := g.index.lookup(ctx, id)
+	rec, ok := g.index.Lookup(ctx, id)
 	if !ok || rec.SessionKey != c.sessionKey {
 		// Unknown in this scope: the local session core gives the tool's
 		// text, and the index keeps the record (another sessionKey's).
 		return c.onHost(ctx, g.local, id, args, nil, false)
 	}
-	if rec.State == stateLost {
+	if rec.State == index.StateLost {
 		return c.lost(ctx, id, rec, args)
 	}
 	h, n, err := g.hostOf(ctx, rec)
@@ -47,16 +48,16 @@ func (c *call) process(ctx context.Context, args protocol.ProcessArgs) (protocol
 		// The node restarted since it started the session: it is gone.
 		reason := fmt.Sprintf("node %s restarted", n.Label())
 		g.markLost(ctx, id, reason)
-		rec.State, rec.LostReason = stateLost, reason
+		rec.State, rec.LostReason = index.StateLost, reason
 		return c.lost(ctx, id, rec, args)
 	}
 	return c.onHost(ctx, h, id, args, &rec, true)
 }
 
 // hostOf returns the host a record names, with the node when it is one.
-func (g *Gateway) hostOf(ctx context.Context, rec sessionRecord) (host.Host, *nodes.Node, error) {
+func (g *Gateway) hostOf(ctx context.Context, rec index.Record) (host.Host, *nodes.Node, error) {
 	switch rec.Host {
-	case indexHostNode:
+	case index.HostNode:
 		n, ok := g.nodes.AwaitLive(ctx, rec.HostID)
 		switch {
 		case !ok:
@@ -67,7 +68,7 @@ func (g *Gateway) hostOf(ctx context.Context, rec sessionRecord) (host.Host, *no
 			return nil, nil, nodes.UnreachableError(n, g.nodes.Now(), "the session keeps running there and can be reached again once it reconnects")
 		}
 		return g.nodes.Host(n), &n, nil
-	case indexHostGateway:
+	case index.HostGateway:
 		if rec.HostID == g.id {
 			return g.local, nil, nil
 		}
@@ -79,7 +80,7 @@ func (g *Gateway) hostOf(ctx context.Context, rec sessionRecord) (host.Host, *no
 // onHost runs a process action on h and settles what it says about the
 // session: gone from the host that holds it (owned: forget its record),
 // ended and delivered by a poll (its exit notice is redundant).
-func (c *call) onHost(ctx context.Context, h host.Host, id string, args protocol.ProcessArgs, rec *sessionRecord, owned bool) (protocol.Result, error) {
+func (c *call) onHost(ctx context.Context, h host.Host, id string, args protocol.ProcessArgs, rec *index.Record, owned bool) (protocol.Result, error) {
 	reply, err := h.Process(ctx, protocol.ProcessRequest{SessionKey: c.sessionKey, Args: args})
 	if err != nil {
 		return protocol.Result{}, err
@@ -91,7 +92,7 @@ func (c *call) onHost(ctx context.Context, h host.Host, id string, args protocol
 		reason := "its host restarted"
 		g.markLost(ctx, id, reason)
 		r := *rec
-		r.State, r.LostReason = stateLost, reason
+		r.State, r.LostReason = index.StateLost, reason
 		return c.lost(ctx, id, r, args)
 	}
 	res := reply.Result
@@ -111,7 +112,7 @@ func (c *call) onHost(ctx context.Context, h host.Host, id string, args protocol
 // will be (notifyExit reads the mark).
 func (g *Gateway) polled(ctx context.Context, sessionKey, id string) {
 	var notice string
-	_ = g.index.update(ctx, id, func(r *sessionRecord) bool {
+	_ = g.index.Update(ctx, id, func(r *index.Record) bool {
 		notice = r.Notice
 		if r.Polled {
 			return false
@@ -119,13 +120,13 @@ func (g *Gateway) polled(ctx context.Context, sessionKey, id string) {
 		r.Polled = true
 		return true
 	})
-	if notice == noticePending {
+	if notice == index.NoticePending {
 		// Being stored right now: wait for it, so that the notice is gone
 		// before the agent reads its events.
 		deadline := time.Now().Add(noticeWait)
-		for notice == noticePending && time.Now().Before(deadline) && ctx.Err() == nil {
+		for notice == index.NoticePending && time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
-			if r, ok := g.index.read(ctx, id); ok {
+			if r, ok := g.index.Read(ctx, id); ok {
 				notice = r.Notice
 			}
 		}
@@ -140,23 +141,23 @@ const noticeWait = 2 * time.Second
 
 // markLost records that a session is gone with its host.
 func (g *Gateway) markLost(ctx context.Context, id, reason string) {
-	_ = g.index.update(ctx, id, func(r *sessionRecord) bool {
-		if r.State == stateLost {
+	_ = g.index.Update(ctx, id, func(r *index.Record) bool {
+		if r.State == index.StateLost {
 			return false
 		}
-		r.State, r.LostReason = stateLost, reason
+		r.State, r.LostReason = index.StateLost, reason
 		return true
 	})
 }
 
 // lost answers an action on a session its host no longer has.
-func (c *call) lost(ctx context.Context, id string, rec sessionRecord, args protocol.ProcessArgs) (protocol.Result, error) {
+func (c *call) lost(ctx context.Context, id string, rec index.Record, args protocol.ProcessArgs) (protocol.Result, error) {
 	reason := rec.LostReason
 	if reason == "" {
 		reason = "its host restarted"
 	}
 	if args.Action == "remove" || args.Action == "clear" {
-		c.g.index.remove(ctx, id)
+		c.g.index.Remove(ctx, id)
 		return protocol.TextResult(fmt.Sprintf("Removed session %s (lost: %s).", id, reason),
 			protocol.Details{Status: protocol.Some(protocol.StatusCompleted), SessionID: protocol.Some(id)}), nil
 	}
@@ -216,16 +217,16 @@ func (c *call) list(ctx context.Context, args protocol.ProcessArgs) (protocol.Re
 // source gives at most limit entries.
 func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details, int) {
 	g := c.g
-	g.index.await(ctx)
-	recs := g.index.scope(c.sessionKey, func(r sessionRecord) bool { return !(r.Host == indexHostGateway && r.HostID == g.id) })
+	g.index.Await(ctx)
+	recs := g.index.Scope(c.sessionKey, func(r index.Record) bool { return !(r.Host == index.HostGateway && r.HostID == g.id) })
 	if len(recs) == 0 {
 		return nil, 0
 	}
-	byHost := map[string]map[string]sessionRecord{}
+	byHost := map[string]map[string]index.Record{}
 	for id, r := range recs {
 		k := r.Host + "/" + r.HostID
 		if byHost[k] == nil {
-			byHost[k] = map[string]sessionRecord{}
+			byHost[k] = map[string]index.Record{}
 		}
 		byHost[k][id] = r
 	}
@@ -263,12 +264,12 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 
 // hostEntries lists one host's sessions of the call's sessionKey; recs
 // are the index entries of that host.
-func (c *call) hostEntries(ctx context.Context, recs map[string]sessionRecord, limit int) (a struct {
+func (c *call) hostEntries(ctx context.Context, recs map[string]index.Record, limit int) (a struct {
 	entries []protocol.Details
 	total   int
 }) {
 	g := c.g
-	var any sessionRecord
+	var any index.Record
 	for _, r := range recs {
 		any = r
 		break
@@ -298,10 +299,10 @@ func (c *call) hostEntries(ctx context.Context, recs map[string]sessionRecord, l
 					continue
 				}
 				switch {
-				case r.State == stateLost || (r.Instance != "" && r.Instance != reply.Instance):
-					if r.State != stateLost {
+				case r.State == index.StateLost || (r.Instance != "" && r.Instance != reply.Instance):
+					if r.State != index.StateLost {
 						g.markLost(ctx, id, "its host restarted")
-						r.State, r.LostReason = stateLost, "its host restarted"
+						r.State, r.LostReason = index.StateLost, "its host restarted"
 					}
 					a.entries = append(a.entries, c.indexEntry(id, r, n))
 					a.total++
@@ -318,9 +319,9 @@ func (c *call) hostEntries(ctx context.Context, recs map[string]sessionRecord, l
 	}
 	// The host cannot answer: show what the index knows.
 	for id, r := range recs {
-		if restarted && r.State != stateLost {
+		if restarted && r.State != index.StateLost {
 			g.markLost(ctx, id, "its host restarted")
-			r.State = stateLost
+			r.State = index.StateLost
 		}
 		a.entries = append(a.entries, c.indexEntry(id, r, n))
 	}
@@ -339,10 +340,10 @@ func (c *call) hostEntries(ctx context.Context, recs map[string]sessionRecord, l
 
 // indexEntry is the list entry of a session shown from the index: its
 // host cannot be asked, or no longer has it.
-func (c *call) indexEntry(id string, r sessionRecord, n *nodes.Node) protocol.Details {
+func (c *call) indexEntry(id string, r index.Record, n *nodes.Node) protocol.Details {
 	status := "unreachable"
-	if r.State == stateLost {
-		status = stateLost
+	if r.State == index.StateLost {
+		status = index.StateLost
 	}
 	d := protocol.Details{
 		SessionID: protocol.Some(id),
@@ -353,7 +354,7 @@ func (c *call) indexEntry(id string, r sessionRecord, n *nodes.Node) protocol.De
 	if r.Cwd != "" {
 		d.Cwd = protocol.Some(r.Cwd)
 	}
-	if r.Host == indexHostNode {
+	if r.Host == index.HostNode {
 		d.NodeID = protocol.Some(r.HostID)
 		if n != nil && n.Name != "" {
 			d.NodeName = protocol.Some(n.Name)

@@ -297,7 +297,7 @@ func (r *Registry) redeem(ctx context.Context, req protocol.NodePairRequest) pro
 			r.log.Info("node joined by code and paired", "node", id, "name", name)
 			return protocol.NodePairResponse{Status: protocol.NodePairingPaired, NodeID: id, Message: "joined and paired", GatewayKeys: r.opts.GatewayKeys()}
 		}
-		if attempt >= 5 || !isWrongSequence(err) {
+		if attempt >= 5 || !bus.IsWrongLastSequence(err) {
 			return refuse(protocol.ErrUnavailable, "join: %v", err)
 		}
 		// Another gateway redeemed it meanwhile: read it again.

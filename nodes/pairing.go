@@ -261,7 +261,7 @@ func (r *Registry) store(ctx context.Context, id string, update func(rec *record
 			r.applyLocal(rec)
 			return rec, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+		if !errors.Is(err, jetstream.ErrKeyExists) && !bus.IsWrongLastSequence(err) {
 			return record{}, protocol.Errorf(protocol.ErrUnavailable, "node registry: %v", err)
 		}
 	}
@@ -284,11 +284,6 @@ func (r *Registry) applyLocal(rec record) {
 	}
 	r.mu.Unlock()
 	r.syncIdentity(old, rec)
-}
-
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // Decide approves (protocol.NodePairingPaired) or rejects

@@ -1,4 +1,14 @@
-package gateway
+// Package index holds the session index: every session id the gateways
+// handed out, and the host that holds it, in a JetStream KV bucket shared
+// by the gateways of a deployment. A session id is allocated by creating
+// its key, which fails when the id is taken, so ids are unique across the
+// fleet and the id an agent sees is the one the host runs the command
+// under (EXECMESH_SESSION): nothing is renamed or rewritten. Every gateway
+// follows the bucket into a cache, so routing a call reads memory; a miss
+// (an entry written an instant ago by another gateway) reads the bucket.
+// Records are changed by compare-and-set, so gateways that race settle on
+// one outcome.
+package index
 
 import (
 	"context"
@@ -17,41 +27,32 @@ import (
 	"github.com/execmesh/execmesh/session"
 )
 
-// The session index: every session id the gateways handed out, and the
-// host that holds it, in a JetStream KV bucket shared by the gateways of a
-// deployment. A session id is allocated by creating its key, which fails
-// when the id is taken, so ids are unique across the fleet and the id an
-// agent sees is the one the host runs the command under (EXECMESH_SESSION)
-// — nothing is renamed or rewritten. Every gateway follows the bucket into
-// a cache, so routing a call reads memory; a miss (an entry written an
-// instant ago by another gateway) reads the bucket.
-
 // Host kinds in the index.
 const (
-	indexHostGateway = "gateway" // a gateway's local host (gateway and sandbox targets)
-	indexHostNode    = "node"
+	HostGateway = "gateway" // a gateway's local host (gateway and sandbox targets)
+	HostNode    = "node"
 )
 
 // Session states in the index.
 const (
-	stateRunning  = "running"
-	stateFinished = "finished"
-	stateLost     = "lost"
+	StateRunning  = "running"
+	StateFinished = "finished"
+	StateLost     = "lost"
 )
 
-// Exit notice states (sessionRecord.Notice).
+// Exit notice states (Record.Notice).
 const (
-	noticePending = "pending"
-	noticeStored  = "stored"
+	NoticePending = "pending"
+	NoticeStored  = "stored"
 )
 
-// indexTimeout bounds one index operation.
-const indexTimeout = 5 * time.Second
+// Timeout bounds one index operation.
+const Timeout = 5 * time.Second
 
-// sessionRecord is one session of the index.
-type sessionRecord struct {
+// Record is one session of the index.
+type Record struct {
 	SessionKey string `json:"sessionKey"`
-	Host       string `json:"host"`   // indexHostGateway or indexHostNode
+	Host       string `json:"host"`   // HostGateway or HostNode
 	HostID     string `json:"hostId"` // the gateway id or the node id
 	// Instance is the run of the host that holds the session (a node
 	// agent that restarts has a new one, and lost the session).
@@ -63,8 +64,8 @@ type sessionRecord struct {
 	// Polled: a poll delivered the session's end, so its exit notice is
 	// redundant.
 	Polled bool `json:"polled,omitempty"`
-	// Notice is where the exit notice stands: noticePending while it is
-	// being stored, noticeStored once it is; a poll and the exit feed
+	// Notice is where the exit notice stands: NoticePending while it is
+	// being stored, NoticeStored once it is; a poll and the exit feed
 	// settle through it which of them removes it.
 	Notice string `json:"notice,omitempty"`
 	// LostReason says why a lost session is lost; LostTold that its
@@ -75,13 +76,14 @@ type sessionRecord struct {
 	RunID string `json:"runId,omitempty"`
 }
 
-type indexEntry struct {
-	rec      sessionRecord
+type entry struct {
+	rec      Record
 	revision uint64
 }
 
-// sessionIndex is the index and its cache.
-type sessionIndex struct {
+// Index is the session index and its cache. Its methods are safe for
+// concurrent use.
+type Index struct {
 	js       jetstream.JetStream
 	prefix   string
 	replicas int
@@ -94,11 +96,14 @@ type sessionIndex struct {
 	loadedOnce sync.Once
 
 	mu    sync.RWMutex
-	cache map[string]indexEntry // session id → record
+	cache map[string]entry // session id → record
 }
 
-func newSessionIndex(js jetstream.JetStream, prefix string, replicas int, log *slog.Logger) *sessionIndex {
-	return &sessionIndex{js: js, prefix: prefix, replicas: replicas, log: log.With("component", "index"), cache: map[string]indexEntry{}, loaded: make(chan struct{})}
+// New returns the index of the deployment with subject prefix prefix,
+// its bucket kept with replicas replicas. Run follows the bucket into the
+// cache; the other methods open (or create) the bucket on first use.
+func New(js jetstream.JetStream, prefix string, replicas int, log *slog.Logger) *Index {
+	return &Index{js: js, prefix: prefix, replicas: replicas, log: log.With("component", "index"), cache: map[string]entry{}, loaded: make(chan struct{})}
 }
 
 // errIndexUnavailable: the bucket could not be reached.
@@ -108,12 +113,12 @@ func errIndexUnavailable(err error) error {
 }
 
 // bucket returns the index bucket, opening (or creating) it when needed.
-func (ix *sessionIndex) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+func (ix *Index) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if p := ix.kv.Load(); p != nil {
 		return *p, nil
 	}
 	name := bus.StreamNamesFor(ix.prefix).Sessions
-	actx, cancel := context.WithTimeout(ctx, indexTimeout)
+	actx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	kv, err := ix.js.KeyValue(actx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -131,7 +136,7 @@ func (ix *sessionIndex) bucket(ctx context.Context) (jetstream.KeyValue, error) 
 	return kv, nil
 }
 
-func (ix *sessionIndex) fail(err error) {
+func (ix *Index) fail(err error) {
 	if err == nil {
 		ix.failure.Store(nil)
 		return
@@ -143,16 +148,17 @@ func (ix *sessionIndex) fail(err error) {
 	ix.failure.Store(&e)
 }
 
-func (ix *sessionIndex) healthy() error {
+// Healthy returns the last failure to reach the bucket, or nil.
+func (ix *Index) Healthy() error {
 	if p := ix.failure.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-// run follows the bucket into the cache until ctx ends, again after a
+// Run follows the bucket into the cache until ctx ends, again after a
 // failure (the store lost and back).
-func (ix *sessionIndex) run(ctx context.Context) {
+func (ix *Index) Run(ctx context.Context) {
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		kv, err := ix.bucket(ctx)
 		if err == nil {
@@ -173,7 +179,7 @@ func (ix *sessionIndex) run(ctx context.Context) {
 	}
 }
 
-func (ix *sessionIndex) follow(ctx context.Context, kv jetstream.KeyValue) error {
+func (ix *Index) follow(ctx context.Context, kv jetstream.KeyValue) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return err
@@ -198,7 +204,7 @@ func (ix *sessionIndex) follow(ctx context.Context, kv jetstream.KeyValue) error
 }
 
 // apply takes one bucket change into the cache (newer revisions only).
-func (ix *sessionIndex) apply(e jetstream.KeyValueEntry) {
+func (ix *Index) apply(e jetstream.KeyValueEntry) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	cur, ok := ix.cache[e.Key()]
@@ -209,17 +215,17 @@ func (ix *sessionIndex) apply(e jetstream.KeyValueEntry) {
 		delete(ix.cache, e.Key())
 		return
 	}
-	var rec sessionRecord
+	var rec Record
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		ix.log.Warn("malformed index entry ignored", "sessionId", e.Key(), "err", err)
 		return
 	}
-	ix.cache[e.Key()] = indexEntry{rec: rec, revision: e.Revision()}
+	ix.cache[e.Key()] = entry{rec: rec, revision: e.Revision()}
 }
 
-// allocate picks a fresh session id for rec, unique across the fleet: the
+// Allocate picks a fresh session id for rec, unique across the fleet: the
 // first readable slug whose key can be created.
-func (ix *sessionIndex) allocate(ctx context.Context, rec sessionRecord) (string, error) {
+func (ix *Index) Allocate(ctx context.Context, rec Record) (string, error) {
 	kv, err := ix.bucket(ctx)
 	if err != nil {
 		return "", errIndexUnavailable(err)
@@ -234,7 +240,7 @@ func (ix *sessionIndex) allocate(ctx context.Context, rec sessionRecord) (string
 		if ix.cached(candidate) {
 			return true
 		}
-		actx, cancel := context.WithTimeout(ctx, indexTimeout)
+		actx, cancel := context.WithTimeout(ctx, Timeout)
 		defer cancel()
 		r, err := kv.Create(actx, candidate, b)
 		switch {
@@ -255,7 +261,7 @@ func (ix *sessionIndex) allocate(ctx context.Context, rec sessionRecord) (string
 	if rev == 0 {
 		// The fallback id of NewSessionID was never tried against the
 		// bucket (every candidate was taken): create it now.
-		actx, cancel := context.WithTimeout(ctx, indexTimeout)
+		actx, cancel := context.WithTimeout(ctx, Timeout)
 		r, err := kv.Create(actx, id, b)
 		cancel()
 		if err != nil {
@@ -267,17 +273,17 @@ func (ix *sessionIndex) allocate(ctx context.Context, rec sessionRecord) (string
 	ix.fail(nil)
 	ix.mu.Lock()
 	if cur, ok := ix.cache[id]; !ok || cur.revision < rev {
-		ix.cache[id] = indexEntry{rec: rec, revision: rev}
+		ix.cache[id] = entry{rec: rec, revision: rev}
 	}
 	ix.mu.Unlock()
 	return id, nil
 }
 
-// await waits until the cache was loaded from the bucket once (bounded
-// by indexTimeout), so that a gateway that just started lists the
+// Await waits until the cache was loaded from the bucket once (bounded
+// by Timeout), so that a gateway that just started lists the
 // sessions it has not seen being started.
-func (ix *sessionIndex) await(ctx context.Context) {
-	t := time.NewTimer(indexTimeout)
+func (ix *Index) Await(ctx context.Context) {
+	t := time.NewTimer(Timeout)
 	defer t.Stop()
 	select {
 	case <-ix.loaded:
@@ -286,16 +292,16 @@ func (ix *sessionIndex) await(ctx context.Context) {
 	}
 }
 
-func (ix *sessionIndex) cached(id string) bool {
+func (ix *Index) cached(id string) bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	_, ok := ix.cache[id]
 	return ok
 }
 
-// lookup returns the record of id: from the cache, else (an entry another
+// Lookup returns the record of id: from the cache, else (an entry another
 // gateway wrote an instant ago) from the bucket.
-func (ix *sessionIndex) lookup(ctx context.Context, id string) (sessionRecord, bool) {
+func (ix *Index) Lookup(ctx context.Context, id string) (Record, bool) {
 	ix.mu.RLock()
 	e, ok := ix.cache[id]
 	ix.mu.RUnlock()
@@ -304,13 +310,13 @@ func (ix *sessionIndex) lookup(ctx context.Context, id string) (sessionRecord, b
 	}
 	kv, err := ix.bucket(ctx)
 	if err != nil {
-		return sessionRecord{}, false
+		return Record{}, false
 	}
-	actx, cancel := context.WithTimeout(ctx, indexTimeout)
+	actx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	kve, err := kv.Get(actx, id)
 	if err != nil {
-		return sessionRecord{}, false
+		return Record{}, false
 	}
 	ix.apply(kve)
 	ix.mu.RLock()
@@ -319,35 +325,35 @@ func (ix *sessionIndex) lookup(ctx context.Context, id string) (sessionRecord, b
 	return e.rec, ok
 }
 
-// read returns the record of id as the bucket has it now (not the cache).
-func (ix *sessionIndex) read(ctx context.Context, id string) (sessionRecord, bool) {
+// Read returns the record of id as the bucket has it now (not the cache).
+func (ix *Index) Read(ctx context.Context, id string) (Record, bool) {
 	kv, err := ix.bucket(ctx)
 	if err != nil {
-		return sessionRecord{}, false
+		return Record{}, false
 	}
-	actx, cancel := context.WithTimeout(ctx, indexTimeout)
+	actx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	e, err := kv.Get(actx, id)
 	if err != nil {
-		return sessionRecord{}, false
+		return Record{}, false
 	}
-	var rec sessionRecord
+	var rec Record
 	if json.Unmarshal(e.Value(), &rec) != nil {
-		return sessionRecord{}, false
+		return Record{}, false
 	}
 	ix.apply(e)
 	return rec, true
 }
 
-// update changes the record of id by compare-and-set; fn returns false
+// Update changes the record of id by compare-and-set; fn returns false
 // for no change. A missing record is left missing.
-func (ix *sessionIndex) update(ctx context.Context, id string, fn func(*sessionRecord) bool) error {
+func (ix *Index) Update(ctx context.Context, id string, fn func(*Record) bool) error {
 	kv, err := ix.bucket(ctx)
 	if err != nil {
 		return err
 	}
 	for attempt := 0; attempt < 10; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, indexTimeout)
+		actx, cancel := context.WithTimeout(ctx, Timeout)
 		e, err := kv.Get(actx, id)
 		cancel()
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -357,7 +363,7 @@ func (ix *sessionIndex) update(ctx context.Context, id string, fn func(*sessionR
 			ix.fail(err)
 			return err
 		}
-		var rec sessionRecord
+		var rec Record
 		if err := json.Unmarshal(e.Value(), &rec); err != nil {
 			return err
 		}
@@ -365,18 +371,18 @@ func (ix *sessionIndex) update(ctx context.Context, id string, fn func(*sessionR
 			return nil
 		}
 		b, _ := json.Marshal(rec)
-		actx, cancel = context.WithTimeout(ctx, indexTimeout)
+		actx, cancel = context.WithTimeout(ctx, Timeout)
 		rev, err := kv.Update(actx, id, b, e.Revision())
 		cancel()
 		if err == nil {
 			ix.mu.Lock()
 			if cur, ok := ix.cache[id]; !ok || cur.revision < rev {
-				ix.cache[id] = indexEntry{rec: rec, revision: rev}
+				ix.cache[id] = entry{rec: rec, revision: rev}
 			}
 			ix.mu.Unlock()
 			return nil
 		}
-		if !isWrongSequence(err) {
+		if !bus.IsWrongLastSequence(err) {
 			ix.fail(err)
 			return err
 		}
@@ -384,13 +390,13 @@ func (ix *sessionIndex) update(ctx context.Context, id string, fn func(*sessionR
 	return errors.New("session index: record contended")
 }
 
-// remove forgets id.
-func (ix *sessionIndex) remove(ctx context.Context, id string) {
+// Remove forgets id.
+func (ix *Index) Remove(ctx context.Context, id string) {
 	kv, err := ix.bucket(ctx)
 	if err != nil {
 		return
 	}
-	actx, cancel := context.WithTimeout(ctx, indexTimeout)
+	actx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	if err := kv.Delete(actx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		ix.log.Debug("index delete", "sessionId", id, "err", err)
@@ -400,11 +406,11 @@ func (ix *sessionIndex) remove(ctx context.Context, id string) {
 	ix.mu.Unlock()
 }
 
-// scope returns the records of sessionKey whose host is matched by want.
-func (ix *sessionIndex) scope(sessionKey string, want func(sessionRecord) bool) map[string]sessionRecord {
+// Scope returns the records of sessionKey whose host is matched by want.
+func (ix *Index) Scope(sessionKey string, want func(Record) bool) map[string]Record {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	out := map[string]sessionRecord{}
+	out := map[string]Record{}
 	for id, e := range ix.cache {
 		if e.rec.SessionKey == sessionKey && want(e.rec) {
 			out[id] = e.rec
@@ -413,8 +419,8 @@ func (ix *sessionIndex) scope(sessionKey string, want func(sessionRecord) bool) 
 	return out
 }
 
-// ofHost returns the ids of the records held by host hostID.
-func (ix *sessionIndex) ofHost(kind, hostID string) []string {
+// OfHost returns the ids of the records held by host hostID.
+func (ix *Index) OfHost(kind, hostID string) []string {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	var out []string
@@ -424,9 +430,4 @@ func (ix *sessionIndex) ofHost(kind, hostID string) []string {
 		}
 	}
 	return out
-}
-
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
