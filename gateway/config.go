@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/execmesh/execmesh/access"
+
 	"github.com/caarlos0/env/v11"
 	"github.com/hashicorp/go-multierror"
 
@@ -192,13 +194,6 @@ const (
 	// (events.maxQueued), at most MaxMaxQueuedEvents.
 	DefaultMaxQueuedEvents = 1000
 	MaxMaxQueuedEvents     = 1000000
-	// Failed authentications within authFailureWindowSec: this many
-	// from one address, or authFailureGlobalLimit from all addresses
-	// together, and authentication is refused (429) until the window
-	// moves on (DESIGN.md §7).
-	authFailureLimit       = 10
-	authFailureGlobalLimit = 100
-	authFailureWindowSec   = 60
 )
 
 // DefaultConfig returns a fresh configuration with every default set.
@@ -518,7 +513,7 @@ func (c *Config) Validate() error {
 		bad("gateway.auth.operatorToken", "must differ from gateway.auth.token: the operator's token would be the agents' too")
 	}
 	for i, h := range c.Gateway.AllowedHosts {
-		norm, err := normalizeAllowedHost(h)
+		norm, err := access.NormalizeAllowedHost(h)
 		if err != nil {
 			bad(fmt.Sprintf("gateway.allowedHosts[%d]", i), "%v", err)
 			continue

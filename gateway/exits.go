@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/execmesh/execmesh/index"
 	"strconv"
 	"time"
 
+	"github.com/execmesh/execmesh/index"
 	"github.com/execmesh/execmesh/nodes"
 	"github.com/execmesh/execmesh/protocol"
 )

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/execmesh/execmesh/access"
+
 	"github.com/hashicorp/go-multierror"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -104,7 +106,7 @@ type Gateway struct {
 	index    *index.Index
 	appr     *approvalStore
 	signer   *signer
-	limiter  *authLimiter
+	guard    *access.Guard
 
 	// bg is the root of work that outlives a call (approval runs, exit
 	// event delivery); Close cancels it and waits for bgWG.
@@ -146,7 +148,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Gateway.Auth.Token == "" && !isLoopbackListen(cfg.Gateway.Listen) {
+	if cfg.Gateway.Auth.Token == "" && !access.IsLoopbackListen(cfg.Gateway.Listen) {
 		return nil, fmt.Errorf("gateway.listen: refusing to listen on non-loopback address %s without gateway.auth.token (EXECMESH_GATEWAY_TOKEN)", cfg.Gateway.Listen)
 	}
 	if opts.Conn == nil {
@@ -189,7 +191,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		subj:         protocol.Subjects(cfg.NATS.Prefix),
 		prefix:       cfg.NATS.Prefix,
 		replicas:     cfg.NATS.Replicas,
-		limiter:      newAuthLimiter(),
 		execDefaults: map[string]SessionExecDefaults{},
 	}
 	// No host id (no /proc) only means clients never take the gateway
@@ -198,6 +199,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err := g.ensureOperatorToken(cfg); err != nil {
 		return nil, err
 	}
+	g.guard = access.NewGuard(g.tokens)
 	g.bg, g.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	loginPath := opts.LoginShellPath
 	if loginPath == nil {
@@ -381,7 +383,7 @@ func (g *Gateway) Reload() error {
 	}
 	old := g.Config()
 	cfg.Gateway.Listen, cfg.StateDir, cfg.NATS = old.Gateway.Listen, old.StateDir, old.NATS
-	if cfg.Gateway.Auth.Token == "" && !isLoopbackListen(cfg.Gateway.Listen) {
+	if cfg.Gateway.Auth.Token == "" && !access.IsLoopbackListen(cfg.Gateway.Listen) {
 		return fmt.Errorf("gateway.auth.token: the gateway listens on %s, beyond loopback, and the new configuration has no token", cfg.Gateway.Listen)
 	}
 	if err := g.ensureOperatorToken(cfg); err != nil {

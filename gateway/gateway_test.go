@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/access"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -94,7 +95,7 @@ func TestAuth(t *testing.T) {
 	if r := tg.do("GET", "/healthz", nil, http.Header{"Authorization": {"Bearer nope"}}); r.Status != 200 {
 		t.Fatalf("healthz needs no token: %d", r.Status)
 	}
-	for i := 0; i < authFailureLimit; i++ {
+	for i := 0; i < access.FailureLimit; i++ {
 		r := tg.do("POST", "/tools/invoke", body, http.Header{"Authorization": {"Bearer wrong"}})
 		if r.Status != http.StatusUnauthorized || r.Error.Type != protocol.ErrUnauthorized {
 			t.Fatalf("attempt %d: %d %s", i, r.Status, r.Raw)
@@ -109,7 +110,7 @@ func TestAuth(t *testing.T) {
 	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" {
-		t.Fatalf("after %d failures: %d Retry-After=%q", authFailureLimit, res.StatusCode, res.Header.Get("Retry-After"))
+		t.Fatalf("after %d failures: %d Retry-After=%q", access.FailureLimit, res.StatusCode, res.Header.Get("Retry-After"))
 	}
 }
 

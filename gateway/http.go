@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/execmesh/execmesh/access"
 	"github.com/execmesh/execmesh/events"
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -106,12 +107,13 @@ func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
 // authority of the request's token (401 for a wrong one), so that the
 // control page and the CLI can say which token they hold.
 func (g *Gateway) handleWhoami(w http.ResponseWriter, r *http.Request) {
-	got, ok := g.authenticate(w, r, roleAgent)
-	if !ok {
+	got, err := g.guard.Authenticate(w, r, access.RoleAgent)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	name := "agent"
-	if got == roleOperator {
+	if got == access.RoleOperator {
 		name = "operator"
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"role": name})

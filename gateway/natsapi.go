@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/execmesh/execmesh/hostbus"
-
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -94,7 +93,7 @@ func (a *natsAPI) handle(msg *nats.Msg) {
 		defer a.wg.Done()
 		var resp any
 		status := 200
-		if !a.g.toolTokenOK(msg.Header.Get("Authorization")) {
+		if !a.g.guard.ToolCallOK(msg.Header.Get("Authorization")) {
 			e := protocol.Errorf(protocol.ErrUnauthorized, "unauthorized: missing or invalid bearer token")
 			resp, status = invokeResponse{Error: e}, e.Type.HTTPStatus()
 		} else {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/execmesh/execmesh/bus"
-	"github.com/execmesh/execmesh/bus/bustest"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execmesh/execmesh/access"
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/bus/bustest"
 	"github.com/execmesh/execmesh/internal/testutil"
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -377,7 +378,7 @@ func TestOperatorTokenFile(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("operator.token: %v %v", st, err)
 	}
-	tok, err := ReadOperatorTokenFile(dir)
+	tok, err := access.ReadOperatorTokenFile(dir)
 	if err != nil || len(tok) != 64 || tok != tg.g.operatorToken() {
 		t.Fatalf("token %q %v", tok, err)
 	}
@@ -387,7 +388,7 @@ func TestOperatorTokenFile(t *testing.T) {
 	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadOperatorTokenFile(dir); err == nil || !strings.Contains(err.Error(), "others may read it") {
+	if _, err := access.ReadOperatorTokenFile(dir); err == nil || !strings.Contains(err.Error(), "others may read it") {
 		t.Fatalf("reading a 0644 token: %v", err)
 	}
 	replaced := start(nil)
@@ -402,7 +403,7 @@ func TestOperatorTokenFile(t *testing.T) {
 	if r := conf.do("PUT", "/v1/config/exec-node", []byte(`{"agentId":"","node":"n"}`), http.Header{"Authorization": {"Bearer configured-operator-token"}}); r.Status != 200 {
 		t.Fatalf("configured operator token: %d %s", r.Status, r.Raw)
 	}
-	fileTok, _ := ReadOperatorTokenFile(dir)
+	fileTok, _ := access.ReadOperatorTokenFile(dir)
 	if r := conf.do("PUT", "/v1/config/exec-node", []byte(`{"agentId":"","node":"n"}`), http.Header{"Authorization": {"Bearer " + fileTok}}); r.Status != 401 {
 		t.Fatalf("the file's token with a configured one: %d %s", r.Status, r.Raw)
 	}
@@ -428,7 +429,7 @@ func TestAuthFailuresLimitedGlobally(t *testing.T) {
 	head := func(token string) string {
 		return "POST /v1/approvals/guess HTTP/1.1\nHost: " + addr + "\nContent-Type: application/json\nAuthorization: Bearer " + token
 	}
-	for i := 0; i < authFailureGlobalLimit; i++ {
+	for i := 0; i < access.GlobalFailureLimit; i++ {
 		from := fmt.Sprintf("127.0.%d.%d", 1+i/250, 2+i%250)
 		if a := rawRequest(t, addr, from, head(fmt.Sprintf("guess-%d", i)), `{"decision":"allow-once"}`); a.status != 401 {
 			t.Fatalf("guess %d from %s: %d %s", i, from, a.status, a.body)
@@ -437,7 +438,7 @@ func TestAuthFailuresLimitedGlobally(t *testing.T) {
 	for _, tok := range []string{"another-guess", "tool-tok", tg.g.operatorToken()} {
 		a := rawRequest(t, addr, "127.0.9.9", "POST /tools/invoke HTTP/1.1\nHost: "+addr+"\nContent-Type: application/json\nAuthorization: Bearer "+tok, `{"tool":"process","args":{"action":"list"}}`)
 		if a.status != 429 || a.errTyp != protocol.ErrRateLimited || a.header.Get("Retry-After") == "" {
-			t.Fatalf("after %d failures from as many addresses: %d %s (Retry-After %q)", authFailureGlobalLimit, a.status, a.body, a.header.Get("Retry-After"))
+			t.Fatalf("after %d failures from as many addresses: %d %s (Retry-After %q)", access.GlobalFailureLimit, a.status, a.body, a.header.Get("Retry-After"))
 		}
 	}
 }

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/access"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sys/unix"
@@ -625,7 +627,7 @@ func (c *clCluster) do(method, path string, body any) (int, []byte) {
 	if isOperatorPath(method, path) {
 		// The operator's token, from the gateway's state dir (it
 		// generates one there when gateway.auth.operatorToken is unset).
-		tok, err := gateway.ReadOperatorTokenFile(c.gwState)
+		tok, err := access.ReadOperatorTokenFile(c.gwState)
 		if err != nil {
 			c.t.Fatal(err)
 		}

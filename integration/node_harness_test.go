@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/access"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/execmesh/execmesh/bus"
@@ -190,7 +192,7 @@ func (gw *itGateway) do(method, path string, body any) *itResponse {
 	}
 	// The operator drives these tests (pairing, approvals); its token
 	// calls tools too.
-	tok, err := gateway.ReadOperatorTokenFile(gw.stateDir)
+	tok, err := access.ReadOperatorTokenFile(gw.stateDir)
 	if err != nil {
 		gw.t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/execmesh/execmesh/protocol"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/execmesh/execmesh/protocol"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
+	"github.com/execmesh/execmesh/access"
 
-	"github.com/execmesh/execmesh/gateway"
+	"github.com/chromedp/chromedp"
 )
 
 // skipLoudly skips with a banner on stderr, so that a run without a
@@ -337,7 +337,7 @@ func TestBrowserControlPage(t *testing.T) {
 		t.Fatalf("the tool token decided an approval: %+v", left)
 	}
 	// Signing in as the operator: the token from the state dir.
-	opToken, err := gateway.ReadOperatorTokenFile(g.Config().StateDir)
+	opToken, err := access.ReadOperatorTokenFile(g.Config().StateDir)
 	if err != nil {
 		t.Fatal(err)
 	}

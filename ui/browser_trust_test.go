@@ -3,8 +3,6 @@ package ui
 import (
 	"context"
 	"encoding/json"
-	"github.com/execmesh/execmesh/bus"
-	"github.com/execmesh/execmesh/bus/bustest"
 	"html"
 	"net"
 	"net/http"
@@ -15,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/bus/bustest"
 
 	"github.com/chromedp/chromedp"
 

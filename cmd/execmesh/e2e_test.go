@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"github.com/execmesh/execmesh/bus"
-	"github.com/execmesh/execmesh/bus/bustest"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -13,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/bus/bustest"
 	"github.com/execmesh/execmesh/gateway"
 )
 

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/execmesh/execmesh/access"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -215,7 +217,7 @@ func (f *clientFlags) resolveOperatorToken(c *cli, cfg gateway.Config) string {
 		return cfg.Gateway.Auth.OperatorToken
 	}
 	for _, dir := range []string{f.resolveStateDir(c), cfg.StateDir} {
-		if tok, err := gateway.ReadOperatorTokenFile(dir); err == nil {
+		if tok, err := access.ReadOperatorTokenFile(dir); err == nil {
 			return tok
 		}
 	}

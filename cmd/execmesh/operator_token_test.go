@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execmesh/execmesh/access"
 	"github.com/execmesh/execmesh/gateway"
 )
 
@@ -52,7 +53,7 @@ func TestOperatorTokenSent(t *testing.T) {
 		t.Fatalf("resolve as the operator (state dir): %d %s %s", r.code, r.stdout, r.stderr)
 	}
 	// From EXECMESH_OPERATOR_TOKEN.
-	tok, err := os.ReadFile(filepath.Join(state, gateway.OperatorTokenFile))
+	tok, err := os.ReadFile(filepath.Join(state, access.OperatorTokenFile))
 	if err != nil {
 		t.Fatal(err)
 	}

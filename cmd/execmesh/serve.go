@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/execmesh/execmesh/access"
+
 	"github.com/hashicorp/go-multierror"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -211,7 +213,7 @@ func (c *cli) serveDaemon(ctx context.Context, mode string, f *serverFlags) erro
 	if cfg.Gateway.Auth.OperatorToken == "" {
 		// Where, never what: the token stays in its 0600 file.
 		fmt.Fprintf(c.stdout, "execmesh %s: operator token in %s (the CLI reads it; the control page asks for it)\n",
-			mode, filepath.Join(cfg.StateDir, gateway.OperatorTokenFile))
+			mode, filepath.Join(cfg.StateDir, access.OperatorTokenFile))
 	}
 	if d.srv != nil {
 		fmt.Fprintf(c.stdout, "execmesh %s: NATS without anonymous clients; for the nats CLI: nats --server %s --nkey %s\n",

@@ -1,4 +1,4 @@
-package gateway
+package access
 
 import (
 	"fmt"
@@ -12,15 +12,17 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// This file keeps web pages out of the HTTP API (DESIGN.md §3.4): a page in
+// The browser defences keep web pages out of the HTTP API (DESIGN.md §3.4): a page in
 // the user's browser can send requests to a loopback gateway — "simple"
 // cross-origin POSTs need no CORS preflight, and a name the page's author
 // controls can be rebound to 127.0.0.1 — so the API refuses what only a
 // browser sends for another site. The CLI, curl and MCP clients send no
 // Origin and name the gateway in Host, and are not affected.
 
-// Protect wraps h with the gateway's browser defences, applied to every
-// request before anything else:
+// CheckBrowser returns the refusal of a request the browser defences
+// turn away, or nil. allowedHosts is gateway.allowedHosts (normalised by
+// NormalizeAllowedHost), listen the gateway's listen address. The checks,
+// applied to every request before anything else:
 //
 //   - The Host header must name this gateway (421 misdirected_request):
 //     a loopback name (localhost, 127.0.0.1, [::1], any 127.x address) or
@@ -37,28 +39,11 @@ import (
 //     have an empty body. A browser cannot send that content type to
 //     another origin without a CORS preflight, which the gateway never
 //     answers.
-//
-// Gateway.Handler applies it; the daemon wraps what it mounts beside the
-// API (/mcp, /metrics, /ui) with it.
-func (g *Gateway) Protect(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := g.checkBrowser(r); err != nil {
-			writeError(w, err)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// checkBrowser returns the refusal of a request, or nil.
-func (g *Gateway) checkBrowser(r *http.Request) error {
-	g.cfgMu.RLock()
-	allowed, listen := g.cfg.Gateway.AllowedHosts, g.cfg.Gateway.Listen
-	g.cfgMu.RUnlock()
-	if err := checkHost(r, allowed, listen); err != nil {
+func CheckBrowser(r *http.Request, allowedHosts []string, listen string) error {
+	if err := checkHost(r, allowedHosts, listen); err != nil {
 		return err
 	}
-	if err := checkOrigin(r, allowed); err != nil {
+	if err := checkOrigin(r, allowedHosts); err != nil {
 		return err
 	}
 	return checkContentType(r)
@@ -129,9 +114,9 @@ func splitHostPort(hp string) (host, port string) {
 	return strings.TrimSuffix(strings.ToLower(host), "."), port
 }
 
-// normalizeAllowedHost checks a gateway.allowedHosts entry: a host name or
+// NormalizeAllowedHost checks a gateway.allowedHosts entry: a host name or
 // IP address, with an optional port, nothing else.
-func normalizeAllowedHost(entry string) (string, error) {
+func NormalizeAllowedHost(entry string) (string, error) {
 	e := strings.TrimSpace(entry)
 	if e == "" || strings.ContainsAny(e, "/?#@* \t") {
 		return "", fmt.Errorf("invalid entry %q: want a host name or address, with an optional :port (no scheme, path or wildcard)", entry)
