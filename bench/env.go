@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/hashicorp/go-multierror"
 	"github.com/nats-io/nats.go"
 
@@ -102,7 +104,7 @@ func startCluster(ctx context.Context, log *slog.Logger, bin string) (c *cluster
 		return c, fmt.Errorf("NATS connect: %w", err)
 	}
 
-	cfg := gateway.DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = filepath.Join(dir, "gateway")
 	// Commands run without approvals, as on a trusted single-user
 	// machine (README): the benchmark measures the exec path itself.

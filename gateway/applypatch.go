@@ -24,7 +24,7 @@ func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (pr
 	if requested == "" && defaults.Host != "" {
 		requested = defaults.Host
 	}
-	configured := configuredHost(&c.cfg, c.agentID)
+	configured := c.cfg.ExecHost(c.agentID)
 	sandboxOn := c.cfg.Sandbox.Mode != sandbox.ModeOff
 	target, err := resolveHost(configured, requested, sandboxOn, false)
 	if err != nil {

@@ -11,15 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/protocol"
 )
 
 // startApprovalGateway is a gateway with the default policy (allowlist,
 // on-miss) and an optional approvals file.
-func startApprovalGateway(t *testing.T, file string, mutate func(*Config)) *testGateway {
+func startApprovalGateway(t *testing.T, file string, mutate func(*config.Config)) *testGateway {
 	t.Helper()
-	return startGateway(t, func(c *Config, _ *Options) {
+	return startGateway(t, func(c *config.Config, _ *Options) {
 		c.Tools.Exec.Security = ""
 		c.Tools.Exec.Ask = ""
 		c.Tools.Exec.ApprovalRunningNoticeMs = 0
@@ -115,7 +117,7 @@ func TestApprovalDenyAndErrors(t *testing.T) {
 
 func TestApprovalTimeoutAppliesAskFallback(t *testing.T) {
 	t.Run("deny", func(t *testing.T) {
-		tg := startApprovalGateway(t, "", func(c *Config) { c.Tools.Exec.ApprovalTimeoutMs = 300 })
+		tg := startApprovalGateway(t, "", func(c *config.Config) { c.Tools.Exec.ApprovalTimeoutMs = 300 })
 		res := tg.invoke("exec", map[string]any{"command": "echo never"}, "")
 		id := res.Details.ApprovalID.Value()
 		ev := tg.waitEvent(protocol.EventExecDenied)
@@ -128,7 +130,7 @@ func TestApprovalTimeoutAppliesAskFallback(t *testing.T) {
 	})
 	t.Run("full", func(t *testing.T) {
 		tg := startApprovalGateway(t, `{"version":1,"defaults":{"askFallback":"full"},"agents":{}}`,
-			func(c *Config) {
+			func(c *config.Config) {
 				c.Tools.Exec.ApprovalTimeoutMs = 300
 				c.Tools.Exec.Security = "full"
 				c.Tools.Exec.Ask = "always"
@@ -171,7 +173,7 @@ func TestAllowlistAndAllowAlways(t *testing.T) {
 
 func TestAllowlistAskOffDeniesMiss(t *testing.T) {
 	tg := startApprovalGateway(t, `{"version":1,"agents":{"main":{"allowlist":[{"pattern":"/usr/bin/printf"}]}}}`,
-		func(c *Config) { c.Tools.Exec.Ask = "off" })
+		func(c *config.Config) { c.Tools.Exec.Ask = "off" })
 	r := tg.invokeRaw("exec", map[string]any{"command": "id"}, "")
 	if r.Status != 400 || r.Error.Message != "exec denied: allowlist miss" {
 		t.Fatalf("%d %s", r.Status, r.Raw)
@@ -184,7 +186,7 @@ func TestAllowlistAskOffDeniesMiss(t *testing.T) {
 		t.Fatalf("allowlisted printf: %q", res.Text())
 	}
 	// The file tightens: security deny there wins over the config.
-	tg2 := startApprovalGateway(t, `{"version":1,"defaults":{"security":"deny"},"agents":{}}`, func(c *Config) { c.Tools.Exec.Security = "full" })
+	tg2 := startApprovalGateway(t, `{"version":1,"defaults":{"security":"deny"},"agents":{}}`, func(c *config.Config) { c.Tools.Exec.Security = "full" })
 	if r := tg2.invokeRaw("exec", map[string]any{"command": "echo"}, ""); r.Status != 400 || r.Error.Message != "exec denied: host=gateway security=deny" {
 		t.Fatalf("file deny: %d %s", r.Status, r.Raw)
 	}
@@ -228,7 +230,7 @@ func TestApprovalSlugAndNotice(t *testing.T) {
 }
 
 func TestApprovalRunningNotice(t *testing.T) {
-	tg := startApprovalGateway(t, "", func(c *Config) { c.Tools.Exec.ApprovalRunningNoticeMs = 200 })
+	tg := startApprovalGateway(t, "", func(c *config.Config) { c.Tools.Exec.ApprovalRunningNoticeMs = 200 })
 	res := tg.invoke("exec", map[string]any{"command": "sleep 1; echo slow"}, "")
 	id := res.Details.ApprovalID.Value()
 	tg.decide(id, DecisionAllowOnce)
@@ -243,7 +245,7 @@ func TestApprovalRunningNotice(t *testing.T) {
 // with a wrong one, is refused with 401 and decides nothing; the pending
 // approval stays until a caller with the token decides it.
 func TestApprovalDecisionNeedsToken(t *testing.T) {
-	tg := startApprovalGateway(t, "", func(c *Config) { c.Gateway.Auth.Token = "approver-token" })
+	tg := startApprovalGateway(t, "", func(c *config.Config) { c.Gateway.Auth.Token = "approver-token" })
 	res := tg.invoke("exec", map[string]any{"command": "echo forged-approval"}, "")
 	if res.Status() != protocol.StatusApprovalPending {
 		t.Fatalf("want approval-pending, got %s %q", res.Status(), res.Text())

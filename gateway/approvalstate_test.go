@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -97,7 +99,7 @@ func TestApprovalStateDenied(t *testing.T) {
 // TestApprovalStateExpired: an approval nobody answers expires; with the
 // default askFallback (deny) nothing runs, and the state says so.
 func TestApprovalStateExpired(t *testing.T) {
-	tg := startApprovalGateway(t, "", func(c *Config) { c.Tools.Exec.ApprovalTimeoutMs = 200 })
+	tg := startApprovalGateway(t, "", func(c *config.Config) { c.Tools.Exec.ApprovalTimeoutMs = 200 })
 	res := tg.invoke("exec", map[string]any{"command": "echo late"}, "")
 	id := res.Details.ApprovalID.Value()
 	st := tg.waitApprovalState(id, func(st ApprovalState) bool { return st.DeniedReason != "" })

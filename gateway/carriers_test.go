@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -48,7 +50,7 @@ func TestClassDCarriers(t *testing.T) {
 	git := hostTool(t, "git")
 	less := hostTool(t, "less")
 	file := fmt.Sprintf(`{"version":1,"agents":{"main":{"allowlist":[{"pattern":%q},{"pattern":%q}]}}}`, git, less)
-	tg := startApprovalGateway(t, file, func(c *Config) {
+	tg := startApprovalGateway(t, file, func(c *config.Config) {
 		c.Tools.Exec.ApplyPatch.Enabled = true
 		c.Tools.Exec.ApplyPatch.WorkspaceOnly = false // any workdir: the .git rule alone must hold
 	})

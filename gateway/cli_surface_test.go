@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/internal/hostid"
 	"github.com/execmesh/execmesh/nodeagent"
 )
@@ -53,7 +55,7 @@ func TestHealthReportsHostID(t *testing.T) {
 	if err != nil {
 		t.Skipf("no host id here: %v", err)
 	}
-	tg := startGateway(t, func(c *Config, _ *Options) { c.Gateway.Auth.Token = "tok" })
+	tg := startGateway(t, func(c *config.Config, _ *Options) { c.Gateway.Auth.Token = "tok" })
 	r := tg.do("GET", "/healthz", nil, map[string][]string{"Authorization": {"Bearer wrong"}})
 	var h struct {
 		OK     bool   `json:"ok"`
@@ -77,12 +79,12 @@ func TestBlockersIsAList(t *testing.T) {
 // the flags); a configuration that drops the token of a gateway listening
 // beyond loopback is refused and the old one stays.
 func TestReloadThroughLoad(t *testing.T) {
-	next := DefaultConfig()
+	next := config.Default()
 	var loadErr error
-	tg := startGateway(t, func(c *Config, o *Options) {
+	tg := startGateway(t, func(c *config.Config, o *Options) {
 		c.Gateway.Listen = "0.0.0.0:0"
 		c.Gateway.Auth.Token = "tok"
-		o.Load = func() (Config, error) { return next, loadErr }
+		o.Load = func() (config.Config, error) { return next, loadErr }
 	})
 	next.StateDir = tg.g.Config().StateDir
 	next.Gateway.Auth.Token = "tok"
@@ -104,61 +106,5 @@ func TestReloadThroughLoad(t *testing.T) {
 	loadErr = errors.New("tools.exec.host: invalid value")
 	if err := tg.g.Reload(); err == nil || !strings.Contains(err.Error(), "tools.exec.host") {
 		t.Fatalf("failing Load: %v", err)
-	}
-}
-
-// TestExecPolicyDefaults: the security and ask in force when nothing sets
-// them, as DESIGN.md §3.4 says; the agent's values over the global ones.
-func TestExecPolicyDefaults(t *testing.T) {
-	tests := []struct {
-		name     string
-		mutate   func(*Config)
-		sec, ask string
-		agent    string
-	}{
-		{"defaults", nil, "allowlist", "on-miss", "main"},
-		{"sandbox host", func(c *Config) { c.Tools.Exec.Host = "sandbox" }, "deny", "on-miss", "main"},
-		{"auto with a sandbox", func(c *Config) { c.Sandbox.Mode = "bwrap" }, "deny", "on-miss", "main"},
-		{"global values", func(c *Config) { c.Tools.Exec.Security, c.Tools.Exec.Ask = "full", "off" }, "full", "off", "main"},
-		{"the agent's", func(c *Config) {
-			c.Tools.Exec.Security = "full"
-			c.Agents.List = []AgentConfig{{ID: "ops", Tools: AgentToolsConfig{Exec: AgentExecConfig{Security: "deny", Ask: "always"}}}}
-		}, "deny", "always", "ops"},
-	}
-	for _, tt := range tests {
-		cfg := DefaultConfig()
-		if tt.mutate != nil {
-			tt.mutate(&cfg)
-		}
-		if sec, ask := cfg.ExecPolicy(tt.agent); sec != tt.sec || ask != tt.ask {
-			t.Errorf("%s: %s %s, want %s %s", tt.name, sec, ask, tt.sec, tt.ask)
-		}
-	}
-}
-
-// TestEnvVarNamesTheKey: every EXECMESH_* override names its key.
-func TestEnvVarNamesTheKey(t *testing.T) {
-	for key, want := range map[string]string{
-		"tools.exec.security":    "EXECMESH_EXEC_SECURITY",
-		"stateDir":               "EXECMESH_STATE_DIR",
-		"gateway.auth.token":     "EXECMESH_GATEWAY_TOKEN",
-		"tools.exec.pathPrepend": "",
-	} {
-		if got := EnvVar(key); got != want {
-			t.Errorf("EnvVar(%q) = %q, want %q", key, got, want)
-		}
-	}
-	// Each variable sets the key its tag names.
-	for key := range map[string]bool{"tools.exec.security": true, "nats.listen": true, "sandbox.mode": true} {
-		v := EnvVar(key)
-		val := map[string]string{"tools.exec.security": "full", "nats.listen": "127.0.0.1:5999", "sandbox.mode": "off"}[key]
-		cfg, err := LoadConfig("", map[string]string{v: val})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]string{"tools.exec.security": cfg.Tools.Exec.Security, "nats.listen": cfg.NATS.Listen, "sandbox.mode": cfg.Sandbox.Mode}[key]
-		if got != val {
-			t.Errorf("%s=%s set %s to %q", v, val, key, got)
-		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/internal/atomicfile"
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -34,11 +36,11 @@ func (g *Gateway) SetExecNode(agentID, node string) error {
 	g.cfgMu.Lock()
 	defer g.cfgMu.Unlock()
 	cfg := g.cfg
-	cfg.Agents.List = append([]AgentConfig(nil), cfg.Agents.List...)
+	cfg.Agents.List = append([]config.Agent(nil), cfg.Agents.List...)
 	if agentID == "" {
 		cfg.Tools.Exec.Node = node
 	} else {
-		if !validAgentID(agentID) {
+		if !config.ValidAgentID(agentID) {
 			return protocol.Errorf(protocol.ErrInvalidRequest, "invalid agent id %q", agentID)
 		}
 		found := false
@@ -49,7 +51,7 @@ func (g *Gateway) SetExecNode(agentID, node string) error {
 			}
 		}
 		if !found {
-			cfg.Agents.List = append(cfg.Agents.List, AgentConfig{ID: agentID, Tools: AgentToolsConfig{Exec: AgentExecConfig{Node: node}}})
+			cfg.Agents.List = append(cfg.Agents.List, config.Agent{ID: agentID, Tools: config.AgentTools{Exec: config.AgentExec{Node: node}}})
 		}
 	}
 	if err := cfg.Validate(); err != nil {
@@ -104,7 +106,7 @@ func writeExecNode(path, agentID, node string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := DecodeConfig(b); err != nil {
+	if _, err := config.Decode(b); err != nil {
 		return err
 	}
 	return atomicfile.Write(path, append(b, '\n'), 0o600)

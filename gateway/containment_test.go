@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
 	"github.com/execmesh/execmesh/internal/testutil"
@@ -76,7 +78,7 @@ func TestEscapeeHostGateway(t *testing.T) {
 			if ok, why := cgroupsUsable(); mode == session.ContainmentCgroup && !ok {
 				t.Skipf("cgroup containment unavailable here: %s", why)
 			}
-			tg := startGateway(t, func(c *Config, _ *Options) { c.Tools.Exec.Containment = mode })
+			tg := startGateway(t, func(c *config.Config, _ *Options) { c.Tools.Exec.Containment = mode })
 			if got := tg.g.local.Manager().Containment().Mode; got != mode {
 				t.Fatalf("containment %s, want %s", got, mode)
 			}
@@ -126,7 +128,7 @@ func TestEscapeeHostSandbox(t *testing.T) {
 			if ok, why := cgroupsUsable(); mode == session.ContainmentCgroup && !ok {
 				t.Skipf("cgroup containment unavailable here: %s", why)
 			}
-			tg := startSandboxGateway(t, func(c *Config) { c.Tools.Exec.Containment = mode })
+			tg := startSandboxGateway(t, func(c *config.Config) { c.Tools.Exec.Containment = mode })
 			escapeeRounds(t, tg, 50, nil)
 		})
 	}
@@ -135,7 +137,7 @@ func TestEscapeeHostSandbox(t *testing.T) {
 // TestHealthzContainment: /healthz says which containment runs.
 func TestHealthzContainment(t *testing.T) {
 	for _, mode := range []string{"", session.ContainmentProcessGroup} {
-		tg := startGateway(t, func(c *Config, _ *Options) { c.Tools.Exec.Containment = mode })
+		tg := startGateway(t, func(c *config.Config, _ *Options) { c.Tools.Exec.Containment = mode })
 		r := tg.do("GET", "/healthz", nil, nil)
 		var h struct {
 			OK          bool   `json:"ok"`
@@ -157,9 +159,9 @@ func TestHealthzContainment(t *testing.T) {
 // TestEffectiveLimits: config, agent and call combine; a call may only
 // tighten.
 func TestEffectiveLimits(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Tools.Exec.Limits = protocol.Limits{MemoryMax: 1 << 30, PidsMax: 100}
-	cfg.Agents.List = []AgentConfig{{ID: "big", Tools: AgentToolsConfig{Exec: AgentExecConfig{Limits: &protocol.Limits{MemoryMax: 4 << 30, CPUMax: 2}}}}}
+	cfg.Agents.List = []config.Agent{{ID: "big", Tools: config.AgentTools{Exec: config.AgentExec{Limits: &protocol.Limits{MemoryMax: 4 << 30, CPUMax: 2}}}}}
 	for _, tc := range []struct {
 		agent string
 		call  *protocol.Limits
@@ -191,7 +193,7 @@ func TestEffectiveLimits(t *testing.T) {
 // names the configured key and what is missing, and a call's limits are
 // a 400 that runs nothing.
 func TestLimitsRefusedWithoutControllers(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
 	cfg.Tools.Exec.Containment = session.ContainmentProcessGroup
 	cfg.Tools.Exec.Limits = protocol.Limits{PidsMax: 50}
@@ -201,7 +203,7 @@ func TestLimitsRefusedWithoutControllers(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "tools.exec.limits: resource limits are not available here: pidsMax needs the pids controller") {
 		t.Fatalf("start-up with limits in process-group mode: %v", err)
 	}
-	tg := startGateway(t, func(c *Config, _ *Options) { c.Tools.Exec.Containment = session.ContainmentProcessGroup })
+	tg := startGateway(t, func(c *config.Config, _ *Options) { c.Tools.Exec.Containment = session.ContainmentProcessGroup })
 	tok := testutil.SleepToken()
 	r := tg.invokeRaw("exec", map[string]any{"command": "sleep " + tok, "limits": map[string]any{"memoryMax": "256M"}}, "")
 	if r.Status != http.StatusBadRequest || r.Error == nil || !strings.Contains(r.Error.Message, "memoryMax needs the memory controller") {

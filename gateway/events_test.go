@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
 	"github.com/execmesh/execmesh/protocol"
@@ -12,8 +14,8 @@ import (
 
 // onServer makes a test gateway use srv (so that a restarted gateway finds
 // what the first one stored).
-func onServer(t *testing.T, srv *bus.Server, state string) func(*Config, *Options) {
-	return func(c *Config, o *Options) {
+func onServer(t *testing.T, srv *bus.Server, state string) func(*config.Config, *Options) {
+	return func(c *config.Config, o *Options) {
 		c.StateDir = state
 		o.Conn = bustest.Connect(t, srv, bus.ClientConfig{Name: "gateway"})
 		o.Server = srv

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/hostbus"
@@ -57,7 +59,7 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 	if requested == "" && defaults.Host != "" {
 		requested = defaults.Host
 	}
-	configured := configuredHost(&c.cfg, c.agentID)
+	configured := c.cfg.ExecHost(c.agentID)
 	sandboxOn := c.cfg.Sandbox.Mode != sandbox.ModeOff
 	target, err := resolveHost(configured, requested, sandboxOn, elevated)
 	if err != nil {
@@ -78,7 +80,7 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 }
 
 // policy resolves the effective security and ask modes: the agent's or
-// global tools.exec values (Config.ExecPolicy), tightened by the
+// global tools.exec values (config.Config.ExecPolicy), tightened by the
 // session's defaults and the call's own values.
 func (c *call) policy(d SessionExecDefaults, args protocol.ExecArgs) (security, ask string) {
 	security, ask = c.cfg.ExecPolicy(c.agentID)
@@ -188,7 +190,7 @@ func isOutcomeUnknown(err error) bool {
 
 // defaultYieldMs is the gateway's default yield window: tools.exec.backgroundMs,
 // else the session core's default with the OPENCLAW_BASH_YIELD_MS override.
-func (g *Gateway) defaultYieldMs(cfg Config) int {
+func (g *Gateway) defaultYieldMs(cfg config.Config) int {
 	if cfg.Tools.Exec.BackgroundMs > 0 {
 		return cfg.Tools.Exec.BackgroundMs
 	}

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/access"
 
 	"github.com/hashicorp/go-multierror"
@@ -61,7 +63,7 @@ type Options struct {
 	// Load, when set, builds the configuration Reload applies, with the
 	// host process's layering (the file, which may have been created since
 	// the start, the environment, the flags).
-	Load func() (Config, error)
+	Load func() (config.Config, error)
 	// Getenv reads OPENCLAW_BASH_* overrides for the session core and the
 	// EXECMESH_NODE_* tuning; nil means os.Getenv.
 	Getenv func(string) string
@@ -79,6 +81,16 @@ type Options struct {
 	Reaper *session.Reaper
 }
 
+// Tool API constants.
+const (
+	// DefaultSessionKey is the scope of a call that names none.
+	DefaultSessionKey = "agent:main:main"
+	// DefaultAgentID is the agent of a sessionKey that names none.
+	DefaultAgentID = "main"
+	// MaxPayloadBytes bounds an HTTP request body (413 beyond it).
+	MaxPayloadBytes = 2 << 20
+)
+
 // Gateway serves the exec and process tools. Its zero value is not usable;
 // build one with New and release it with Close.
 type Gateway struct {
@@ -90,7 +102,7 @@ type Gateway struct {
 	hostID string
 
 	cfgMu sync.RWMutex
-	cfg   Config
+	cfg   config.Config
 
 	// prefix and replicas are nats.prefix and nats.replicas, fixed for
 	// the gateway's life (a reload cannot change them).
@@ -144,7 +156,7 @@ type SessionExecDefaults struct {
 // the approvals and the event queues on JetStream, and the tool API on
 // NATS. It does not wait for JetStream: what needs it answers a retryable
 // 503 until it is there.
-func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
+func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -324,7 +336,7 @@ func (g *Gateway) spawn(f func(ctx context.Context)) {
 }
 
 // applySessionConfig copies the tools.exec settings the session core uses.
-func applySessionConfig(s *session.Config, cfg Config) {
+func applySessionConfig(s *session.Config, cfg config.Config) {
 	e := cfg.Tools.Exec
 	if e.BackgroundMs > 0 {
 		s.DefaultYieldMs = e.BackgroundMs
@@ -340,14 +352,14 @@ func applySessionConfig(s *session.Config, cfg Config) {
 }
 
 // applySettings gives the local host the reloadable tools.exec settings.
-func (g *Gateway) applySettings(cfg Config) {
+func (g *Gateway) applySettings(cfg config.Config) {
 	e := cfg.Tools.Exec
 	g.local.SetSettings(host.Settings{PathPrepend: e.PathPrepend, SafeBins: e.SafeBins, SafeBinTrustedDirs: e.SafeBinTrustedDirs,
 		Workspace: cfg.Sandbox.Workspace})
 }
 
-// Config returns a copy of the configuration in force.
-func (g *Gateway) Config() Config {
+// config.Config returns a copy of the configuration in force.
+func (g *Gateway) Config() config.Config {
 	g.cfgMu.RLock()
 	defer g.cfgMu.RUnlock()
 	return g.cfg
@@ -367,7 +379,7 @@ func (g *Gateway) configPath() string {
 // dir and NATS settings cannot change without a restart, and a gateway
 // listening beyond loopback keeps a token.
 func (g *Gateway) Reload() error {
-	var cfg Config
+	var cfg config.Config
 	var err error
 	if g.opts.Load != nil {
 		cfg, err = g.opts.Load()
@@ -376,7 +388,7 @@ func (g *Gateway) Reload() error {
 		if _, serr := os.Stat(path); serr != nil {
 			return fmt.Errorf("no configuration file to reload (%s): %w", path, serr)
 		}
-		cfg, err = LoadConfig(path, nil)
+		cfg, err = config.Load(path, nil)
 	}
 	if err != nil {
 		return err
@@ -494,7 +506,7 @@ func ParseSessionKey(key string) (sessionKey, agentID string, err error) {
 // toolAllowed applies tools.allow/tools.deny and the agent's tools.deny.
 // apply_patch is a sub-tool of exec: allowing exec allows it, denying exec
 // denies it, and it must be enabled (and the model allowed) on its own.
-func toolAllowed(cfg *Config, agentID, tool, model string) bool {
+func toolAllowed(cfg *config.Config, agentID, tool, model string) bool {
 	names := []string{tool}
 	if tool == protocol.ToolApplyPatch {
 		ap := cfg.Tools.Exec.ApplyPatch
@@ -601,7 +613,7 @@ func invokeAction(req InvokeRequest) string {
 // call is the state of one tool invocation.
 type call struct {
 	g          *Gateway
-	cfg        Config
+	cfg        config.Config
 	sessionKey string
 	agentID    string
 }
@@ -627,18 +639,18 @@ func (g *Gateway) SetSessionDefaults(sessionKey string, d SessionExecDefaults) e
 	if d.Host == "auto" {
 		d.Host = ""
 	}
-	if d.Host != "" && !slices.Contains(hostValues, d.Host) {
+	if d.Host != "" && !config.ValidHost(d.Host) {
 		return protocol.Errorf(protocol.ErrInvalidRequest, "Invalid exec host %q. Allowed values: auto, sandbox, gateway, node.", d.Host)
 	}
-	if d.Security != "" && !slices.Contains(securityValues, d.Security) {
+	if d.Security != "" && !config.ValidSecurity(d.Security) {
 		return protocol.Errorf(protocol.ErrInvalidRequest, "Invalid exec security %q. Allowed values: deny, allowlist, full.", d.Security)
 	}
-	if d.Ask != "" && !slices.Contains(askValues, d.Ask) {
+	if d.Ask != "" && !config.ValidAsk(d.Ask) {
 		return protocol.Errorf(protocol.ErrInvalidRequest, "Invalid exec ask %q. Allowed values: off, on-miss, always.", d.Ask)
 	}
 	cfg := g.Config()
 	if d.Host != "" {
-		if _, err := resolveHost(configuredHost(&cfg, agentID), d.Host, cfg.Sandbox.Mode != sandbox.ModeOff, false); err != nil {
+		if _, err := resolveHost(cfg.ExecHost(agentID), d.Host, cfg.Sandbox.Mode != sandbox.ModeOff, false); err != nil {
 			return err
 		}
 	}

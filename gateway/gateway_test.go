@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/access"
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -19,7 +21,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestInvokeShapesAndStatusCodes(t *testing.T) {
-	tg := startGateway(t, func(c *Config, _ *Options) { c.Tools.Deny = []string{"process"} })
+	tg := startGateway(t, func(c *config.Config, _ *Options) { c.Tools.Deny = []string{"process"} })
 	cases := []struct {
 		name       string
 		method     string
@@ -87,7 +89,7 @@ func TestInvokeShapesAndStatusCodes(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
-	tg := startGateway(t, func(c *Config, _ *Options) { c.Gateway.Auth.Token = "s3cret" })
+	tg := startGateway(t, func(c *config.Config, _ *Options) { c.Gateway.Auth.Token = "s3cret" })
 	body := []byte(`{"tool":"exec","args":{"command":"echo ok"}}`)
 	if r := tg.do("POST", "/tools/invoke", body, tg.asAgent()); r.Status != 200 {
 		t.Fatalf("with token: %d %s", r.Status, r.Raw)
@@ -115,7 +117,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestRefuseNonLoopbackWithoutToken(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
 	cfg.Gateway.Listen = "0.0.0.0:8420"
 	_, err := New(t.Context(), cfg, Options{})
@@ -159,7 +161,7 @@ func TestSecurityViolations(t *testing.T) {
 
 // TestPathPrepend covers spec §23.5 case 51.
 func TestPathPrepend(t *testing.T) {
-	tg := startGateway(t, func(c *Config, o *Options) {
+	tg := startGateway(t, func(c *config.Config, o *Options) {
 		c.Tools.Exec.PathPrepend = []string{"/custom/bin", "/opt/oss/bin"}
 		o.Environ = []string{"PATH=/usr/bin", "SHELL=/bin/sh"}
 	})
@@ -170,7 +172,7 @@ func TestPathPrepend(t *testing.T) {
 }
 
 func TestLoginShellPathMerged(t *testing.T) {
-	tg := startGateway(t, func(c *Config, o *Options) {
+	tg := startGateway(t, func(c *config.Config, o *Options) {
 		o.Environ = []string{"PATH=/usr/bin:/bin", "SHELL=/bin/sh"}
 		o.LoginShellPath = func() string { return "/login/bin:/usr/bin" }
 	})
@@ -323,7 +325,7 @@ func TestHostResolution(t *testing.T) {
 
 // TestHostNotAllowedOverHTTP checks the error reaches the caller as a 400.
 func TestHostNotAllowedOverHTTP(t *testing.T) {
-	tg := startGateway(t, func(c *Config, _ *Options) { c.Tools.Exec.Host = "gateway" })
+	tg := startGateway(t, func(c *config.Config, _ *Options) { c.Tools.Exec.Host = "gateway" })
 	r := tg.invokeRaw("exec", map[string]any{"command": "echo", "host": "node"}, "")
 	if r.Status != 400 || r.Error.Type != protocol.ErrHostNotAllowed || !strings.HasPrefix(r.Error.Message, "exec host not allowed (requested node;") {
 		t.Fatalf("%d %s", r.Status, r.Raw)
@@ -365,7 +367,7 @@ func TestElevatedGates(t *testing.T) {
 		!strings.Contains(r.Error.Message, "Context: session=agent:main:main") {
 		t.Fatalf("%d %s", r.Status, r.Raw)
 	}
-	tg2 := startGateway(t, func(c *Config, _ *Options) {
+	tg2 := startGateway(t, func(c *config.Config, _ *Options) {
 		c.Tools.Elevated.Enabled = true
 		c.Tools.Elevated.AllowFrom = []string{"ops"}
 	})
@@ -441,7 +443,7 @@ func TestExecNodeBindingWritesConfig(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"gateway":{"drainTimeoutMs":5}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tg := startGateway(t, func(_ *Config, o *Options) { o.ConfigPath = path })
+	tg := startGateway(t, func(_ *config.Config, o *Options) { o.ConfigPath = path })
 	if r := tg.do("PUT", "/v1/config/exec-node", []byte(`{"agentId":"","node":"build-1"}`), nil); r.Status != 200 {
 		t.Fatalf("%d %s", r.Status, r.Raw)
 	}
@@ -451,7 +453,7 @@ func TestExecNodeBindingWritesConfig(t *testing.T) {
 	if r := tg.do("PUT", "/v1/config/exec-node", []byte(`{"agentId":"Bad!","node":"x"}`), nil); r.Status != 400 {
 		t.Fatalf("bad agent: %d", r.Status)
 	}
-	cfg, err := LoadConfig(path, map[string]string{})
+	cfg, err := config.Load(path, map[string]string{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +477,7 @@ func TestApplyPatchTool(t *testing.T) {
 			t.Fatalf("%d %s", r.Status, r.Raw)
 		}
 	})
-	tg := startGateway(t, func(c *Config, _ *Options) {
+	tg := startGateway(t, func(c *config.Config, _ *Options) {
 		c.Tools.Exec.ApplyPatch.Enabled = true
 		c.Tools.Exec.ApplyPatch.AllowModels = []string{"gpt-5-codex"}
 	})
@@ -522,7 +524,7 @@ func TestApplyPatchTool(t *testing.T) {
 		t.Fatal(".git patch written")
 	}
 	// workspaceOnly false: any workdir, the gateway's cwd by default.
-	tgAny := startGateway(t, func(c *Config, _ *Options) {
+	tgAny := startGateway(t, func(c *config.Config, _ *Options) {
 		c.Tools.Exec.ApplyPatch.Enabled = true
 		c.Tools.Exec.ApplyPatch.WorkspaceOnly = false
 	})
@@ -541,14 +543,14 @@ func TestApplyPatchTool(t *testing.T) {
 		t.Fatalf("failing hunk: %d %s", r.Status, r.Raw)
 	}
 	// tools.allow ["exec"] implies apply_patch; tools.deny ["exec"] removes it.
-	tg2 := startGateway(t, func(c *Config, _ *Options) {
+	tg2 := startGateway(t, func(c *config.Config, _ *Options) {
 		c.Tools.Exec.ApplyPatch.Enabled = true
 		c.Tools.Allow = []string{"exec"}
 	})
 	if r := tg2.invokeRaw("apply_patch", map[string]any{"input": patch}, ""); r.Status != 200 {
 		t.Fatalf("allow exec: %d %s", r.Status, r.Raw)
 	}
-	tg3 := startGateway(t, func(c *Config, _ *Options) {
+	tg3 := startGateway(t, func(c *config.Config, _ *Options) {
 		c.Tools.Exec.ApplyPatch.Enabled = true
 		c.Tools.Deny = []string{"exec"}
 	})

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
 	"github.com/execmesh/execmesh/protocol"
@@ -37,9 +39,9 @@ func (tg *testGateway) asAgent() http.Header {
 
 // startGateway builds a gateway with a temp state dir, security=full and
 // ask=off (so commands run without approvals) unless mutate changes it.
-func startGateway(t *testing.T, mutate func(*Config, *Options)) *testGateway {
+func startGateway(t *testing.T, mutate func(*config.Config, *Options)) *testGateway {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
 	cfg.Tools.Exec.Security = "full"
 	cfg.Tools.Exec.Ask = "off"

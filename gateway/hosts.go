@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -17,7 +19,7 @@ const (
 )
 
 // configuredHost is the agent's tools.exec.host, else the global one.
-func configuredHost(cfg *Config, agentID string) string {
+func configuredHost(cfg *config.Config, agentID string) string {
 	if a, ok := cfg.Agent(agentID); ok && a.Tools.Exec.Host != "" {
 		return a.Tools.Exec.Host
 	}
@@ -34,7 +36,7 @@ func parseRequestedHost(v string) (string, error) {
 	if h == "" || h == "auto" {
 		return "", nil
 	}
-	if !slices.Contains(hostValues, h) {
+	if !config.ValidHost(h) {
 		return "", protocol.Errorf(protocol.ErrInvalidRequest, "Invalid exec host %q. Allowed values: auto, sandbox, gateway, node.", v)
 	}
 	return h, nil
@@ -102,7 +104,7 @@ func elevatedError(gate, runtime, sessionKey string) error {
 }
 
 // checkElevated applies the elevated gates for agentID.
-func checkElevated(cfg *Config, agentID, sessionKey string) error {
+func checkElevated(cfg *config.Config, agentID, sessionKey string) error {
 	runtime := "direct"
 	if cfg.Sandbox.Mode != "off" {
 		runtime = "sandboxed"

@@ -3,6 +3,8 @@ package gateway
 import (
 	"strconv"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -10,7 +12,7 @@ import (
 // tools.exec.limits, each limit the agent's agents.list[].tools.exec.limits
 // sets in place of the global one, then the call's "limits", which may only
 // tighten the result.
-func effectiveLimits(cfg *Config, agentID string, call *protocol.Limits) (protocol.Limits, error) {
+func effectiveLimits(cfg *config.Config, agentID string, call *protocol.Limits) (protocol.Limits, error) {
 	l := cfg.Tools.Exec.Limits
 	if a, ok := cfg.Agent(agentID); ok {
 		if al := a.Tools.Exec.Limits; al != nil {
@@ -25,7 +27,7 @@ func effectiveLimits(cfg *Config, agentID string, call *protocol.Limits) (protoc
 
 // configuredLimits lists every limit the configuration sets, by key, for
 // the start-up check against the session core's controllers.
-func configuredLimits(cfg *Config) map[string]protocol.Limits {
+func configuredLimits(cfg *config.Config) map[string]protocol.Limits {
 	out := map[string]protocol.Limits{}
 	if !cfg.Tools.Exec.Limits.IsZero() {
 		out["tools.exec.limits"] = cfg.Tools.Exec.Limits

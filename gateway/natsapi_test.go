@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/execmesh/execmesh/bus"
@@ -19,7 +21,7 @@ import (
 // token in an Authorization header; system events are published on NATS.
 func TestNATSInvokeMatchesHTTP(t *testing.T) {
 	srv := bustest.StartServer(t)
-	tg := startGateway(t, func(c *Config, o *Options) {
+	tg := startGateway(t, func(c *config.Config, o *Options) {
 		onServer(t, srv, t.TempDir())(c, o)
 		c.Gateway.Auth.Token = "tok"
 	})
@@ -94,8 +96,8 @@ func TestNATSInvokeMatchesHTTP(t *testing.T) {
 
 // TestAgentToolsDeny: agents.list[].tools.deny removes a tool for one agent.
 func TestAgentToolsDeny(t *testing.T) {
-	tg := startGateway(t, func(c *Config, _ *Options) {
-		c.Agents.List = []AgentConfig{{ID: "restricted", Tools: AgentToolsConfig{Deny: []string{"exec"}}}}
+	tg := startGateway(t, func(c *config.Config, _ *Options) {
+		c.Agents.List = []config.Agent{{ID: "restricted", Tools: config.AgentTools{Deny: []string{"exec"}}}}
 	})
 	if r := tg.invokeRaw("exec", map[string]any{"command": "echo"}, "agent:restricted:main"); r.Status != 404 {
 		t.Fatalf("denied agent: %d %s", r.Status, r.Raw)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -17,7 +19,7 @@ import (
 // tools.exec.applyPatch.workspaceOnly false: any workdir on the node;
 // TestNodeApplyPatchWorkspaceOnly has the default.)
 func TestNodeApplyPatch(t *testing.T) {
-	env := startNodeGateway(t, nil, "", func(c *Config, _ *Options) {
+	env := startNodeGateway(t, nil, "", func(c *config.Config, _ *Options) {
 		c.Tools.Exec.ApplyPatch.Enabled = true
 		c.Tools.Exec.ApplyPatch.WorkspaceOnly = false
 	})
@@ -77,7 +79,7 @@ func TestNodeApplyPatch(t *testing.T) {
 // send anyWorkdir); a workdir outside it, or a .git path, is a security
 // violation and nothing is written.
 func TestNodeApplyPatchWorkspaceOnly(t *testing.T) {
-	env := startNodeGateway(t, nil, "", func(c *Config, _ *Options) {
+	env := startNodeGateway(t, nil, "", func(c *config.Config, _ *Options) {
 		c.Tools.Exec.ApplyPatch.Enabled = true
 	})
 	cfg := testAgentConfig(t, env.srv, "patcher")

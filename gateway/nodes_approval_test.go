@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/nodeagent"
 	"github.com/execmesh/execmesh/protocol"
@@ -17,9 +19,9 @@ import (
 // startNodeApproval starts a gateway (security full, ask off: only the
 // node's own file asks) and a paired node whose exec-approvals.json is
 // file.
-func startNodeApproval(t *testing.T, file string, mutate func(*Config)) (*nodeEnv, nodeagent.Config, *nodeagent.Agent) {
+func startNodeApproval(t *testing.T, file string, mutate func(*config.Config)) (*nodeEnv, nodeagent.Config, *nodeagent.Agent) {
 	t.Helper()
-	env := startNodeGateway(t, nil, "", func(c *Config, _ *Options) {
+	env := startNodeGateway(t, nil, "", func(c *config.Config, _ *Options) {
 		c.Tools.Exec.ApprovalRunningNoticeMs = 0
 		if mutate != nil {
 			mutate(c)
@@ -110,7 +112,7 @@ func countKind(evs []protocol.SystemEvent, kind string) (int, protocol.SystemEve
 // the node → one Exec finished event with the node, the approval id, the
 // session and the output; no exit notification besides.
 func TestNodeApprovalApproveRuns(t *testing.T) {
-	env, cfg, a := startNodeApproval(t, nodeAskFile, func(c *Config) { c.Tools.Exec.ApprovalRunningNoticeMs = 300 })
+	env, cfg, a := startNodeApproval(t, nodeAskFile, func(c *config.Config) { c.Tools.Exec.ApprovalRunningNoticeMs = 300 })
 	marker := filepath.Join(cfg.Cwd, "ran-once")
 	command := "sh -c 'sleep 1; touch " + marker + "; echo node-output-1'"
 	id := pendingOnNode(t, env, a.ID(), command)
@@ -167,7 +169,7 @@ func TestNodeApprovalDeny(t *testing.T) {
 // decides: approval-timeout, nothing ran. With security full, ask always
 // and askFallback full the command runs after the timeout.
 func TestNodeApprovalTimeout(t *testing.T) {
-	env, cfg, a := startNodeApproval(t, nodeAskFile, func(c *Config) { c.Tools.Exec.ApprovalTimeoutMs = 300 })
+	env, cfg, a := startNodeApproval(t, nodeAskFile, func(c *config.Config) { c.Tools.Exec.ApprovalTimeoutMs = 300 })
 	marker := filepath.Join(cfg.Cwd, "timeout-marker")
 	command := "touch " + marker
 	id := pendingOnNode(t, env, a.ID(), command)

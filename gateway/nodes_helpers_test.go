@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/execmesh/execmesh/bus"
@@ -53,7 +55,7 @@ type nodeEnv struct {
 // startNodeGateway starts a gateway on srv (a fresh embedded server when
 // nil) with the node backend attached before the HTTP handler is built, as
 // the daemon wiring does. stateDir "" means a fresh one.
-func startNodeGateway(t *testing.T, srv *bus.Server, stateDir string, mutate func(*Config, *Options), client ...func(*bus.ClientConfig)) *nodeEnv {
+func startNodeGateway(t *testing.T, srv *bus.Server, stateDir string, mutate func(*config.Config, *Options), client ...func(*bus.ClientConfig)) *nodeEnv {
 	t.Helper()
 	if srv == nil {
 		srv = bustest.StartServer(t)
@@ -61,7 +63,7 @@ func startNodeGateway(t *testing.T, srv *bus.Server, stateDir string, mutate fun
 	if stateDir == "" {
 		stateDir = t.TempDir()
 	}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = stateDir
 	cfg.Tools.Exec.Security = "full"
 	cfg.Tools.Exec.Ask = "off"

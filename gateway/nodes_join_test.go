@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/execmesh/execmesh/bus"
@@ -25,7 +27,7 @@ func secureEnv(t *testing.T) *nodeEnv {
 	t.Helper()
 	gw := bus.User{Name: "execmesh-gateway", Password: "gateway-secret"}
 	srv := bustest.StartServer(t, bustest.WithUsers(gw))
-	return startNodeGateway(t, srv, "", func(_ *Config, o *Options) {
+	return startNodeGateway(t, srv, "", func(_ *config.Config, o *Options) {
 		o.JoinURLs = func() []string { return []string{srv.ClientURL()} }
 	}, func(cc *bus.ClientConfig) {
 		cc.User, cc.Password = gw.Name, gw.Password

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
@@ -63,7 +65,7 @@ func startFakeNode(t *testing.T, env *nodeEnv) *fakeNode {
 }
 
 func TestNodeStartOutcomeUnknown(t *testing.T) {
-	env := startNodeGateway(t, nil, "", func(_ *Config, o *Options) {
+	env := startNodeGateway(t, nil, "", func(_ *config.Config, o *Options) {
 		o.Getenv = testNodeEnvWith(map[string]string{"EXECMESH_NODE_REQUEST_MARGIN_MS": "300", "EXECMESH_NODE_CALL_TIMEOUT_MS": "300"})
 	})
 	f := startFakeNode(t, env)
@@ -99,7 +101,7 @@ func TestNodeStartOutcomeUnknown(t *testing.T) {
 	if err := json.Unmarshal(got[0].Data, &w); err != nil {
 		t.Fatal(err)
 	}
-	if w.Args.Timeout == nil || *w.Args.Timeout != float64(DefaultTimeoutSec) || w.Args.Host != "" || w.Security != "full" || w.Ask != "off" ||
+	if w.Args.Timeout == nil || *w.Args.Timeout != float64(config.DefaultTimeoutSec) || w.Args.Host != "" || w.Security != "full" || w.Ask != "off" ||
 		w.Target != protocol.TargetNode || w.SessionID == "" {
 		t.Fatalf("exec request: %s", got[0].Data)
 	}
@@ -109,7 +111,7 @@ func TestNodeStartOutcomeUnknown(t *testing.T) {
 }
 
 func TestNodeGhostsExpire(t *testing.T) {
-	env := startNodeGateway(t, nil, "", func(_ *Config, o *Options) {
+	env := startNodeGateway(t, nil, "", func(_ *config.Config, o *Options) {
 		o.Getenv = testNodeEnvWith(map[string]string{"EXECMESH_NODE_PRESENCE_TTL_MS": "1000", "EXECMESH_NODE_GHOST_TTL_MS": "500"})
 	})
 	cfg := testAgentConfig(t, env.srv, "kept")
@@ -144,7 +146,7 @@ func TestNodeGhostsExpire(t *testing.T) {
 }
 
 func TestNodeSynchronousWhenProcessDenied(t *testing.T) {
-	env := startNodeGateway(t, nil, "", func(c *Config, _ *Options) { c.Tools.Deny = []string{"process"} })
+	env := startNodeGateway(t, nil, "", func(c *config.Config, _ *Options) { c.Tools.Deny = []string{"process"} })
 	env.pairAgent(testAgentConfig(t, env.srv, "alpha"))
 	res := env.invoke("exec", map[string]any{"command": "sleep 0.3; echo sync-done", "host": "node", "background": true}, "")
 	if res.Status() != protocol.StatusCompleted || !strings.Contains(res.Text(), "sync-done") || !strings.Contains(res.Text(), warnBackgroundDisabled) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/access"
 )
 
@@ -34,7 +36,7 @@ func (g *Gateway) tokens() (tool, operator string) {
 
 // ensureOperatorToken loads (or generates) the operator.token file when
 // the configuration sets no operator token. New and Reload call it.
-func (g *Gateway) ensureOperatorToken(cfg Config) error {
+func (g *Gateway) ensureOperatorToken(cfg config.Config) error {
 	if cfg.Gateway.Auth.OperatorToken != "" {
 		return nil
 	}

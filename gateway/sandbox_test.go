@@ -9,13 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/sandbox"
 )
 
 // startSandboxGateway is a gateway whose auto host is a bwrap sandbox. It
 // skips, loudly, where bubblewrap cannot run.
-func startSandboxGateway(t *testing.T, mutate func(*Config)) *testGateway {
+func startSandboxGateway(t *testing.T, mutate func(*config.Config)) *testGateway {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("SKIPPED: bubblewrap (bwrap) is not installed; install the Debian package \"bubblewrap\" (make test does this as root)")
@@ -27,7 +29,7 @@ func startSandboxGateway(t *testing.T, mutate func(*Config)) *testGateway {
 	if err != nil {
 		t.Skipf("SKIPPED: bubblewrap cannot create a sandbox here: %v", err)
 	}
-	return startGateway(t, func(c *Config, _ *Options) {
+	return startGateway(t, func(c *config.Config, _ *Options) {
 		c.Sandbox.Mode = sandbox.ModeBwrap
 		c.Sandbox.Workspace = filepath.Join(t.TempDir(), "ws")
 		if err := os.MkdirAll(c.Sandbox.Workspace, 0o700); err != nil {

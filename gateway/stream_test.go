@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/session"
 )
@@ -177,12 +179,12 @@ func TestSessionStream(t *testing.T) {
 				"background": true,
 			}
 			if host == "node" {
-				env := startNodeGateway(t, nil, "", func(c *Config, _ *Options) { c.Gateway.Auth.Token = "stream-token" })
+				env := startNodeGateway(t, nil, "", func(c *config.Config, _ *Options) { c.Gateway.Auth.Token = "stream-token" })
 				env.pairAgent(testAgentConfig(t, env.srv, "streamer"))
 				tg = env.testGateway
 				args["host"] = "node"
 			} else {
-				tg = startGateway(t, func(c *Config, _ *Options) { c.Gateway.Auth.Token = "stream-token" })
+				tg = startGateway(t, func(c *config.Config, _ *Options) { c.Gateway.Auth.Token = "stream-token" })
 			}
 			res := tg.invoke("exec", args, "")
 			if res.Status() != protocol.StatusRunning {
@@ -245,7 +247,7 @@ func TestSessionStream(t *testing.T) {
 // output, the stream sends the whole retained output again (reset), and
 // the client's view still ends equal to the session's log.
 func TestSessionStreamReset(t *testing.T) {
-	tg := startGateway(t, func(_ *Config, o *Options) {
+	tg := startGateway(t, func(_ *config.Config, o *Options) {
 		o.Getenv = func(k string) string {
 			if k == "OPENCLAW_BASH_MAX_OUTPUT_CHARS" {
 				return "1000"
@@ -318,7 +320,7 @@ func TestSlid(t *testing.T) {
 // before any stream, a bad sessionKey 400, and another sessionKey does not
 // see the session.
 func TestSessionStreamRefusals(t *testing.T) {
-	tg := startGateway(t, func(c *Config, _ *Options) { c.Gateway.Auth.Token = "stream-token" })
+	tg := startGateway(t, func(c *config.Config, _ *Options) { c.Gateway.Auth.Token = "stream-token" })
 	res := tg.invoke("exec", map[string]any{"command": "sleep 30", "background": true}, "")
 	id := res.SessionID()
 

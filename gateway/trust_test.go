@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/access"
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
@@ -123,7 +125,7 @@ func TestBrowserRequestsRefused(t *testing.T) {
 // TestAllowedHosts: gateway.allowedHosts names the gateway under further
 // names (a reverse proxy's), in Host and, for its control page, Origin.
 func TestAllowedHosts(t *testing.T) {
-	tg := startGateway(t, func(c *Config, _ *Options) {
+	tg := startGateway(t, func(c *config.Config, _ *Options) {
 		c.Gateway.AllowedHosts = []string{"Execmesh.Example.COM", "gw.internal:9443"}
 	})
 	addr := strings.TrimPrefix(tg.srv.URL, "http://")
@@ -184,14 +186,14 @@ func (r *statusRecorder) WriteHeader(s int)           { r.status = s }
 
 func TestAllowedHostsValidation(t *testing.T) {
 	for _, bad := range []string{"", "http://x.example", "x.example/path", "*.example.com", "x.example:0", "x.example:http", "a b"} {
-		cfg := DefaultConfig()
+		cfg := config.Default()
 		cfg.Gateway.AllowedHosts = []string{"ok.example", bad}
 		err := cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), "gateway.allowedHosts[1]") {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Gateway.AllowedHosts = []string{"GW.Example.", "[::1]:8443", "10.0.0.5"}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -239,15 +241,15 @@ func TestSandboxHostNeedsRuntime(t *testing.T) {
 		{`{"agents":{"list":[{"id":"ops","tools":{"exec":{"host":"sandbox"}}}]}}`, "agents.list[0].tools.exec.host"},
 		{`{"tools":{"exec":{"host":"sandbox"}},"sandbox":{"mode":"off"}}`, "tools.exec.host"},
 	} {
-		_, err := DecodeConfig([]byte(c.doc))
+		_, err := config.Decode([]byte(c.doc))
 		if err == nil || !strings.Contains(err.Error(), c.key+`: "sandbox" needs a sandbox runtime, but sandbox.mode is "off"`) {
 			t.Errorf("%s: %v", c.doc, err)
 		}
 	}
-	if _, err := DecodeConfig([]byte(`{"tools":{"exec":{"host":"sandbox"}},"sandbox":{"mode":"bwrap"}}`)); err != nil {
+	if _, err := config.Decode([]byte(`{"tools":{"exec":{"host":"sandbox"}},"sandbox":{"mode":"bwrap"}}`)); err != nil {
 		t.Errorf("host sandbox with bwrap: %v", err)
 	}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
 	cfg.Tools.Exec.Host = "sandbox"
 	if _, err := New(t.Context(), cfg, Options{Cwd: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "sandbox.mode") {
@@ -314,7 +316,7 @@ func checkOperatorOnly(t *testing.T, tg *testGateway, cases []operatorCase) {
 func TestOperatorAuthority(t *testing.T) {
 	for _, toolToken := range []string{"", "tool-tok"} {
 		t.Run("toolToken="+toolToken, func(t *testing.T) {
-			tg := startApprovalGateway(t, "", func(c *Config) { c.Gateway.Auth.Token = toolToken })
+			tg := startApprovalGateway(t, "", func(c *config.Config) { c.Gateway.Auth.Token = toolToken })
 			b, _ := json.Marshal(map[string]any{"tool": "exec", "args": map[string]any{"command": "echo self-approved"}})
 			r := tg.do("POST", "/tools/invoke", b, tg.asAgent())
 			if r.Status != 200 || r.Result.Details.Status.Value() != protocol.StatusApprovalPending {
@@ -364,8 +366,8 @@ func TestOperatorAuthority(t *testing.T) {
 // replaces the file's.
 func TestOperatorTokenFile(t *testing.T) {
 	dir := t.TempDir()
-	start := func(mutate func(*Config)) *testGateway {
-		return startGateway(t, func(c *Config, _ *Options) {
+	start := func(mutate func(*config.Config)) *testGateway {
+		return startGateway(t, func(c *config.Config, _ *Options) {
 			c.StateDir = dir
 			if mutate != nil {
 				mutate(c)
@@ -399,7 +401,7 @@ func TestOperatorTokenFile(t *testing.T) {
 		t.Fatalf("replaced file mode %v", st.Mode())
 	}
 	// A configured token is the only one.
-	conf := start(func(c *Config) { c.Gateway.Auth.OperatorToken = "configured-operator-token" })
+	conf := start(func(c *config.Config) { c.Gateway.Auth.OperatorToken = "configured-operator-token" })
 	if r := conf.do("PUT", "/v1/config/exec-node", []byte(`{"agentId":"","node":"n"}`), http.Header{"Authorization": {"Bearer configured-operator-token"}}); r.Status != 200 {
 		t.Fatalf("configured operator token: %d %s", r.Status, r.Raw)
 	}
@@ -408,12 +410,12 @@ func TestOperatorTokenFile(t *testing.T) {
 		t.Fatalf("the file's token with a configured one: %d %s", r.Status, r.Raw)
 	}
 	// The operator's token may not be the agents'.
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Gateway.Auth.Token, cfg.Gateway.Auth.OperatorToken = "same", "same"
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "gateway.auth.operatorToken: must differ from gateway.auth.token") {
 		t.Fatalf("equal tokens: %v", err)
 	}
-	if c, err := LoadConfig("", map[string]string{"EXECMESH_OPERATOR_TOKEN": "from-env"}); err != nil || c.Gateway.Auth.OperatorToken != "from-env" {
+	if c, err := config.Load("", map[string]string{"EXECMESH_OPERATOR_TOKEN": "from-env"}); err != nil || c.Gateway.Auth.OperatorToken != "from-env" {
 		t.Fatalf("EXECMESH_OPERATOR_TOKEN: %+v %v", c.Gateway.Auth, err)
 	}
 }
@@ -424,7 +426,7 @@ func TestOperatorTokenFile(t *testing.T) {
 // minute stop every further authentication with 429 and Retry-After —
 // even with the right token — until the window moves on.
 func TestAuthFailuresLimitedGlobally(t *testing.T) {
-	tg := startGateway(t, func(c *Config, _ *Options) { c.Gateway.Auth.Token = "tool-tok" })
+	tg := startGateway(t, func(c *config.Config, _ *Options) { c.Gateway.Auth.Token = "tool-tok" })
 	addr := strings.TrimPrefix(tg.srv.URL, "http://")
 	head := func(token string) string {
 		return "POST /v1/approvals/guess HTTP/1.1\nHost: " + addr + "\nContent-Type: application/json\nAuthorization: Bearer " + token
@@ -447,7 +449,7 @@ func TestAuthFailuresLimitedGlobally(t *testing.T) {
 // approve, reject) and node approvals files are the operator's; reading
 // the registry stays the agent's.
 func TestNodeOperatorEndpoints(t *testing.T) {
-	env := startNodeGateway(t, nil, "", func(c *Config, o *Options) {
+	env := startNodeGateway(t, nil, "", func(c *config.Config, o *Options) {
 		c.Gateway.Auth.Token = "tool-tok"
 		// Codes name an address other machines reach (the test server
 		// listens on loopback, where invites are refused).
@@ -469,7 +471,7 @@ func TestNodeOperatorEndpoints(t *testing.T) {
 // to a request: Protect and the operator check around an empty handler,
 // for a same-origin JSON POST with the operator token.
 func BenchmarkProtect(b *testing.B) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = b.TempDir()
 	cfg.Gateway.Auth.Token = "tool-tok"
 	srv := bustest.StartServer(b)

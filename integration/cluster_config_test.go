@@ -17,12 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/execmesh/execmesh/bus"
-	"github.com/execmesh/execmesh/gateway"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -252,7 +253,7 @@ func clCheckGatewayConfig(t *testing.T, dir string, gw clIdentity, tlsDir string
 		"REPLACE_WITH_GATEWAY_TOKEN", "t0ken",
 		"/etc/execmesh/gateway.nkey", gw.SeedFile,
 		"/etc/execmesh/tls/ca.pem", filepath.Join(tlsDir, "ca.pem"))
-	cfg, err := gateway.LoadConfig(path, map[string]string{})
+	cfg, err := config.Load(path, map[string]string{})
 	if err != nil {
 		t.Fatalf("deploy/gateway.cluster.json: %v", err)
 	}
@@ -302,7 +303,7 @@ func clCheckUnits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := gateway.DecodeConfig([]byte(strings.ReplaceAll(string(b), "REPLACE_WITH_GATEWAY_TOKEN", "x")))
+			cfg, err := config.Decode([]byte(strings.ReplaceAll(string(b), "REPLACE_WITH_GATEWAY_TOKEN", "x")))
 			if err != nil {
 				t.Fatal(err)
 			}

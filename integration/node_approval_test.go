@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/gateway"
@@ -20,7 +22,7 @@ import (
 // the node and its Exec finished event arrives once; denied, nothing runs.
 func TestNodeApprovalFlow(t *testing.T) {
 	ns := startNodeServer(t, bus.ServerConfig{})
-	gw := startItGateway(t, ns, "", bus.ClientConfig{}, func(c *gateway.Config) { c.Tools.Exec.ApprovalRunningNoticeMs = 0 })
+	gw := startItGateway(t, ns, "", bus.ClientConfig{}, func(c *config.Config) { c.Tools.Exec.ApprovalRunningNoticeMs = 0 })
 	np := newNodeProc(t, "asker", "--nats-url", ns.url())
 	file := `{"version":1,"defaults":{"security":"allowlist","ask":"on-miss","askFallback":"deny"},"agents":{}}`
 	if err := os.WriteFile(approvals.Path(np.stateDir), []byte(file), 0o600); err != nil {

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/execmesh/execmesh/bus"
-	"github.com/execmesh/execmesh/gateway"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -134,8 +135,8 @@ func TestNodeExecAndEveryProcessAction(t *testing.T) {
 // selection errors of spec §19.1.
 func TestNodeRoutingAndPairingGate(t *testing.T) {
 	ns := startNodeServer(t, bus.ServerConfig{})
-	gw := startItGateway(t, ns, "", bus.ClientConfig{}, func(c *gateway.Config) {
-		c.Agents.List = []gateway.AgentConfig{{ID: "bound", Tools: gateway.AgentToolsConfig{Exec: gateway.AgentExecConfig{Node: "beta"}}}}
+	gw := startItGateway(t, ns, "", bus.ClientConfig{}, func(c *config.Config) {
+		c.Agents.List = []config.Agent{{ID: "bound", Tools: config.AgentTools{Exec: config.AgentExec{Node: "beta"}}}}
 	})
 	st, e := gw.invokeErr("exec", map[string]any{"command": "true", "host": "node"})
 	if st != 400 || e.Message != "exec host=node requires a paired node (none available). This requires a companion app or node host." {

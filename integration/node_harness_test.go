@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/access"
 
 	"github.com/nats-io/nats.go"
@@ -98,12 +100,12 @@ type itGateway struct {
 // startItGateway starts a gateway on the server (by URL, so that it
 // reconnects when the server restarts), security=full and ask=off so that
 // node commands run without approvals.
-func startItGateway(t *testing.T, ns *nodeServer, stateDir string, cc bus.ClientConfig, mutate ...func(*gateway.Config)) *itGateway {
+func startItGateway(t *testing.T, ns *nodeServer, stateDir string, cc bus.ClientConfig, mutate ...func(*config.Config)) *itGateway {
 	t.Helper()
 	if stateDir == "" {
 		stateDir = t.TempDir()
 	}
-	cfg := gateway.DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = stateDir
 	cfg.Tools.Exec.Security = "full"
 	cfg.Tools.Exec.Ask = "off"

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/execmesh/execmesh/gateway"
@@ -44,8 +46,8 @@ func runChild(stateDir string) int {
 }
 
 // testConfig runs commands without approvals: security full, ask off.
-func testConfig(stateDir string) gateway.Config {
-	cfg := gateway.DefaultConfig()
+func testConfig(stateDir string) config.Config {
+	cfg := config.Default()
 	cfg.StateDir = stateDir
 	cfg.Tools.Exec.Security = "full"
 	cfg.Tools.Exec.Ask = "off"

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/execmesh/execmesh/bus"
@@ -214,7 +216,7 @@ type Embedded struct {
 
 // NewEmbedded starts a private gateway with cfg. An empty cfg.StateDir
 // means a new temporary directory, removed by Close.
-func NewEmbedded(ctx context.Context, cfg gateway.Config, opts gateway.Options) (*Embedded, error) {
+func NewEmbedded(ctx context.Context, cfg config.Config, opts gateway.Options) (*Embedded, error) {
 	e := &Embedded{}
 	if cfg.StateDir == "" {
 		dir, err := os.MkdirTemp("", "execmesh-mcp-")

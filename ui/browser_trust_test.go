@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
 
@@ -84,7 +86,7 @@ func TestBrowserCrossOriginRefused(t *testing.T) {
 	}
 	chrome := findChromium(t)
 	dir := t.TempDir()
-	cfg := gateway.DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = dir
 	cfg.Tools.Exec.Security = "full"
 	cfg.Tools.Exec.Ask = "off"

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
 	"github.com/execmesh/execmesh/gateway"
@@ -35,7 +37,7 @@ func startNodeGateway(t *testing.T, token string) (*gateway.Gateway, *bus.Server
 	t.Helper()
 	srv := bustest.StartServer(t)
 	dir := t.TempDir()
-	cfg := gateway.DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = dir
 	cfg.Gateway.Auth.Token = token
 	cfg.Tools.Exec.Security = "full"

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/spf13/cobra"
 
 	"github.com/execmesh/execmesh/gateway"
@@ -28,7 +30,7 @@ import (
 // VALUE as JSON when it is valid JSON, except that a key holding a string
 // takes the text as is (`config set gateway.auth.token 12345`); otherwise
 // VALUE is a plain string. set and unset validate the whole resulting
-// document with gateway.DecodeConfig before writing it atomically, so an
+// document with config.Decode before writing it atomically, so an
 // invalid value leaves the file untouched; they do not insist that the
 // file they start from is valid, so that they can repair one.
 func (c *cli) newConfigCmd() *cobra.Command {
@@ -194,10 +196,10 @@ func fieldByJSON(t reflect.Type, name string) (reflect.StructField, bool) {
 	return reflect.StructField{}, false
 }
 
-// schemaType checks path against gateway.Config and returns the Go type
+// schemaType checks path against config.Config and returns the Go type
 // the path leads to. Unknown keys are an error that names the path.
 func schemaType(path []pathElem) (reflect.Type, error) {
-	t := reflect.TypeFor[gateway.Config]()
+	t := reflect.TypeFor[config.Config]()
 	for i, e := range path {
 		for t.Kind() == reflect.Pointer {
 			t = t.Elem()
@@ -244,7 +246,7 @@ func configGet(c *cli, f *configFlags, path []pathElem) error {
 			_ = json.Unmarshal(data, &doc) // LoadConfig reports a bad document
 		}
 	}
-	cfg, err := gateway.LoadConfig(file, c.env)
+	cfg, err := config.Load(file, c.env)
 	if err != nil {
 		return err
 	}
@@ -257,7 +259,7 @@ func configGet(c *cli, f *configFlags, path []pathElem) error {
 	case key == "stateDir" && !inFile:
 		cfg.StateDir = f.resolveStateDir(c)
 	}
-	if v := gateway.EnvVar(key); v != "" && origin == "" {
+	if v := config.EnvVar(key); v != "" && origin == "" {
 		if _, set := c.env[v]; set {
 			origin = "from $" + v
 		}
@@ -352,7 +354,7 @@ func keyPathCompletions(prefix string) []string {
 	if i := strings.LastIndex(prefix, "."); i >= 0 {
 		parent = prefix[:i]
 	}
-	t := reflect.TypeFor[gateway.Config]()
+	t := reflect.TypeFor[config.Config]()
 	if parent != "" {
 		path, err := parseKeyPath(parent)
 		if err != nil {
@@ -535,7 +537,7 @@ func joinPath(at string, e pathElem) string {
 
 // configEdit reads the JSON document in file (an empty object when the
 // file is missing), applies edit, validates the result with
-// gateway.DecodeConfig and writes it atomically. Nothing is written when
+// config.Decode and writes it atomically. Nothing is written when
 // any step fails.
 func configEdit(file string, path []pathElem, edit func(doc any) (any, error)) error {
 	key := keyPathString(path)
@@ -564,7 +566,7 @@ func configEdit(file string, path []pathElem, edit func(doc any) (any, error)) e
 		return fmt.Errorf("config %s: %w", key, err)
 	}
 	out = append(out, '\n')
-	if _, err := gateway.DecodeConfig(out); err != nil {
+	if _, err := config.Decode(out); err != nil {
 		return fmt.Errorf("config %s: %w (%s left unchanged)", key, err, file)
 	}
 	if missing && bytes.Equal(out, []byte("{}\n")) {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
 	"github.com/execmesh/execmesh/gateway"
@@ -19,9 +21,9 @@ import (
 // startGateway runs a real gateway (host=gateway, security full, ask off,
 // so commands run without approval) behind an httptest server and returns
 // the client environment that points at it.
-func startGateway(t *testing.T, mutate func(*gateway.Config)) map[string]string {
+func startGateway(t *testing.T, mutate func(*config.Config)) map[string]string {
 	t.Helper()
-	cfg := gateway.DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
 	cfg.Sandbox.Workspace = ""
 	cfg.Tools.Exec.Security = "full"
@@ -160,7 +162,7 @@ func TestE2EBackgroundAndPoll(t *testing.T) {
 
 func TestE2ECallAndAuth(t *testing.T) {
 	t.Parallel()
-	env := startGateway(t, func(c *gateway.Config) { c.Gateway.Auth.Token = "right-token" })
+	env := startGateway(t, func(c *config.Config) { c.Gateway.Auth.Token = "right-token" })
 
 	r := runCLI(t, env, `{"tool":"exec","args":{"command":"echo via-call"}}`, "call", "--token", "right-token")
 	if r.code != 0 {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
@@ -200,7 +202,7 @@ func (c *cli) runExec(cmd *cobra.Command, f *clientFlags, o *execOptions, words 
 
 // configuredForNode reports whether the configuration this command read
 // sends the sessionKey's agent to host=node by default.
-func configuredForNode(cfg gateway.Config, sessionKey string) bool {
+func configuredForNode(cfg config.Config, sessionKey string) bool {
 	host := cfg.Tools.Exec.Host
 	if _, agentID, err := gateway.ParseSessionKey(sessionKey); err == nil {
 		if a, ok := cfg.Agent(agentID); ok && a.Tools.Exec.Host != "" {

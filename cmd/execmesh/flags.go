@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/access"
 
 	"github.com/spf13/cobra"
@@ -18,7 +20,7 @@ import (
 )
 
 // Environment variables read by the client commands (the daemons read
-// theirs through gateway.LoadConfig).
+// theirs through config.Load).
 const (
 	envGatewayURL    = "EXECMESH_GATEWAY_URL"
 	envToken         = "EXECMESH_GATEWAY_TOKEN"
@@ -107,8 +109,8 @@ func (f *configFlags) editPath(c *cli) string {
 
 // load reads the configuration as the daemons do (defaults, file,
 // EXECMESH_* variables) and validates it. Errors name the bad key.
-func (f *configFlags) load(c *cli) (gateway.Config, error) {
-	return gateway.LoadConfig(f.filePath(c), c.env)
+func (f *configFlags) load(c *cli) (config.Config, error) {
+	return config.Load(f.filePath(c), c.env)
 }
 
 // clientOpt selects the optional client flags a command takes: only those
@@ -179,7 +181,7 @@ func (f *clientFlags) run(c *cli, fn func(ctx context.Context, cl *client, args 
 
 // clientFor returns the gateway client for an already loaded
 // configuration.
-func (f *clientFlags) clientFor(c *cli, cfg gateway.Config) (*client, error) {
+func (f *clientFlags) clientFor(c *cli, cfg config.Config) (*client, error) {
 	base := f.gatewayURL
 	if base == "" {
 		base = c.getenv(envGatewayURL)
@@ -206,7 +208,7 @@ func (f *clientFlags) clientFor(c *cli, cfg gateway.Config) (*client, error) {
 // file), else the token the gateway generated in the state dir
 // (--state-dir, $EXECMESH_STATE_DIR, ~/.execmesh, or the configuration's
 // stateDir), else "" (operator calls then send the tool token).
-func (f *clientFlags) resolveOperatorToken(c *cli, cfg gateway.Config) string {
+func (f *clientFlags) resolveOperatorToken(c *cli, cfg config.Config) string {
 	if f.operatorToken != "" {
 		return f.operatorToken
 	}

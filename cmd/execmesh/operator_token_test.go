@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/access"
-	"github.com/execmesh/execmesh/gateway"
 )
 
 // TestOperatorTokenSent: client commands send the operator token (from
@@ -17,7 +18,7 @@ import (
 func TestOperatorTokenSent(t *testing.T) {
 	t.Parallel()
 	state := t.TempDir()
-	env := startGateway(t, func(c *gateway.Config) {
+	env := startGateway(t, func(c *config.Config) {
 		c.StateDir = state
 		c.Gateway.Auth.Token = "tool-tok"
 		c.Tools.Exec.Security, c.Tools.Exec.Ask = "", "" // approvals

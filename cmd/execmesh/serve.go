@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/execmesh/execmesh/config"
+
 	"github.com/execmesh/execmesh/access"
 
 	"github.com/hashicorp/go-multierror"
@@ -94,13 +96,13 @@ func (c *cli) newServeCmd(mode, short, long, example string) *cobra.Command {
 // loadServerConfig applies defaults < file < EXECMESH_* < flags. The file
 // is --config, else <state-dir>/config.json when it exists at the time of
 // the call: a reload finds a file created after the start.
-func (c *cli) loadServerConfig(f *serverFlags) (gateway.Config, string, error) {
+func (c *cli) loadServerConfig(f *serverFlags) (config.Config, string, error) {
 	stateDir := f.stateDir
 	if stateDir == "" {
 		stateDir = c.getenv(envStateDir)
 	}
 	if stateDir == "" {
-		stateDir = gateway.DefaultConfig().StateDir
+		stateDir = config.Default().StateDir
 	}
 	path := f.config
 	if path == "" {
@@ -108,13 +110,13 @@ func (c *cli) loadServerConfig(f *serverFlags) (gateway.Config, string, error) {
 			path = p
 		}
 	}
-	cfg, err := gateway.LoadConfig(path, c.env)
+	cfg, err := config.Load(path, c.env)
 	if err != nil {
 		return cfg, path, err
 	}
-	if f.stateDir != "" || cfg.StateDir == gateway.DefaultConfig().StateDir {
+	if f.stateDir != "" || cfg.StateDir == config.Default().StateDir {
 		cfg.StateDir = stateDir
-		if cfg.Sandbox.Workspace == filepath.Join(gateway.DefaultConfig().StateDir, "workspace") {
+		if cfg.Sandbox.Workspace == filepath.Join(config.Default().StateDir, "workspace") {
 			cfg.Sandbox.Workspace = filepath.Join(stateDir, "workspace")
 		}
 	}
@@ -170,11 +172,11 @@ type daemon struct {
 	gwID   *bus.Identity
 	drain  time.Duration
 	grace  time.Duration
-	cfg    gateway.Config
+	cfg    config.Config
 	cfgPth string
 	// reload builds the configuration a SIGHUP applies, with the same
 	// layering as the start (file, EXECMESH_*, flags).
-	reload func() (gateway.Config, error)
+	reload func() (config.Config, error)
 }
 
 // serveDaemon runs `execmesh up` (mode "up": with a local node agent) or
@@ -195,7 +197,7 @@ func (c *cli) serveDaemon(ctx context.Context, mode string, f *serverFlags) erro
 	d := &daemon{log: log, cfg: cfg, cfgPth: path,
 		drain: time.Duration(cfg.Gateway.DrainTimeoutMs) * time.Millisecond,
 		grace: time.Duration(cfg.Tools.Exec.KillGraceMs) * time.Millisecond,
-		reload: func() (gateway.Config, error) {
+		reload: func() (config.Config, error) {
 			cfg, path, err := c.loadServerConfig(f)
 			if err == nil && path != "" {
 				log.Info("configuration file", "path", path)
@@ -429,7 +431,7 @@ func (d *daemon) waitBlockers(ctx context.Context) {
 // embeddedIdentities returns the identities the embedded server starts
 // with: the gateway's (everything) and the operator's (bus.OperatorPermissions),
 // both nkeys kept in the state dir, and the gateway's identity.
-func embeddedIdentities(cfg gateway.Config) ([]bus.NKeyUser, *bus.Identity, error) {
+func embeddedIdentities(cfg config.Config) ([]bus.NKeyUser, *bus.Identity, error) {
 	gwID, err := bus.LoadOrCreateGatewayIdentity(cfg.StateDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gateway identity: %w", err)

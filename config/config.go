@@ -1,4 +1,8 @@
-package gateway
+// Package config holds the gateway's configuration: the JSON file of
+// DESIGN.md §4 with OpenClaw's key names, the EXECMESH_* environment
+// overrides, every default (Default) and every clamp and check (Validate)
+// in one place.
+package config
 
 import (
 	"bytes"
@@ -23,29 +27,29 @@ import (
 
 // Config is the gateway configuration: the JSON file of DESIGN.md §4 with
 // OpenClaw's key names, overridden by EXECMESH_* environment variables.
-// Build it with DefaultConfig or LoadConfig; every default and clamp lives
-// in DefaultConfig and Validate.
+// Build it with Default or Load; every default and clamp lives
+// in Default and Validate.
 type Config struct {
 	StateDir string         `json:"stateDir,omitempty"`
-	Gateway  GatewayConfig  `json:"gateway"`
-	NATS     NATSConfig     `json:"nats"`
-	Tools    ToolsConfig    `json:"tools"`
-	Agents   AgentsConfig   `json:"agents"`
+	Gateway  Gateway        `json:"gateway"`
+	NATS     NATS           `json:"nats"`
+	Tools    Tools          `json:"tools"`
+	Agents   Agents         `json:"agents"`
 	Sandbox  sandbox.Config `json:"sandbox"`
-	Events   EventsConfig   `json:"events"`
+	Events   Events         `json:"events"`
 }
 
-// EventsConfig is `events`: the system-event queues.
-type EventsConfig struct {
+// Events is `events`: the system-event queues.
+type Events struct {
 	// MaxQueued bounds each sessionKey's queue of unread events; what does
 	// not fit is announced with an events.dropped event.
 	MaxQueued int `json:"maxQueued"`
 }
 
-// GatewayConfig holds the HTTP listener and its authentication.
-type GatewayConfig struct {
-	Listen string     `json:"listen"`
-	Auth   AuthConfig `json:"auth"`
+// Gateway holds the HTTP listener and its authentication.
+type Gateway struct {
+	Listen string `json:"listen"`
+	Auth   Auth   `json:"auth"`
 	// AllowedHosts are further names (host, or host:port) the HTTP API
 	// answers to in the Host header, beside its listen address and the
 	// loopback names: the name of a reverse proxy or a DNS name of the
@@ -58,8 +62,8 @@ type GatewayConfig struct {
 	DrainTimeoutMs int `json:"drainTimeoutMs"`
 }
 
-// AuthConfig holds the bearer tokens of the two roles (DESIGN.md §3.4).
-type AuthConfig struct {
+// Auth holds the bearer tokens of the two roles (DESIGN.md §3.4).
+type Auth struct {
 	// Token is the agents' tool token: tool calls, events, sessions. An
 	// empty token lets every local client call tools, which is only
 	// allowed on loopback listeners.
@@ -71,9 +75,9 @@ type AuthConfig struct {
 	OperatorToken string `json:"operatorToken,omitempty"`
 }
 
-// NATSConfig says where the bus is: an external cluster (URL) or the
+// NATS says where the bus is: an external cluster (URL) or the
 // embedded server (Listen).
-type NATSConfig struct {
+type NATS struct {
 	URL          string `json:"url,omitempty"`    // comma-separated server URLs; empty = embedded server
 	Listen       string `json:"listen,omitempty"` // embedded server client address
 	Prefix       string `json:"prefix"`           // subject prefix
@@ -83,40 +87,40 @@ type NATSConfig struct {
 	Replicas     int    `json:"replicas"` // JetStream stream/bucket replicas
 }
 
-// ToolsConfig is the `tools` section.
-type ToolsConfig struct {
-	Allow    []string       `json:"allow,omitempty"`
-	Deny     []string       `json:"deny,omitempty"`
-	Elevated ElevatedConfig `json:"elevated"`
-	Exec     ExecConfig     `json:"exec"`
+// Tools is the `tools` section.
+type Tools struct {
+	Allow    []string `json:"allow,omitempty"`
+	Deny     []string `json:"deny,omitempty"`
+	Elevated Elevated `json:"elevated"`
+	Exec     Exec     `json:"exec"`
 }
 
-// ElevatedConfig gates `elevated: true` runs.
-type ElevatedConfig struct {
+// Elevated gates `elevated: true` runs.
+type Elevated struct {
 	Enabled bool `json:"enabled"`
 	// AllowFrom lists the agent ids allowed to run elevated ("*" = all).
 	// Empty means every agent, once Enabled.
 	AllowFrom []string `json:"allowFrom,omitempty"`
 }
 
-// ExecConfig is `tools.exec`.
-type ExecConfig struct {
-	Host                     string           `json:"host"`
-	Security                 string           `json:"security,omitempty"`
-	Ask                      string           `json:"ask,omitempty"`
-	Node                     string           `json:"node,omitempty"`
-	BackgroundMs             int              `json:"backgroundMs,omitempty"` // 0: OPENCLAW_BASH_YIELD_MS or 10000
-	TimeoutSec               int              `json:"timeoutSec"`
-	CleanupMs                int              `json:"cleanupMs,omitempty"` // 0: OPENCLAW_BASH_JOB_TTL_MS or 30 min
-	NotifyOnExit             bool             `json:"notifyOnExit"`
-	NotifyOnExitEmptySuccess bool             `json:"notifyOnExitEmptySuccess"`
-	ApprovalRunningNoticeMs  int              `json:"approvalRunningNoticeMs"`
-	ApprovalTimeoutMs        int              `json:"approvalTimeoutMs"`
-	KillGraceMs              int              `json:"killGraceMs"`
-	PathPrepend              []string         `json:"pathPrepend,omitempty"`
-	SafeBins                 []string         `json:"safeBins,omitempty"`
-	SafeBinTrustedDirs       []string         `json:"safeBinTrustedDirs,omitempty"`
-	ApplyPatch               ApplyPatchConfig `json:"applyPatch"`
+// Exec is `tools.exec`.
+type Exec struct {
+	Host                     string     `json:"host"`
+	Security                 string     `json:"security,omitempty"`
+	Ask                      string     `json:"ask,omitempty"`
+	Node                     string     `json:"node,omitempty"`
+	BackgroundMs             int        `json:"backgroundMs,omitempty"` // 0: OPENCLAW_BASH_YIELD_MS or 10000
+	TimeoutSec               int        `json:"timeoutSec"`
+	CleanupMs                int        `json:"cleanupMs,omitempty"` // 0: OPENCLAW_BASH_JOB_TTL_MS or 30 min
+	NotifyOnExit             bool       `json:"notifyOnExit"`
+	NotifyOnExitEmptySuccess bool       `json:"notifyOnExitEmptySuccess"`
+	ApprovalRunningNoticeMs  int        `json:"approvalRunningNoticeMs"`
+	ApprovalTimeoutMs        int        `json:"approvalTimeoutMs"`
+	KillGraceMs              int        `json:"killGraceMs"`
+	PathPrepend              []string   `json:"pathPrepend,omitempty"`
+	SafeBins                 []string   `json:"safeBins,omitempty"`
+	SafeBinTrustedDirs       []string   `json:"safeBinTrustedDirs,omitempty"`
+	ApplyPatch               ApplyPatch `json:"applyPatch"`
 	// Limits are every session's resource limits (memoryMax, pidsMax,
 	// cpuMax), applied where the cgroup controllers are delegated.
 	Limits protocol.Limits `json:"limits,omitzero"`
@@ -126,9 +130,9 @@ type ExecConfig struct {
 	Containment string `json:"containment,omitempty"`
 }
 
-// ApplyPatchConfig is `tools.exec.applyPatch`: the apply_patch sub-tool,
+// ApplyPatch is `tools.exec.applyPatch`: the apply_patch sub-tool,
 // off by default.
-type ApplyPatchConfig struct {
+type ApplyPatch struct {
 	Enabled bool `json:"enabled"`
 	// AllowModels, when set, limits the tool to these models (the invoke
 	// request's "model").
@@ -141,37 +145,56 @@ type ApplyPatchConfig struct {
 	WorkspaceOnly bool `json:"workspaceOnly"`
 }
 
-// AgentsConfig is `agents`.
-type AgentsConfig struct {
-	List []AgentConfig `json:"list,omitempty"`
+// Agents is `agents`.
+type Agents struct {
+	List []Agent `json:"list,omitempty"`
 }
 
-// AgentConfig is one `agents.list[]` entry.
-type AgentConfig struct {
-	ID    string           `json:"id"`
-	Tools AgentToolsConfig `json:"tools"`
+// Agent is one `agents.list[]` entry.
+type Agent struct {
+	ID    string     `json:"id"`
+	Tools AgentTools `json:"tools"`
 }
 
-// AgentToolsConfig holds the per-agent tool settings.
-type AgentToolsConfig struct {
-	Deny     []string             `json:"deny,omitempty"`
-	Elevated *AgentElevatedConfig `json:"elevated,omitempty"`
-	Exec     AgentExecConfig      `json:"exec"`
+// AgentTools holds the per-agent tool settings.
+type AgentTools struct {
+	Deny     []string       `json:"deny,omitempty"`
+	Elevated *AgentElevated `json:"elevated,omitempty"`
+	Exec     AgentExec      `json:"exec"`
 }
 
-// AgentElevatedConfig overrides tools.elevated for one agent.
-type AgentElevatedConfig struct {
+// AgentElevated overrides tools.elevated for one agent.
+type AgentElevated struct {
 	Enabled *bool `json:"enabled,omitempty"`
 }
 
-// AgentExecConfig overrides tools.exec for one agent.
-type AgentExecConfig struct {
+// AgentExec overrides tools.exec for one agent.
+type AgentExec struct {
 	Node     string `json:"node,omitempty"`
 	Host     string `json:"host,omitempty"`
 	Security string `json:"security,omitempty"`
 	Ask      string `json:"ask,omitempty"`
 	// Limits replace tools.exec.limits field by field for this agent.
 	Limits *protocol.Limits `json:"limits,omitempty"`
+}
+
+// Exec hosts as the configuration names them.
+const (
+	hostSandbox = "sandbox"
+	hostGateway = "gateway"
+	hostNode    = "node"
+)
+
+// ExecHost is the configured exec host of agentID: its
+// agents.list[].tools.exec.host, else tools.exec.host, else "auto".
+func (c *Config) ExecHost(agentID string) string {
+	if a, ok := c.Agent(agentID); ok && a.Tools.Exec.Host != "" {
+		return a.Tools.Exec.Host
+	}
+	if c.Tools.Exec.Host == "" {
+		return "auto"
+	}
+	return c.Tools.Exec.Host
 }
 
 // Defaults and clamps, in one place.
@@ -187,34 +210,31 @@ const (
 	DefaultNoticeMs    = 10000
 	DefaultApprovalMs  = 30 * 60 * 1000
 	DefaultKillGraceMs = 5000
-	MaxPayloadBytes    = 2 << 20
-	DefaultSessionKey  = "agent:main:main"
-	DefaultAgentID     = "main"
 	// DefaultMaxQueuedEvents bounds each sessionKey's event queue
 	// (events.maxQueued), at most MaxMaxQueuedEvents.
 	DefaultMaxQueuedEvents = 1000
 	MaxMaxQueuedEvents     = 1000000
 )
 
-// DefaultConfig returns a fresh configuration with every default set.
-func DefaultConfig() Config {
+// Default returns a fresh configuration with every default set.
+func Default() Config {
 	return Config{
 		StateDir: defaultStateDir(),
-		Gateway:  GatewayConfig{Listen: DefaultListen},
-		NATS:     NATSConfig{Listen: DefaultNATSListen, Prefix: DefaultPrefix, Replicas: 1},
-		Tools: ToolsConfig{
-			Exec: ExecConfig{
+		Gateway:  Gateway{Listen: DefaultListen},
+		NATS:     NATS{Listen: DefaultNATSListen, Prefix: DefaultPrefix, Replicas: 1},
+		Tools: Tools{
+			Exec: Exec{
 				Host:                    "auto",
 				TimeoutSec:              DefaultTimeoutSec,
 				NotifyOnExit:            true,
 				ApprovalRunningNoticeMs: DefaultNoticeMs,
 				ApprovalTimeoutMs:       DefaultApprovalMs,
 				KillGraceMs:             DefaultKillGraceMs,
-				ApplyPatch:              ApplyPatchConfig{WorkspaceOnly: true},
+				ApplyPatch:              ApplyPatch{WorkspaceOnly: true},
 			},
 		},
 		Sandbox: sandbox.DefaultConfig(""), // workspace and hidden state dir follow stateDir in Validate/New
-		Events:  EventsConfig{MaxQueued: DefaultMaxQueuedEvents},
+		Events:  Events{MaxQueued: DefaultMaxQueuedEvents},
 	}
 }
 
@@ -271,17 +291,17 @@ func EnvVar(keyPath string) string {
 	return ""
 }
 
-// LoadConfig builds the configuration: DefaultConfig, then the JSON file at
+// Load builds the configuration: Default, then the JSON file at
 // path (if path is not empty), then EXECMESH_* variables from environ (nil
 // means os.Environ()). The result is validated; every bad key is reported.
-func LoadConfig(path string, environ map[string]string) (Config, error) {
-	cfg := DefaultConfig()
+func Load(path string, environ map[string]string) (Config, error) {
+	cfg := Default()
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return cfg, fmt.Errorf("config: %w", err)
 		}
-		if err := decodeConfigInto(&cfg, data); err != nil {
+		if err := decodeInto(&cfg, data); err != nil {
 			return cfg, fmt.Errorf("config %s: %w", path, err)
 		}
 	}
@@ -294,17 +314,17 @@ func LoadConfig(path string, environ map[string]string) (Config, error) {
 	return cfg, nil
 }
 
-// DecodeConfig decodes a JSON config document onto the defaults and
+// Decode decodes a JSON config document onto the defaults and
 // validates it (used by `execmesh config set` before it writes).
-func DecodeConfig(data []byte) (Config, error) {
-	cfg := DefaultConfig()
-	if err := decodeConfigInto(&cfg, data); err != nil {
+func Decode(data []byte) (Config, error) {
+	cfg := Default()
+	if err := decodeInto(&cfg, data); err != nil {
 		return cfg, err
 	}
 	return cfg, cfg.Validate()
 }
 
-func decodeConfigInto(cfg *Config, data []byte) error {
+func decodeInto(cfg *Config, data []byte) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
@@ -473,15 +493,24 @@ func applyEnv(cfg *Config, environ map[string]string) error {
 	return nil
 }
 
-// Allowed values.
-var (
-	hostValues     = []string{"auto", "sandbox", "gateway", "node"}
-	securityValues = []string{"deny", "allowlist", "full"}
-	askValues      = []string{"off", "on-miss", "always"}
-	sandboxModes   = []string{"off", "bwrap"}
-	containments   = []string{"auto", "cgroup", "process-group"}
-	toolNames      = []string{"exec", "process", "apply_patch"}
-)
+// Allowed values (functions, so that no caller can change them).
+func hostValues() []string     { return []string{"auto", "sandbox", "gateway", "node"} }
+func securityValues() []string { return []string{"deny", "allowlist", "full"} }
+func askValues() []string      { return []string{"off", "on-miss", "always"} }
+func sandboxModes() []string   { return []string{"off", "bwrap"} }
+func containments() []string   { return []string{"auto", "cgroup", "process-group"} }
+func toolNames() []string      { return []string{"exec", "process", "apply_patch"} }
+
+// ValidHost reports whether h is an exec host value: auto, sandbox,
+// gateway or node.
+func ValidHost(h string) bool { return slices.Contains(hostValues(), h) }
+
+// ValidSecurity and ValidAsk report whether s is a security (deny,
+// allowlist, full) or an ask value (off, on-miss, always).
+func ValidSecurity(s string) bool { return slices.Contains(securityValues(), s) }
+
+// ValidAsk: see ValidSecurity.
+func ValidAsk(s string) bool { return slices.Contains(askValues(), s) }
 
 // Validate checks every key and clamps the numeric ones into range. Errors
 // name the key; all of them are reported at once.
@@ -532,15 +561,15 @@ func (c *Config) Validate() error {
 		bad("nats.replicas", "must be between 1 and 5, got %d", c.NATS.Replicas)
 	}
 	for i, t := range c.Tools.Deny {
-		oneOf(fmt.Sprintf("tools.deny[%d]", i), t, toolNames, false)
+		oneOf(fmt.Sprintf("tools.deny[%d]", i), t, toolNames(), false)
 	}
 	for i, t := range c.Tools.Allow {
-		oneOf(fmt.Sprintf("tools.allow[%d]", i), t, toolNames, false)
+		oneOf(fmt.Sprintf("tools.allow[%d]", i), t, toolNames(), false)
 	}
 	e := &c.Tools.Exec
-	oneOf("tools.exec.host", e.Host, hostValues, false)
-	oneOf("tools.exec.security", e.Security, securityValues, true)
-	oneOf("tools.exec.ask", e.Ask, askValues, true)
+	oneOf("tools.exec.host", e.Host, hostValues(), false)
+	oneOf("tools.exec.security", e.Security, securityValues(), true)
+	oneOf("tools.exec.ask", e.Ask, askValues(), true)
 	// backgroundMs and cleanupMs stay 0 when unset so that the
 	// OPENCLAW_BASH_* environment overrides can apply (spec §3.2).
 	if e.BackgroundMs < 0 {
@@ -567,7 +596,7 @@ func (c *Config) Validate() error {
 	if e.KillGraceMs < 0 {
 		bad("tools.exec.killGraceMs", "must not be negative")
 	}
-	oneOf("tools.exec.containment", e.Containment, containments, true)
+	oneOf("tools.exec.containment", e.Containment, containments(), true)
 	if err := e.Limits.Validate(func(k string) string { return "tools.exec.limits." + k }); err != nil {
 		errs = multierror.Append(errs, err)
 	}
@@ -579,18 +608,18 @@ func (c *Config) Validate() error {
 	seen := map[string]bool{}
 	for i, a := range c.Agents.List {
 		key := fmt.Sprintf("agents.list[%d]", i)
-		if !validAgentID(a.ID) {
+		if !ValidAgentID(a.ID) {
 			bad(key+".id", "invalid agent id %q (lower-case letters, digits, '-' and '_')", a.ID)
 		} else if seen[a.ID] {
 			bad(key+".id", "duplicate agent id %q", a.ID)
 		}
 		seen[a.ID] = true
 		for j, t := range a.Tools.Deny {
-			oneOf(fmt.Sprintf("%s.tools.deny[%d]", key, j), t, toolNames, false)
+			oneOf(fmt.Sprintf("%s.tools.deny[%d]", key, j), t, toolNames(), false)
 		}
-		oneOf(key+".tools.exec.host", a.Tools.Exec.Host, hostValues, true)
-		oneOf(key+".tools.exec.security", a.Tools.Exec.Security, securityValues, true)
-		oneOf(key+".tools.exec.ask", a.Tools.Exec.Ask, askValues, true)
+		oneOf(key+".tools.exec.host", a.Tools.Exec.Host, hostValues(), true)
+		oneOf(key+".tools.exec.security", a.Tools.Exec.Security, securityValues(), true)
+		oneOf(key+".tools.exec.ask", a.Tools.Exec.Ask, askValues(), true)
 		if l := a.Tools.Exec.Limits; l != nil {
 			if err := l.Validate(func(k string) string { return key + ".tools.exec.limits." + k }); err != nil {
 				errs = multierror.Append(errs, err)
@@ -600,7 +629,7 @@ func (c *Config) Validate() error {
 	if c.Events.MaxQueued < 1 || c.Events.MaxQueued > MaxMaxQueuedEvents {
 		bad("events.maxQueued", "must be between 1 and %d, got %d", MaxMaxQueuedEvents, c.Events.MaxQueued)
 	}
-	oneOf("sandbox.mode", c.Sandbox.Mode, sandboxModes, false)
+	oneOf("sandbox.mode", c.Sandbox.Mode, sandboxModes(), false)
 	// host=sandbox runs in a sandbox or not at all (DESIGN.md §3.3).
 	if c.Sandbox.Mode == sandbox.ModeOff {
 		if e.Host == hostSandbox {
@@ -637,7 +666,7 @@ func (c *Config) ExecPolicy(agentID string) (security, ask string) {
 		}
 	}
 	if security == "" {
-		configured := configuredHost(c, agentID)
+		configured := c.ExecHost(agentID)
 		if configured == hostSandbox || (configured == "auto" && c.Sandbox.Mode != "off") {
 			security = "deny"
 		} else {
@@ -651,13 +680,13 @@ func (c *Config) ExecPolicy(agentID string) (security, ask string) {
 }
 
 // Agent returns the agents.list entry for id, if any.
-func (c *Config) Agent(id string) (AgentConfig, bool) {
+func (c *Config) Agent(id string) (Agent, bool) {
 	for _, a := range c.Agents.List {
 		if a.ID == id {
 			return a, true
 		}
 	}
-	return AgentConfig{}, false
+	return Agent{}, false
 }
 
 func clamp(v, lo, hi int) int {
@@ -676,7 +705,9 @@ func validToken(s string) bool {
 	return true
 }
 
-func validAgentID(s string) bool {
+// ValidAgentID reports whether s can be an agent id: 1 to 64 lower-case
+// letters, digits, '-' and '_', not starting with '-' or '_'.
+func ValidAgentID(s string) bool {
 	if s == "" || len(s) > 64 {
 		return false
 	}

@@ -1,4 +1,4 @@
-package gateway
+package config
 
 import (
 	"os"
@@ -20,7 +20,7 @@ func TestConfigPrecedence(t *testing.T) {
 	path := writeConfig(t, `{"stateDir":"/tmp/x","gateway":{"listen":"127.0.0.1:9000","auth":{"token":"file"}},
 		"tools":{"exec":{"host":"gateway","timeoutSec":60,"notifyOnExit":false,"pathPrepend":["/opt/bin"]}},
 		"agents":{"list":[{"id":"main","tools":{"exec":{"node":"build-1"}}}]}}`)
-	cfg, err := LoadConfig(path, map[string]string{})
+	cfg, err := Load(path, map[string]string{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestConfigPrecedence(t *testing.T) {
 	if cfg.NATS.Prefix != DefaultPrefix || cfg.Tools.Exec.KillGraceMs != DefaultKillGraceMs || cfg.Sandbox.Mode != "off" {
 		t.Fatalf("defaults lost: %+v", cfg)
 	}
-	cfg, err = LoadConfig(path, map[string]string{
+	cfg, err = Load(path, map[string]string{
 		"EXECMESH_GATEWAY_TOKEN":       "env",
 		"EXECMESH_LISTEN":              "127.0.0.1:9001",
 		"EXECMESH_EXEC_TIMEOUT_SEC":    "90",
@@ -75,7 +75,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 			if env == nil {
 				env = map[string]string{}
 			}
-			_, err := LoadConfig(writeConfig(t, c.body), env)
+			_, err := Load(writeConfig(t, c.body), env)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -89,11 +89,67 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 }
 
 func TestConfigClamps(t *testing.T) {
-	cfg, err := DecodeConfig([]byte(`{"tools":{"exec":{"backgroundMs":5,"cleanupMs":999999999}}}`))
+	cfg, err := Decode([]byte(`{"tools":{"exec":{"backgroundMs":5,"cleanupMs":999999999}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Tools.Exec.BackgroundMs != MinYieldMs || cfg.Tools.Exec.CleanupMs != MaxCleanupMs {
 		t.Fatalf("clamps: %+v", cfg.Tools.Exec)
+	}
+}
+
+// TestExecPolicyDefaults: the security and ask in force when nothing sets
+// them, as DESIGN.md §3.4 says; the agent's values over the global ones.
+func TestExecPolicyDefaults(t *testing.T) {
+	tests := []struct {
+		name     string
+		mutate   func(*Config)
+		sec, ask string
+		agent    string
+	}{
+		{"defaults", nil, "allowlist", "on-miss", "main"},
+		{"sandbox host", func(c *Config) { c.Tools.Exec.Host = "sandbox" }, "deny", "on-miss", "main"},
+		{"auto with a sandbox", func(c *Config) { c.Sandbox.Mode = "bwrap" }, "deny", "on-miss", "main"},
+		{"global values", func(c *Config) { c.Tools.Exec.Security, c.Tools.Exec.Ask = "full", "off" }, "full", "off", "main"},
+		{"the agent's", func(c *Config) {
+			c.Tools.Exec.Security = "full"
+			c.Agents.List = []Agent{{ID: "ops", Tools: AgentTools{Exec: AgentExec{Security: "deny", Ask: "always"}}}}
+		}, "deny", "always", "ops"},
+	}
+	for _, tt := range tests {
+		cfg := Default()
+		if tt.mutate != nil {
+			tt.mutate(&cfg)
+		}
+		if sec, ask := cfg.ExecPolicy(tt.agent); sec != tt.sec || ask != tt.ask {
+			t.Errorf("%s: %s %s, want %s %s", tt.name, sec, ask, tt.sec, tt.ask)
+		}
+	}
+}
+
+// TestEnvVarNamesTheKey: every EXECMESH_* override names its key.
+func TestEnvVarNamesTheKey(t *testing.T) {
+	for key, want := range map[string]string{
+		"tools.exec.security":    "EXECMESH_EXEC_SECURITY",
+		"stateDir":               "EXECMESH_STATE_DIR",
+		"gateway.auth.token":     "EXECMESH_GATEWAY_TOKEN",
+		"tools.exec.pathPrepend": "",
+	} {
+		if got := EnvVar(key); got != want {
+			t.Errorf("EnvVar(%q) = %q, want %q", key, got, want)
+		}
+	}
+	// Each variable sets the key its tag names.
+	for key := range map[string]bool{"tools.exec.security": true, "nats.listen": true, "sandbox.mode": true} {
+		v := EnvVar(key)
+		val := map[string]string{"tools.exec.security": "full", "nats.listen": "127.0.0.1:5999", "sandbox.mode": "off"}[key]
+		cfg, err := Load("", map[string]string{v: val})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{"tools.exec.security": cfg.Tools.Exec.Security, "nats.listen": cfg.NATS.Listen, "sandbox.mode": cfg.Sandbox.Mode}[key]
+		if got != val {
+			t.Errorf("%s=%s set %s to %q", v, val, key, got)
+		}
 	}
 }
