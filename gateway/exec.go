@@ -152,7 +152,7 @@ func (c *call) started(ctx context.Context, id string, req protocol.ExecRequest,
 	if err != nil {
 		if a, ok := host.AsApprovalNeeded(err); ok {
 			c.g.forget(id)
-			return c.g.appr.request(ctx, c, req, n, a.Request)
+			return c.g.requestApproval(ctx, c, req, n, a.Request)
 		}
 		// A start whose outcome is unknown keeps its id: the command may
 		// run, and the index is how the agent reaches it.

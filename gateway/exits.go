@@ -89,7 +89,7 @@ func (g *Gateway) handleExit(ctx context.Context, ev protocol.ExitEvent, nodeID 
 		return nil
 	}
 	if ev.RunID != "" {
-		if g.appr.finished(ctx, ev) {
+		if g.approvalFinished(ctx, ev) {
 			return g.finish(ctx, ev)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/execmesh/execmesh/config"
 
 	"github.com/execmesh/execmesh/access"
+	"github.com/execmesh/execmesh/approvalstore"
 
 	"github.com/hashicorp/go-multierror"
 	"github.com/nats-io/nats.go"
@@ -116,7 +117,8 @@ type Gateway struct {
 	nodes    *nodes.Registry
 	events   *events.Queue
 	index    *index.Index
-	appr     *approvalStore
+	appr     *approvalstore.Store
+	notices  notices // Exec running notices of owned approved runs
 	signer   *signer
 	guard    *access.Guard
 
@@ -267,7 +269,8 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 		return nil, err
 	}
 	g.index = index.New(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log)
-	g.appr = newApprovalStore(g)
+	g.appr = approvalstore.New(approvalstore.Options{Logger: opts.Logger, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
+		Owner: g.id, OnOwned: g.actOnApproval})
 	no := nodeOptionsFromEnv(opts.Getenv, g.log)
 	g.nodes, err = nodes.Start(nodes.Options{
 		Logger: opts.Logger, Conn: opts.Conn, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
@@ -313,7 +316,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	}
 	g.routes = append(g.routes, g.nodeRoutes()...)
 	g.spawn(g.index.Run)
-	g.spawn(g.appr.run)
+	g.spawn(g.appr.Run)
 	g.spawn(g.signer.run)
 	return g, nil
 }
@@ -471,7 +474,8 @@ func (g *Gateway) Close(ctx context.Context) error {
 	if err := g.local.Close(ctx); err != nil {
 		errs = multierror.Append(errs, fmt.Errorf("session core: %w", err))
 	}
-	g.appr.stop()
+	g.notices.stop()
+	g.appr.Stop()
 	g.flushBacklog(ctx)
 	g.bgCancel()
 	g.bgWG.Wait()
