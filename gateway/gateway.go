@@ -275,7 +275,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	g.nodes, err = nodes.Start(nodes.Options{
 		Logger: opts.Logger, Conn: opts.Conn, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
 		Server: opts.Server, PresenceTTL: no.PresenceTTL, GhostTTL: no.GhostTTL, InviteTTL: no.InviteTTL,
-		JoinURLs: g.joinURLs, GatewayKeys: g.signer.trusted,
+		JoinURLs: g.joinURLs, GatewayKeys: g.gatewayKeys,
 		RequestMargin: no.RequestMargin, CallTimeout: no.CallTimeout,
 		OnExit: g.onNodeExit, OnRestart: g.onNodeRestart, OnRejected: g.onNodeRejected,
 	})
@@ -323,6 +323,18 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 
 // ID returns the gateway's id.
 func (g *Gateway) ID() string { return g.id }
+
+// gatewayKeys returns the keys nodes are to trust with their pairing or
+// join, waiting (bounded) for the signing key while JetStream starts: a
+// node told none would refuse every approved run.
+func (g *Gateway) gatewayKeys() []string {
+	ctx, cancel := context.WithTimeout(g.bg, 15*time.Second)
+	defer cancel()
+	if _, err := g.signer.publicKey(ctx); err != nil {
+		g.log.Warn("approval signing key not known yet; a node paired now learns it at its next pairing check", "err", err)
+	}
+	return g.signer.trusted()
+}
 
 // SigningKey returns the public key the gateways sign approval decisions
 // with, once it is known (it lives in JetStream, shared by the gateways
