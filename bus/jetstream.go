@@ -142,6 +142,16 @@ func EventStreamConfig(prefix string, replicas int, maxPerKey int64, maxAge time
 	}
 }
 
+// GatewayPresenceTTL is how long a gateway's key in the gateways bucket
+// lives without being written again (package peers writes it every
+// couple of seconds): past it the gateway counts as gone.
+const GatewayPresenceTTL = 10 * time.Second
+
+func ttl(c jetstream.KeyValueConfig, d time.Duration) jetstream.KeyValueConfig {
+	c.TTL = d
+	return c
+}
+
 // KeyValueConfigs are the configurations EnsureStreams applies to the
 // buckets: nodes (file, history 5) and the control plane's sessions,
 // approvals, joins, event cursors, gateways and control values (file).
@@ -157,7 +167,7 @@ func KeyValueConfigs(prefix string, replicas int) []jetstream.KeyValueConfig {
 		file(n.Approvals, "execmesh exec approvals"),
 		file(n.Joins, "execmesh join codes"),
 		file(n.Cursors, "execmesh event queue read positions"),
-		file(n.Gateways, "execmesh gateways"),
+		ttl(file(n.Gateways, "execmesh gateways: each one's presence"), GatewayPresenceTTL),
 		file(n.Control, "execmesh shared control-plane values"),
 		{
 			Bucket:         n.Nodes,
@@ -168,6 +178,17 @@ func KeyValueConfigs(prefix string, replicas int) []jetstream.KeyValueConfig {
 			LimitMarkerTTL: limitMarkerTTL,
 		},
 	}
+}
+
+// KeyValueConfigFor returns the configuration of one bucket of
+// KeyValueConfigs by name.
+func KeyValueConfigFor(prefix string, replicas int, bucket string) (jetstream.KeyValueConfig, bool) {
+	for _, c := range KeyValueConfigs(prefix, replicas) {
+		if c.Bucket == bucket {
+			return c, true
+		}
+	}
+	return jetstream.KeyValueConfig{}, false
 }
 
 // EnsureStreams creates the exit-event stream and the KV buckets, or

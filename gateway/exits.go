@@ -62,7 +62,7 @@ func (g *Gateway) onNodeExit(ctx context.Context, n nodes.Node, ev protocol.Exit
 	if ev.Lost != "" {
 		// The node's restarted session core found what its crashed run
 		// left of this session, and ended it.
-		g.sessionLost(ctx, ev.SessionID, ev.SessionKey, ev.StartedAt, ev.Lost, n.ID)
+		g.sessionLost(ctx, ev.SessionID, ev.SessionKey, ev.StartedAt, ev.Lost, index.HostNode, n.ID)
 		return nil
 	}
 	return g.handleExit(ctx, ev, n.ID)
@@ -224,26 +224,23 @@ func (g *Gateway) loseSessions(n nodes.Node, match func(index.Record) bool, reas
 		if !ok || !match(rec) || rec.State != index.StateRunning {
 			continue
 		}
-		g.sessionLost(ctx, id, rec.SessionKey, rec.StartedAt, reason, n.ID)
+		g.sessionLost(ctx, id, rec.SessionKey, rec.StartedAt, reason, index.HostNode, n.ID)
 	}
 }
 
 // sessionLost records that session id of sessionKey is gone with its
 // host's run and tells its agent once (exec.lost). The index record
 // settles who tells: the host's own report (its restarted session core
-// found what the crash left) and the gateway noticing the restart both
-// come here, and the first to mark the record tells. nodeID is the node
-// that reports it ("" for this gateway's own session core); a node may
-// report only sessions the index says it holds.
-func (g *Gateway) sessionLost(ctx context.Context, id, sessionKey string, startedAt int64, reason, nodeID string) {
+// found what the crash left), a gateway noticing a node's restart, or a
+// gateway noticing a peer gone all come here, and the first to mark the
+// record tells. hostKind and hostID name the host that held the session
+// (index.HostGateway with this gateway's id: its own session core); a
+// host may report only sessions the index says it holds.
+func (g *Gateway) sessionLost(ctx context.Context, id, sessionKey string, startedAt int64, reason, hostKind, hostID string) {
 	tell := true
 	if rec, ok := g.index.Lookup(ctx, id); ok {
-		wantHost, wantID := index.HostGateway, g.id
-		if nodeID != "" {
-			wantHost, wantID = index.HostNode, nodeID
-		}
-		if rec.SessionKey != sessionKey || rec.Host != wantHost || rec.HostID != wantID {
-			g.log.Warn("lost report for a session the host does not hold dropped", "host", wantID, "sessionId", id)
+		if rec.SessionKey != sessionKey || rec.Host != hostKind || rec.HostID != hostID {
+			g.log.Warn("lost report for a session the host does not hold dropped", "host", hostID, "sessionId", id)
 			return
 		}
 		startedAt = rec.StartedAt
@@ -255,9 +252,9 @@ func (g *Gateway) sessionLost(ctx context.Context, id, sessionKey string, starte
 			r.State, r.LostReason, r.LostTold = index.StateLost, reason, true
 			return true
 		})
-	} else if nodeID != "" {
-		// Nothing to check a node's report against.
-		g.log.Warn("lost report for a session the index does not know dropped", "node", nodeID, "sessionId", id)
+	} else if hostKind != index.HostGateway || hostID != g.id {
+		// Nothing to check another host's report against.
+		g.log.Warn("lost report for a session the index does not know dropped", "host", hostID, "sessionId", id)
 		return
 	}
 	if !tell || sessionKey == "" {

@@ -34,6 +34,7 @@ import (
 	"github.com/execmesh/execmesh/internal/hostid"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodes"
+	"github.com/execmesh/execmesh/peers"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/sandbox"
 	"github.com/execmesh/execmesh/session"
@@ -76,6 +77,8 @@ type Options struct {
 	// JoinURLs returns the NATS URLs join codes carry; nil derives them
 	// from Server.
 	JoinURLs func() []string
+	// Version is the build's version, shown to the other gateways.
+	Version string
 	// Reaper is the process's session Reaper, shared with the other
 	// Managers of the process (`execmesh up`'s local node); nil makes the
 	// gateway's session core start its own.
@@ -118,6 +121,7 @@ type Gateway struct {
 	events   *events.Queue
 	index    *index.Index
 	appr     *approvalstore.Store
+	peers    *peers.Registry
 	notices  notices // Exec running notices of owned approved runs
 	signer   *signer
 	guard    *access.Guard
@@ -128,8 +132,9 @@ type Gateway struct {
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
 
-	defaultsMu   sync.Mutex
-	execDefaults map[string]SessionExecDefaults // per sessionKey (/exec)
+	// defaults are the per-sessionKey exec defaults (/exec), shared by
+	// the gateways in the control bucket.
+	defaults *bus.KVView[SessionExecDefaults]
 
 	backlog  atomic.Int64 // local events not stored yet
 	closing  atomic.Bool
@@ -196,16 +201,15 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	g := &Gateway{
-		opts:         opts,
-		log:          opts.Logger,
-		id:           id.NodeID,
-		cfg:          cfg,
-		nc:           opts.Conn,
-		js:           js,
-		subj:         protocol.Subjects(cfg.NATS.Prefix),
-		prefix:       cfg.NATS.Prefix,
-		replicas:     cfg.NATS.Replicas,
-		execDefaults: map[string]SessionExecDefaults{},
+		opts:     opts,
+		log:      opts.Logger,
+		id:       id.NodeID,
+		cfg:      cfg,
+		nc:       opts.Conn,
+		js:       js,
+		subj:     protocol.Subjects(cfg.NATS.Prefix),
+		prefix:   cfg.NATS.Prefix,
+		replicas: cfg.NATS.Replicas,
 	}
 	// No host id (no /proc) only means clients never take the gateway
 	// for local.
@@ -266,11 +270,21 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	g.events, err = events.New(events.Options{Logger: opts.Logger, Conn: opts.Conn, JS: js, Prefix: cfg.NATS.Prefix,
 		Replicas: cfg.NATS.Replicas, MaxPerKey: cfg.Events.MaxQueued})
 	if err != nil {
-		return nil, err
+		return nil, g.abort(err)
 	}
 	g.index = index.New(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log)
+	ctlCfg, _ := bus.KeyValueConfigFor(cfg.NATS.Prefix, cfg.NATS.Replicas, bus.StreamNamesFor(cfg.NATS.Prefix).Control)
+	g.defaults = bus.NewKVView[SessionExecDefaults](js, ctlCfg, defaultsKeyPrefix, g.log)
+	hostname, _ := os.Hostname()
+	g.peers, err = peers.Start(peers.Options{Logger: opts.Logger, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
+		Self:   peers.Gateway{ID: g.id, Name: hostname, Version: opts.Version, Listen: cfg.Gateway.Listen},
+		OnGone: g.onPeerGone})
+	if err != nil {
+		return nil, g.abort(err)
+	}
+	opts.Metrics.SetGateway(g.id, func() int { return len(g.peers.List()) })
 	g.appr = approvalstore.New(approvalstore.Options{Logger: opts.Logger, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
-		Owner: g.id, OnOwned: g.actOnApproval})
+		Owner: g.id, Alive: g.peers.Alive, OnOwned: g.actOnApproval})
 	no := nodeOptionsFromEnv(opts.Getenv, g.log)
 	g.nodes, err = nodes.Start(nodes.Options{
 		Logger: opts.Logger, Conn: opts.Conn, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
@@ -280,22 +294,18 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 		OnExit: g.onNodeExit, OnRestart: g.onNodeRestart, OnRejected: g.onNodeRejected,
 	})
 	if err != nil {
-		return nil, err
+		return nil, g.abort(err)
 	}
 	for key, l := range configuredLimits(&cfg) {
 		if err := g.local.Manager().CheckLimits(l); err != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = g.nodes.Close(cctx)
-			_ = g.local.Close(cctx)
-			return nil, fmt.Errorf("%s: %w", key, err)
+			return nil, g.abort(fmt.Errorf("%s: %w", key, err))
 		}
 	}
 	for _, l := range lost {
 		g.log.Warn("session lost by an earlier run", "sessionId", l.SessionID, "sessionKey", l.SessionKey,
 			"command", l.Command, "startedAt", l.StartedAt, "ended", l.Ended, "reason", l.Reason)
 		g.spawn(func(ctx context.Context) {
-			g.sessionLost(ctx, l.SessionID, l.SessionKey, l.StartedAt.UnixMilli(), l.Reason, "")
+			g.sessionLost(ctx, l.SessionID, l.SessionKey, l.StartedAt.UnixMilli(), l.Reason, index.HostGateway, g.id)
 		})
 	}
 	opts.Metrics.SetConnectedNodes(func() int {
@@ -308,17 +318,36 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 		return n
 	})
 	if err := g.serveNATS(); err != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.nodes.Close(cctx)
-		_ = g.local.Close(cctx)
-		return nil, err
+		return nil, g.abort(err)
 	}
 	g.routes = append(g.routes, g.nodeRoutes()...)
 	g.spawn(g.index.Run)
+	g.spawn(g.defaults.Run)
 	g.spawn(g.appr.Run)
 	g.spawn(g.signer.run)
 	return g, nil
+}
+
+// abort releases what New built before it failed with err, and returns
+// err.
+func (g *Gateway) abort(err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if g.nats != nil {
+		g.nats.stop()
+	}
+	if g.nodes != nil {
+		_ = g.nodes.Close(ctx)
+	}
+	if g.peers != nil {
+		_ = g.peers.Close(ctx)
+	}
+	if g.local != nil {
+		_ = g.local.Close(ctx)
+	}
+	g.bgCancel()
+	g.bgWG.Wait()
+	return err
 }
 
 // ID returns the gateway's id.
@@ -488,6 +517,11 @@ func (g *Gateway) Close(ctx context.Context) error {
 	}
 	g.notices.stop()
 	g.appr.Stop()
+	// Peers take over at once what this gateway leaves (its approvals;
+	// its host's sessions, which ended with the session core).
+	if err := g.peers.Close(ctx); err != nil {
+		errs = multierror.Append(errs, err)
+	}
 	g.flushBacklog(ctx)
 	g.bgCancel()
 	g.bgWG.Wait()
@@ -634,16 +668,20 @@ type call struct {
 	agentID    string
 }
 
-// execDefaults returns the /exec defaults of a sessionKey.
+// defaultsKeyPrefix starts the control-bucket keys of the per-sessionKey
+// exec defaults: defaults.<sessionKey token>.
+const defaultsKeyPrefix = "defaults."
+
+// sessionDefaults returns the /exec defaults of a sessionKey.
 func (g *Gateway) sessionDefaults(sessionKey string) SessionExecDefaults {
-	g.defaultsMu.Lock()
-	defer g.defaultsMu.Unlock()
-	return g.execDefaults[sessionKey]
+	d, _ := g.defaults.Get(defaultsKeyPrefix + protocol.EncodeSessionKeyToken(sessionKey))
+	return d
 }
 
-// SetSessionDefaults validates and stores per-sessionKey exec defaults.
-// The host must pass the same override rule as a per-call host.
-func (g *Gateway) SetSessionDefaults(sessionKey string, d SessionExecDefaults) error {
+// SetSessionDefaults validates and stores per-sessionKey exec defaults,
+// for every gateway of the deployment. The host must pass the same
+// override rule as a per-call host.
+func (g *Gateway) SetSessionDefaults(ctx context.Context, sessionKey string, d SessionExecDefaults) error {
 	key, agentID, err := ParseSessionKey(sessionKey)
 	if err != nil {
 		return err
@@ -670,12 +708,14 @@ func (g *Gateway) SetSessionDefaults(sessionKey string, d SessionExecDefaults) e
 			return err
 		}
 	}
-	g.defaultsMu.Lock()
-	defer g.defaultsMu.Unlock()
+	k := defaultsKeyPrefix + protocol.EncodeSessionKeyToken(key)
 	if d == (SessionExecDefaults{}) {
-		delete(g.execDefaults, key)
+		err = g.defaults.Delete(ctx, k)
 	} else {
-		g.execDefaults[key] = d
+		err = g.defaults.Put(ctx, k, d)
+	}
+	if err != nil {
+		return &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: fmt.Sprintf("per-session exec defaults not stored (JetStream: %v); retry", err)}
 	}
 	return nil
 }

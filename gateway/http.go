@@ -44,6 +44,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/nodes/{id}/approvals", g.operator(g.handleNodeApprovals(protocol.NodeEndpointApprovalsGet)))
 	mux.HandleFunc("PUT /v1/nodes/{id}/approvals", g.operator(g.handleNodeApprovals(protocol.NodeEndpointApprovalsSet)))
 	mux.HandleFunc("GET /v1/approvals", g.authed(g.handleListApprovals))
+	mux.HandleFunc("GET /v1/gateways", g.authed(g.handleGateways))
 	mux.HandleFunc("GET /v1/approvals/{id}", g.authed(g.handleGetApproval))
 	mux.HandleFunc("POST /v1/approvals/{id}", g.operator(g.handleDecideApproval))
 	mux.HandleFunc("POST /v1/events/ack", g.authed(g.handleEventsAck))
@@ -101,6 +102,12 @@ func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// handleGateways answers GET /v1/gateways: the gateways of the
+// deployment that are heart-beating, this one marked "self".
+func (g *Gateway) handleGateways(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"gateways": g.peers.List()})
 }
 
 // handleWhoami answers GET /v1/whoami: {"role":"operator"|"agent"}, the
@@ -377,7 +384,7 @@ func (g *Gateway) handlePutSessionExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := g.SetSessionDefaults(r.PathValue("sessionKey"), d); err != nil {
+	if err := g.SetSessionDefaults(r.Context(), r.PathValue("sessionKey"), d); err != nil {
 		writeError(w, err)
 		return
 	}

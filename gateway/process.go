@@ -37,6 +37,12 @@ func (c *call) process(ctx context.Context, args protocol.ProcessArgs) (protocol
 		// text, and the index keeps the record (another sessionKey's).
 		return c.onHost(ctx, g.local, id, args, nil, false)
 	}
+	if rec.Host == index.HostGateway && rec.HostID != g.id && rec.State != index.StateLost && !g.peers.Alive(rec.HostID) {
+		// Its gateway is gone, and with it the session.
+		reason := fmt.Sprintf("gateway %s, whose host ran it, is gone", rec.HostID)
+		g.sessionLost(ctx, id, rec.SessionKey, rec.StartedAt, reason, index.HostGateway, rec.HostID)
+		rec.State, rec.LostReason = index.StateLost, reason
+	}
 	if rec.State == index.StateLost {
 		return c.lost(ctx, id, rec, args)
 	}
@@ -72,7 +78,8 @@ func (g *Gateway) hostOf(ctx context.Context, rec index.Record) (host.Host, *nod
 		if rec.HostID == g.id {
 			return g.local, nil, nil
 		}
-		return g.gatewayHost(rec.HostID)
+		h, err := g.gatewayHost(rec.HostID)
+		return h, nil, err
 	}
 	return nil, nil, protocol.Errorf(protocol.ErrInternal, "session index: unknown host kind %q", rec.Host)
 }
@@ -276,6 +283,7 @@ func (c *call) hostEntries(ctx context.Context, recs map[string]index.Record, li
 	}
 	h, n, err := g.hostOf(ctx, any)
 	restarted := n != nil && any.Instance != "" && n.Instance != "" && n.Instance != any.Instance
+	gone := any.Host == index.HostGateway && any.HostID != g.id && !g.peers.Alive(any.HostID)
 	if err == nil {
 		reply, lerr := h.List(ctx, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
 		if lerr == nil {
@@ -319,9 +327,15 @@ func (c *call) hostEntries(ctx context.Context, recs map[string]index.Record, li
 	}
 	// The host cannot answer: show what the index knows.
 	for id, r := range recs {
-		if restarted && r.State != index.StateLost {
+		switch {
+		case r.State == index.StateLost:
+		case restarted:
 			g.markLost(ctx, id, "its host restarted")
 			r.State = index.StateLost
+		case gone:
+			reason := fmt.Sprintf("gateway %s, whose host ran it, is gone", r.HostID)
+			g.sessionLost(ctx, id, r.SessionKey, r.StartedAt, reason, index.HostGateway, r.HostID)
+			r.State, r.LostReason = index.StateLost, reason
 		}
 		a.entries = append(a.entries, c.indexEntry(id, r, n))
 	}

@@ -38,6 +38,8 @@ type Metrics struct {
 	finished       int
 	sessionsFunc   func() (running, finished int)
 	connectedNodes func() int
+	gatewayID      string
+	gateways       func() int
 }
 
 // Metric descriptions of the values read at scrape time.
@@ -46,6 +48,10 @@ var (
 		"Process sessions held, by state (running, or finished and retained).", []string{"state"}, nil)
 	nodesDesc = prometheus.NewDesc("execmesh_nodes_connected",
 		"Node agents currently connected.", nil, nil)
+	gatewayDesc = prometheus.NewDesc("execmesh_gateway_info",
+		"This gateway's identity (always 1).", []string{"gateway_id"}, nil)
+	gatewaysDesc = prometheus.NewDesc("execmesh_gateways_alive",
+		"Gateways of the deployment heart-beating, this one included.", nil, nil)
 )
 
 // execBuckets span a quick command (milliseconds) to the longest yield
@@ -190,6 +196,17 @@ func (m *Metrics) SetConnectedNodes(f func() int) {
 	m.connectedNodes = f
 }
 
+// SetGateway names this gateway (execmesh_gateway_info) and makes every
+// scrape read the number of gateways alive from alive.
+func (m *Metrics) SetGateway(id string, alive func() int) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gatewayID, m.gateways = id, alive
+}
+
 // IncNATSReconnects counts one reconnection to NATS (a nats.ReconnectHandler).
 func (m *Metrics) IncNATSReconnects() {
 	if m == nil {
@@ -204,11 +221,14 @@ type scrapeCollector struct{ m *Metrics }
 func (c scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sessionsDesc
 	ch <- nodesDesc
+	ch <- gatewayDesc
+	ch <- gatewaysDesc
 }
 
 func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	c.m.mu.Lock()
 	running, finished, sf, nf := c.m.running, c.m.finished, c.m.sessionsFunc, c.m.connectedNodes
+	gwID, gf := c.m.gatewayID, c.m.gateways
 	c.m.mu.Unlock()
 	// The callbacks run outside the lock: they may be slow or call back.
 	if sf != nil {
@@ -218,6 +238,12 @@ func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(finished), "finished")
 	if nf != nil {
 		ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(nf()))
+	}
+	if gwID != "" {
+		ch <- prometheus.MustNewConstMetric(gatewayDesc, prometheus.GaugeValue, 1, gwID)
+	}
+	if gf != nil {
+		ch <- prometheus.MustNewConstMetric(gatewaysDesc, prometheus.GaugeValue, float64(gf()))
 	}
 }
 

@@ -141,7 +141,7 @@ func (c *cli) newRootCmd() *cobra.Command {
 	}
 	add(groupDaemon, c.newUpCmd(), c.newGatewayCmd(), c.newNodeCmd())
 	add(groupClient, c.newExecCmd(), c.newCallCmd(), c.newProcessCmd(), c.newSessionCmd(), c.newEventsCmd(),
-		c.newNodesCmd(), c.newApprovalsCmd(), c.newAdminCmd(), c.newMCPCmd(), c.newConfigCmd())
+		c.newNodesCmd(), c.newGatewaysCmd(), c.newApprovalsCmd(), c.newAdminCmd(), c.newMCPCmd(), c.newConfigCmd())
 	add(groupOther, c.newVersionCmd())
 	root.AddCommand(c.newManCmd(root))
 	// cobra's completion command, made now so that it is a command like

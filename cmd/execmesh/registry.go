@@ -237,6 +237,66 @@ func listNodes(ctx context.Context, c *cli, cl *client, pending, raw bool) error
 	return tw.Flush()
 }
 
+// newGatewaysCmd is `execmesh gateways list`.
+func (c *cli) newGatewaysCmd() *cobra.Command {
+	var f clientFlags
+	cmd := groupCmd(&cobra.Command{
+		Use:         "gateways SUBCOMMAND",
+		Short:       "the gateways of the deployment (several share one NATS cluster)",
+		Annotations: map[string]string{annSynopsis: "gateways list"},
+	})
+	f.register(cmd.PersistentFlags(), withJSON)
+	cmd.AddCommand(&cobra.Command{
+		Use:     "list",
+		Short:   "every gateway heart-beating: id, name, version, listen address, started, last seen",
+		Example: "  execmesh gateways list\n  execmesh gateways list --json",
+		Args:    noArgs,
+		RunE: f.run(c, func(ctx context.Context, cl *client, _ []string) error {
+			return listGateways(ctx, c, cl, f.json)
+		}),
+	})
+	return cmd
+}
+
+// listGateways prints GET /v1/gateways.
+func listGateways(ctx context.Context, c *cli, cl *client, raw bool) error {
+	var ans struct {
+		Gateways []struct {
+			ID        string `json:"id"`
+			Name      string `json:"name"`
+			Version   string `json:"version"`
+			Listen    string `json:"listen"`
+			StartedAt int64  `json:"startedAt"`
+			SeenAt    int64  `json:"seenAt"`
+			Self      bool   `json:"self"`
+		} `json:"gateways"`
+	}
+	data, err := cl.getJSON(ctx, "/v1/gateways", nil, &ans)
+	if err != nil {
+		return err
+	}
+	if raw {
+		return printJSON(c.stdout, data)
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tVERSION\tLISTEN\tSTARTED\tLAST SEEN\t")
+	for _, g := range ans.Gateways {
+		self := ""
+		if g.Self {
+			self = "(this gateway)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.ID, orDash(g.Name, "-"), orDash(g.Version, "-"), orDash(g.Listen, "-"),
+			ago(time.UnixMilli(g.StartedAt), now), ago(time.UnixMilli(g.SeenAt), now), self)
+	}
+	return tw.Flush()
+}
+
+// ago is how long before now t was, rounded to the second.
+func ago(t time.Time, now time.Time) string {
+	return now.Sub(t).Round(time.Second).String() + " ago"
+}
+
 // inviteNode asks for a join code and prints the one command line to run
 // on the new machine.
 func inviteNode(ctx context.Context, c *cli, cl *client, name string, ttl time.Duration, local, raw bool) error {

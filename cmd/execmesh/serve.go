@@ -310,7 +310,7 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 		cfgPath = filepath.Join(cfg.StateDir, "config.json")
 	}
 	d.reaper = session.NewReaper(session.ReaperConfig{Logger: d.log.With("component", "session")})
-	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Conn: d.nc, Server: d.srv, Logger: d.log, ConfigPath: cfgPath, Load: d.reload,
+	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Conn: d.nc, Server: d.srv, Logger: d.log, Version: buildVersion().Version, ConfigPath: cfgPath, Load: d.reload,
 		Metrics: d.metrics, Reaper: d.reaper})
 	if err != nil {
 		ln.Close()
