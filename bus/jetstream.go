@@ -66,13 +66,17 @@ type StreamNames struct {
 	// Gateways is the KV bucket of the gateways' presence and identity.
 	Gateways string
 	// Control holds the fleet's shared control-plane values (the approval
-	// signing key, the execmesh state version).
+	// signing key, the per-sessionKey exec defaults).
 	Control string
+	// Idem is the KV bucket of exec idempotency keys (TTL IdemTTL): an
+	// exec start retried with the same Idempotency-Key, through any
+	// gateway, gets the first start's answer.
+	Idem string
 }
 
 // Buckets returns the names of every KV bucket.
 func (n StreamNames) Buckets() []string {
-	return []string{n.Nodes, n.Sessions, n.Approvals, n.Joins, n.Cursors, n.Gateways, n.Control}
+	return []string{n.Nodes, n.Sessions, n.Approvals, n.Joins, n.Cursors, n.Gateways, n.Control, n.Idem}
 }
 
 // StreamNamesFor returns the names for prefix.
@@ -87,6 +91,7 @@ func StreamNamesFor(prefix string) StreamNames {
 		Joins:     base + "_joins",
 		Cursors:   base + "_evcursor",
 		Gateways:  base + "_gateways",
+		Idem:      base + "_idem",
 		Control:   base + "_control",
 	}
 }
@@ -142,6 +147,9 @@ func EventStreamConfig(prefix string, replicas int, maxPerKey int64, maxAge time
 	}
 }
 
+// IdemTTL is how long an exec idempotency key is remembered.
+const IdemTTL = 24 * time.Hour
+
 // GatewayPresenceTTL is how long a gateway's key in the gateways bucket
 // lives without being written again (package peers writes it every
 // couple of seconds): past it the gateway counts as gone.
@@ -169,6 +177,7 @@ func KeyValueConfigs(prefix string, replicas int) []jetstream.KeyValueConfig {
 		file(n.Cursors, "execmesh event queue read positions"),
 		ttl(file(n.Gateways, "execmesh gateways: each one's presence"), GatewayPresenceTTL),
 		file(n.Control, "execmesh shared control-plane values"),
+		ttl(file(n.Idem, "execmesh exec idempotency keys"), IdemTTL),
 		{
 			Bucket:         n.Nodes,
 			Description:    "execmesh node registry and pairing",

@@ -98,6 +98,7 @@ func (c *call) execLocal(ctx context.Context, req protocol.ExecRequest) (protoco
 		return protocol.Result{}, err
 	}
 	req.SessionID = id
+	startedSession(ctx, id)
 	reply, err := c.g.local.Exec(ctx, req)
 	return c.started(ctx, id, req, reply, err, nil)
 }
@@ -140,6 +141,7 @@ func (c *call) execNode(ctx context.Context, req protocol.ExecRequest, requested
 		return protocol.Result{}, err
 	}
 	req.SessionID = id
+	startedSession(ctx, id)
 	h := c.g.nodes.Host(n)
 	reply, err := h.Exec(ctx, req)
 	return c.started(ctx, id, req, reply, err, &n)

@@ -535,6 +535,9 @@ type InvokeRequest struct {
 	Args       json.RawMessage `json:"args,omitempty"`
 	SessionKey string          `json:"sessionKey,omitempty"`
 	Model      string          `json:"model,omitempty"`
+	// IdempotencyKey, from the Idempotency-Key header, makes an exec
+	// start idempotent across retries and gateways (idempotency.go).
+	IdempotencyKey string `json:"-"`
 }
 
 // sessionKeyRe is agent:<agentId>:<rest>.
@@ -638,6 +641,9 @@ func (g *Gateway) Invoke(ctx context.Context, req InvokeRequest) (res protocol.R
 		args, err := protocol.DecodeExecArgs(req.Args)
 		if err != nil {
 			return protocol.Result{}, err
+		}
+		if req.IdempotencyKey != "" {
+			return c.execOnce(ctx, req.IdempotencyKey, args)
 		}
 		return c.exec(ctx, args)
 	}

@@ -209,13 +209,17 @@ func (g *Gateway) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.Errorf(protocol.ErrInvalidRequest, "reading request body: %v", err))
 		return
 	}
-	resp, status := g.InvokeJSON(r.Context(), body)
+	resp, status := g.InvokeJSON(r.Context(), body, r.Header.Get(IdempotencyHeader))
 	writeJSON(w, status, resp)
 }
 
+// IdempotencyHeader names the header (HTTP, and on NATS requests) whose
+// value makes an exec start idempotent.
+const IdempotencyHeader = "Idempotency-Key"
+
 // InvokeJSON runs one invoke body and returns the response document and
 // its HTTP status. The NATS endpoint answers with the same document.
-func (g *Gateway) InvokeJSON(ctx context.Context, body []byte) (any, int) {
+func (g *Gateway) InvokeJSON(ctx context.Context, body []byte, idempotencyKey string) (any, int) {
 	if len(body) > MaxPayloadBytes {
 		e := protocol.Errorf(protocol.ErrTooLarge, "request body exceeds the %d byte limit", MaxPayloadBytes)
 		return invokeResponse{Error: e}, e.Type.HTTPStatus()
@@ -225,6 +229,7 @@ func (g *Gateway) InvokeJSON(ctx context.Context, body []byte) (any, int) {
 		e := protocol.AsError(err)
 		return invokeResponse{Error: e}, e.Type.HTTPStatus()
 	}
+	req.IdempotencyKey = idempotencyKey
 	res, err := g.Invoke(ctx, req)
 	if err != nil {
 		e := protocol.AsError(err)

@@ -97,7 +97,7 @@ func (a *natsAPI) handle(msg *nats.Msg) {
 			e := protocol.Errorf(protocol.ErrUnauthorized, "unauthorized: missing or invalid bearer token")
 			resp, status = invokeResponse{Error: e}, e.Type.HTTPStatus()
 		} else {
-			resp, status = a.g.InvokeJSON(a.ctx, msg.Data)
+			resp, status = a.g.InvokeJSON(a.ctx, msg.Data, msg.Header.Get(IdempotencyHeader))
 		}
 		b, err := json.Marshal(resp)
 		if err != nil {

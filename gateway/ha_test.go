@@ -1,0 +1,286 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/execmesh/execmesh/bus/bustest"
+	"github.com/execmesh/execmesh/config"
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// Issue 19 inside one process: two gateways (their own state dirs, so
+// their own identities) on one NATS server share the control plane.
+
+// startPair starts gateways A and B on one fresh server.
+func startPair(t *testing.T, mutate func(*config.Config, *Options)) (a, b *nodeEnv) {
+	t.Helper()
+	srv := bustest.StartServer(t)
+	a = startNodeGateway(t, srv, "", mutate)
+	b = startNodeGateway(t, srv, "", mutate)
+	if a.g.ID() == b.g.ID() {
+		t.Fatal("two gateways with one id")
+	}
+	checkFor(t, 15*time.Second, func() error {
+		if n := len(a.g.peers.List()); n != 2 {
+			return fmt.Errorf("A sees %d gateways", n)
+		}
+		if n := len(b.g.peers.List()); n != 2 {
+			return fmt.Errorf("B sees %d gateways", n)
+		}
+		return nil
+	})
+	return a, b
+}
+
+func TestGatewaysList(t *testing.T) {
+	a, b := startPair(t, nil)
+	r := a.do("GET", "/v1/gateways", nil, nil)
+	var ans struct {
+		Gateways []struct {
+			ID   string `json:"id"`
+			Self bool   `json:"self"`
+		} `json:"gateways"`
+	}
+	if r.Status != 200 || json.Unmarshal(r.Raw, &ans) != nil || len(ans.Gateways) != 2 {
+		t.Fatalf("gateways: %d %s", r.Status, r.Raw)
+	}
+	for _, g := range ans.Gateways {
+		if g.Self != (g.ID == a.g.ID()) || (g.ID != a.g.ID() && g.ID != b.g.ID()) {
+			t.Fatalf("gateways: %s", r.Raw)
+		}
+	}
+	// B stops: A sees it go at once (B deletes its key).
+	b.close()
+	checkFor(t, 10*time.Second, func() error {
+		if a.g.peers.Alive(b.g.ID()) || len(a.g.peers.List()) != 1 {
+			return fmt.Errorf("B still listed: %+v", a.g.peers.List())
+		}
+		return nil
+	})
+}
+
+// TestSessionThroughAnyGateway: a host=gateway session started through A
+// is polled, logged, listed and killed through B; when A is gone, B
+// answers that it is lost and its agent hears exec.lost once.
+func TestSessionThroughAnyGateway(t *testing.T) {
+	a, b := startPair(t, nil)
+	res := a.invoke("exec", map[string]any{"command": "echo from-a; sleep 30", "background": true}, "")
+	id := res.SessionID()
+	if res.Status() != protocol.StatusRunning {
+		t.Fatalf("start: %s", res.Text())
+	}
+	checkFor(t, 10*time.Second, func() error {
+		if p := b.invoke("process", map[string]any{"action": "poll", "sessionId": id}, ""); !strings.Contains(p.Text(), "from-a") {
+			return fmt.Errorf("poll through B: %s", p.Text())
+		}
+		return nil
+	})
+	if l := b.invoke("process", map[string]any{"action": "log", "sessionId": id}, ""); !strings.Contains(l.Text(), "from-a") {
+		t.Fatalf("log through B: %s", l.Text())
+	}
+	if l := b.invoke("process", map[string]any{"action": "list"}, ""); !strings.Contains(l.Text(), id) {
+		t.Fatalf("list through B: %s", l.Text())
+	}
+	// Another sessionKey sees nothing of it through B either.
+	if p := b.invoke("process", map[string]any{"action": "poll", "sessionId": id}, "agent:other:main"); p.Status() != protocol.StatusFailed {
+		t.Fatalf("other scope through B: %s", p.Text())
+	}
+	if k := b.invoke("process", map[string]any{"action": "kill", "sessionId": id}, ""); k.Status() == protocol.StatusFailed {
+		t.Fatalf("kill through B: %s", k.Text())
+	}
+	checkFor(t, 15*time.Second, func() error {
+		if p := b.invoke("process", map[string]any{"action": "poll", "sessionId": id}, ""); p.Status() == protocol.StatusRunning {
+			return fmt.Errorf("still running")
+		}
+		return nil
+	})
+
+	// A second session; then A goes away with its host.
+	res = a.invoke("exec", map[string]any{"command": "sleep 60", "background": true}, "")
+	id2 := res.SessionID()
+	b.events(DefaultSessionKey, 100*time.Millisecond) // drop the kill's notices
+	a.close()
+	checkFor(t, 20*time.Second, func() error {
+		p := b.invoke("process", map[string]any{"action": "poll", "sessionId": id2}, "")
+		if p.Details.Lost.Value() != true || !strings.Contains(p.Text(), "gateway "+a.g.ID()) {
+			return fmt.Errorf("poll after A left: %s %v", p.Text(), p.Details)
+		}
+		return nil
+	})
+	var lost []protocol.SystemEvent
+	checkFor(t, 15*time.Second, func() error {
+		for _, ev := range b.events(DefaultSessionKey, 500*time.Millisecond) {
+			if ev.Kind == protocol.EventExecLost {
+				lost = append(lost, ev)
+			}
+		}
+		if len(lost) == 0 {
+			return fmt.Errorf("no exec.lost")
+		}
+		return nil
+	})
+	for _, ev := range b.events(DefaultSessionKey, time.Second) {
+		if ev.Kind == protocol.EventExecLost {
+			lost = append(lost, ev)
+		}
+	}
+	if len(lost) != 1 || lost[0].ContextKey != "exec:"+id2 {
+		t.Fatalf("exec.lost events %+v, want one for %s", lost, id2)
+	}
+}
+
+// TestIdempotentExecAcrossGateways: an exec start retried with the same
+// Idempotency-Key through the other gateway gets the first answer and
+// runs once; another key runs again; a key under another sessionKey is
+// another start.
+func TestIdempotentExecAcrossGateways(t *testing.T) {
+	a, b := startPair(t, nil)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "runs")
+	body, _ := json.Marshal(map[string]any{"tool": "exec", "args": map[string]any{"command": "echo run >> " + marker + "; echo started-once"}})
+	call := func(env *nodeEnv, key, sessionKey string) *response {
+		b := body
+		if sessionKey != "" {
+			b, _ = json.Marshal(map[string]any{"tool": "exec", "sessionKey": sessionKey, "args": map[string]any{"command": "echo run >> " + marker + "; echo started-once"}})
+		}
+		return env.do("POST", "/tools/invoke", b, http.Header{IdempotencyHeader: {key}})
+	}
+	r1 := call(a, "k-1", "")
+	r2 := call(b, "k-1", "")
+	if r1.Status != 200 || r2.Status != 200 || r1.Result.Text() != r2.Result.Text() || !strings.Contains(r1.Result.Text(), "started-once") {
+		t.Fatalf("answers: %d %s / %d %s", r1.Status, r1.Raw, r2.Status, r2.Raw)
+	}
+	runs := func() int {
+		b, _ := os.ReadFile(marker)
+		return strings.Count(string(b), "run\n")
+	}
+	if n := runs(); n != 1 {
+		t.Fatalf("ran %d times with one key", n)
+	}
+	call(b, "k-2", "")
+	call(a, "k-1", "agent:other:main")
+	if n := runs(); n != 3 {
+		t.Fatalf("ran %d times, want 3 (k-1, k-2, k-1 of another sessionKey)", n)
+	}
+	// A key is not a way around validation: a bad request still fails,
+	// and leaves the key free.
+	if r := a.do("POST", "/tools/invoke", []byte(`{"tool":"exec","args":{"command":""}}`), http.Header{IdempotencyHeader: {"k-3"}}); r.Status != 400 && (r.Result == nil || r.Result.Status() != protocol.StatusFailed) {
+		t.Fatalf("bad request with a key: %d %s", r.Status, r.Raw)
+	}
+	if r := a.do("POST", "/tools/invoke", body, http.Header{IdempotencyHeader: {strings.Repeat("k", 300)}}); r.Status != 400 {
+		t.Fatalf("overlong key: %d %s", r.Status, r.Raw)
+	}
+}
+
+// TestExecDefaultsShared: per-sessionKey exec defaults set through A apply
+// to calls through B.
+func TestExecDefaultsShared(t *testing.T) {
+	a, b := startPair(t, nil)
+	if r := a.do("PUT", "/v1/sessions/"+DefaultSessionKey+"/exec", []byte(`{"security":"deny"}`), nil); r.Status != 200 {
+		t.Fatalf("put defaults: %d %s", r.Status, r.Raw)
+	}
+	checkFor(t, 10*time.Second, func() error {
+		r := b.invokeRaw("exec", map[string]any{"command": "true"}, "")
+		if r.Error == nil || r.Error.Type != protocol.ErrDenied {
+			return fmt.Errorf("exec through B: %d %s", r.Status, r.Raw)
+		}
+		return nil
+	})
+	if r := b.do("GET", "/v1/sessions/"+DefaultSessionKey+"/exec", nil, nil); !strings.Contains(string(r.Raw), `"deny"`) {
+		t.Fatalf("defaults read through B: %s", r.Raw)
+	}
+}
+
+// TestApprovalThroughAnyGateway: an approval asked through A is decided
+// through B and runs; with A gone, a node approval asked through A is
+// decided through B, which takes it over and runs it on the node.
+func TestApprovalThroughAnyGateway(t *testing.T) {
+	srv := bustest.StartServer(t)
+	mutate := func(c *config.Config, _ *Options) {
+		c.Tools.Exec.Security, c.Tools.Exec.Ask = "allowlist", "on-miss"
+		c.Tools.Exec.ApprovalRunningNoticeMs = 0
+	}
+	a := startNodeGateway(t, srv, "", mutate)
+	b := startNodeGateway(t, srv, "", mutate)
+	agent := a.pairAgent(testAgentConfig(t, srv, "approver"))
+	checkFor(t, 15*time.Second, func() error {
+		if n, ok := b.g.NodeRegistry().Get(agent.ID()); !ok || !n.Live {
+			return fmt.Errorf("B does not see the node live")
+		}
+		return nil
+	})
+	dir := t.TempDir()
+	run := func(env *nodeEnv, host, name string) string {
+		res := env.invoke("exec", map[string]any{"command": "touch " + filepath.Join(dir, name) + "; echo approved-" + name, "host": host}, "")
+		if res.Status() != protocol.StatusApprovalPending {
+			t.Fatalf("want approval-pending: %s", res.Text())
+		}
+		return res.Details.ApprovalID.Value()
+	}
+	finished := func(env *nodeEnv, name string) {
+		t.Helper()
+		checkFor(t, 30*time.Second, func() error {
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				return fmt.Errorf("%s did not run", name)
+			}
+			return nil
+		})
+	}
+	id := run(a, "gateway", "gw-1")
+	if r := b.do("POST", "/v1/approvals/"+id, []byte(`{"decision":"allow-once"}`), nil); r.Status != 200 {
+		t.Fatalf("decide through B: %d %s", r.Status, r.Raw)
+	}
+	if r := a.do("POST", "/v1/approvals/"+id, []byte(`{"decision":"deny"}`), nil); r.Status != 409 {
+		t.Fatalf("second decision through A: %d %s", r.Status, r.Raw)
+	}
+	finished(a, "gw-1")
+
+	id = run(a, "node", "node-1")
+	a.close()
+	checkFor(t, 15*time.Second, func() error {
+		if r := b.do("POST", "/v1/approvals/"+id, []byte(`{"decision":"allow-once"}`), nil); r.Status != 200 {
+			return fmt.Errorf("decide through B after A left: %d %s", r.Status, r.Raw)
+		}
+		return nil
+	})
+	finished(b, "node-1")
+	var evs []protocol.SystemEvent
+	checkFor(t, 30*time.Second, func() error {
+		evs = append(evs, b.events(DefaultSessionKey, 300*time.Millisecond)...)
+		for _, ev := range evs {
+			if ev.Kind == protocol.EventExecFinished && strings.Contains(ev.Text, "approved-node-1") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Exec finished for the node run: %+v", evs)
+	})
+	// A gateway-host approval whose gateway is gone is denied, not run
+	// elsewhere.
+	c := startNodeGateway(t, srv, "", mutate)
+	id = run(c, "gateway", "gw-2")
+	c.close()
+	checkFor(t, 15*time.Second, func() error {
+		r := b.do("POST", "/v1/approvals/"+id, []byte(`{"decision":"allow-once"}`), nil)
+		if r.Status != 200 {
+			return fmt.Errorf("decide: %d %s", r.Status, r.Raw)
+		}
+		return nil
+	})
+	checkFor(t, 15*time.Second, func() error {
+		r := b.do("GET", "/v1/approvals/"+id, nil, nil)
+		if !strings.Contains(string(r.Raw), "gateway-gone") {
+			return fmt.Errorf("state: %s", r.Raw)
+		}
+		return nil
+	})
+	if _, err := os.Stat(filepath.Join(dir, "gw-2")); err == nil {
+		t.Fatal("a gateway-host approval ran without its gateway")
+	}
+}

@@ -1,0 +1,148 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// Exec starts are idempotent by the caller's Idempotency-Key (HTTP
+// header, or NATS header of <prefix>.gw.invoke): the first call with a key
+// creates its record in the idempotency bucket, shared by the gateways,
+// and runs; a retry with the same key — through any gateway, after a 503
+// or a lost connection — waits for the first call's answer and gets it,
+// or, when the first gateway died meanwhile, the state of the session it
+// started. A start never runs twice.
+
+const (
+	// idemWait bounds how long a retry waits for the first call's answer
+	// (longer than the longest yield window).
+	idemWait = 130 * time.Second
+	// maxIdemKey bounds the length of an Idempotency-Key.
+	maxIdemKey = 255
+	// maxIdemResult bounds the encoded result kept for retries.
+	maxIdemResult = 256 << 10
+)
+
+type idemCtxKey struct{}
+
+// idemRecord is what the bucket keeps of one keyed exec start.
+type idemRecord struct {
+	State     string           `json:"state"`   // started or done
+	Gateway   string           `json:"gateway"` // the gateway of the first call
+	SessionID string           `json:"sessionId,omitempty"`
+	Result    *protocol.Result `json:"result,omitempty"`
+}
+
+// idemBucket returns the idempotency bucket.
+func (g *Gateway) idemBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	name := bus.StreamNamesFor(g.prefix).Idem
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	kv, err := g.js.KeyValue(actx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		cfg, _ := bus.KeyValueConfigFor(g.prefix, g.replicas, name)
+		kv, err = g.js.CreateOrUpdateKeyValue(actx, cfg)
+	}
+	return kv, err
+}
+
+// execOnce runs an exec call under the caller's idempotency key.
+func (c *call) execOnce(ctx context.Context, key string, args protocol.ExecArgs) (protocol.Result, error) {
+	if len(key) > maxIdemKey {
+		return protocol.Result{}, protocol.Errorf(protocol.ErrInvalidRequest, "Idempotency-Key is longer than %d bytes", maxIdemKey)
+	}
+	g := c.g
+	kv, err := g.idemBucket(ctx)
+	if err != nil {
+		return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
+			Message: fmt.Sprintf("exec idempotency keys are not available (JetStream: %v); nothing was started. Retry.", err)}
+	}
+	sum := sha256.Sum256([]byte(c.sessionKey + "\x00" + key))
+	k := hex.EncodeToString(sum[:20])
+	first, _ := json.Marshal(idemRecord{State: "started", Gateway: g.id})
+	if _, err := kv.Create(ctx, k, first); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
+				Message: fmt.Sprintf("exec idempotency key not recorded (JetStream: %v); nothing was started. Retry.", err)}
+		}
+		return c.execRetried(ctx, kv, k)
+	}
+	res, err := c.exec(context.WithValue(ctx, idemCtxKey{}, idemStarter{kv: kv, key: k, gateway: g.id}), args)
+	if err != nil {
+		if !isOutcomeUnknown(err) {
+			_ = kv.Delete(context.WithoutCancel(ctx), k) // nothing ran: a retry may start it
+		}
+		return res, err
+	}
+	done := idemRecord{State: "done", Gateway: g.id, SessionID: res.SessionID(), Result: &res}
+	b, _ := json.Marshal(done)
+	if len(b) > maxIdemResult {
+		done.Result = nil
+		b, _ = json.Marshal(done)
+	}
+	if _, err := kv.Put(context.WithoutCancel(ctx), k, b); err != nil {
+		g.log.Warn("exec answer not kept for its idempotency key", "err", err)
+	}
+	return res, nil
+}
+
+// idemStarter records the session id of a keyed start as soon as it is
+// allocated, so that a retry after this gateway died finds the session.
+type idemStarter struct {
+	kv      jetstream.KeyValue
+	key     string
+	gateway string
+}
+
+// startedSession records id for the keyed start of ctx, if any.
+func startedSession(ctx context.Context, id string) {
+	st, ok := ctx.Value(idemCtxKey{}).(idemStarter)
+	if !ok {
+		return
+	}
+	b, _ := json.Marshal(idemRecord{State: "started", Gateway: st.gateway, SessionID: id})
+	_, _ = st.kv.Put(ctx, st.key, b)
+}
+
+// execRetried answers a start whose key was used before: the first call's
+// answer once it is there; the state of its session when that call's
+// gateway is gone; a retryable conflict while it has not started.
+func (c *call) execRetried(ctx context.Context, kv jetstream.KeyValue, k string) (protocol.Result, error) {
+	deadline := time.Now().Add(idemWait)
+	for {
+		var rec idemRecord
+		if e, err := kv.Get(ctx, k); err == nil && json.Unmarshal(e.Value(), &rec) == nil {
+			switch {
+			case rec.State == "done" && rec.Result != nil:
+				return *rec.Result, nil
+			case rec.SessionID != "" && (rec.State == "done" || !c.g.peers.Alive(rec.Gateway)):
+				// The first call's gateway cannot answer: the session's
+				// state is the answer.
+				return c.process(ctx, protocol.ProcessArgs{Action: "poll", SessionID: rec.SessionID})
+			case rec.SessionID == "" && rec.State == "started" && !c.g.peers.Alive(rec.Gateway):
+				return protocol.Result{}, &protocol.Error{Type: protocol.ErrConflict,
+					Message: fmt.Sprintf("the exec with this Idempotency-Key was being started by gateway %s, which stopped before it named a session; whether it ran is unknown (see process list). Use a new key to start it again.", rec.Gateway)}
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return protocol.Result{}, &protocol.Error{Type: protocol.ErrConflict, Retryable: true,
+				Message: "an exec with this Idempotency-Key is still starting; retry later (it will not run twice)"}
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
