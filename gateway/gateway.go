@@ -192,7 +192,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("stateDir: %w", err)
 	}
-	id, err := bus.LoadOrCreateGatewayIdentity(cfg.StateDir)
+	id, err := gatewayIdentity(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("gateway identity: %w", err)
 	}
@@ -326,6 +326,22 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	g.spawn(g.appr.Run)
 	g.spawn(g.signer.run)
 	return g, nil
+}
+
+// gatewayIdentity is the gateway's identity, whose public key is its id:
+// with an external NATS system and an nkey seed (nats.nkeySeedFile), that
+// seed, so that a gateway restarted on an empty state dir is the same
+// gateway to its peers and in the session index; else
+// <stateDir>/gateway.nkey, created on first start.
+func gatewayIdentity(cfg config.Config) (bus.Identity, error) {
+	if f := cfg.NATS.NKeySeedFile; f != "" && cfg.NATS.URL != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return bus.Identity{}, fmt.Errorf("nats.nkeySeedFile: %w", err)
+		}
+		return bus.IdentityFromSeed(b)
+	}
+	return bus.LoadOrCreateGatewayIdentity(cfg.StateDir)
 }
 
 // abort releases what New built before it failed with err, and returns
