@@ -325,6 +325,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	g.spawn(g.defaults.Run)
 	g.spawn(g.appr.Run)
 	g.spawn(g.signer.run)
+	g.spawn(func(ctx context.Context) { g.migrateInBackground(ctx, cfg.StateDir) })
 	return g, nil
 }
 

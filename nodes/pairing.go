@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"fmt"
 	"context"
 	"encoding/json"
 	"errors"
@@ -300,6 +301,44 @@ func (r *Registry) Decide(ctx context.Context, target, pairing string) (Node, er
 		return Node{}, err
 	}
 	return r.decide(ctx, n.ID, pairing)
+}
+
+// Imported is a pairing decision carried over from an earlier store (the
+// nodes.json of gateways before the registry moved into JetStream).
+type Imported struct {
+	ID        string `json:"id"`
+	PublicKey string `json:"publicKey,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Pairing   string `json:"pairing"` // paired or rejected
+	Joined    bool   `json:"joined,omitempty"`
+	DecidedAt int64  `json:"decidedAt"`
+}
+
+// Import records n unless the registry already has a decision on its id
+// (the registry wins: it may be newer). It reports whether n was
+// recorded.
+func (r *Registry) Import(ctx context.Context, n Imported) (bool, error) {
+	if err := protocol.ValidateNodeID(n.ID); err != nil {
+		return false, err
+	}
+	if n.Pairing != protocol.NodePairingPaired && n.Pairing != protocol.NodePairingRejected {
+		return false, fmt.Errorf("nodes: import %s: pairing %q", n.ID, n.Pairing)
+	}
+	if n.PublicKey != "" {
+		if id, err := bus.NodeIDFromPublicKey(n.PublicKey); err != nil || id != n.ID {
+			return false, fmt.Errorf("nodes: import %s: the public key does not give this id", n.ID)
+		}
+	}
+	done := false
+	_, err := r.store(ctx, n.ID, func(rec *record) bool {
+		if rec.Pairing == protocol.NodePairingPaired || rec.Pairing == protocol.NodePairingRejected {
+			return false
+		}
+		*rec = record{ID: n.ID, PublicKey: n.PublicKey, Name: n.Name, Pairing: n.Pairing, Joined: n.Joined, DecidedAt: n.DecidedAt}
+		done = true
+		return true
+	})
+	return done, err
 }
 
 // Approve pairs the node with this id, which need not have been seen yet
