@@ -154,17 +154,7 @@ func (s *Store) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if p := s.kv.Load(); p != nil {
 		return *p, nil
 	}
-	name := bus.StreamNamesFor(s.opts.Prefix).Approvals
-	actx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	kv, err := s.opts.JS.KeyValue(actx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		for _, c := range bus.KeyValueConfigs(s.opts.Prefix, s.opts.Replicas) {
-			if c.Bucket == name {
-				kv, err = s.opts.JS.CreateOrUpdateKeyValue(actx, c)
-			}
-		}
-	}
+	kv, err := bus.OpenKeyValue(ctx, s.opts.JS, s.opts.Prefix, s.opts.Replicas, bus.StreamNamesFor(s.opts.Prefix).Approvals)
 	if err != nil {
 		return nil, err
 	}
@@ -193,35 +183,28 @@ func (s *Store) Stop() {
 // back). Once a minute it forgets settled records older than Keep; every
 // few seconds it claims the records of owners that are gone.
 func (s *Store) Run(ctx context.Context) {
-	for attempt := 1; ctx.Err() == nil; attempt++ {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.chores(ctx)
+	}()
+	bus.RetryForever(ctx, s.log, "approvals not followed", func(ctx context.Context) error {
 		kv, err := s.bucket(ctx)
-		if err == nil {
-			err = s.follow(ctx, kv)
+		if err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("approvals not available; retrying", "attempt", attempt, "err", err)
+		err = bus.WatchKeyValue(ctx, kv, ">", nil, s.apply)
 		s.kv.Store(nil)
-		t := time.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, 10*time.Second))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
+		return err
+	})
 }
 
 // claimEvery is how often owners are checked for liveness.
 const claimEvery = 3 * time.Second
 
-func (s *Store) follow(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	defer w.Stop() //nolint:errcheck
+// chores sweeps settled records once a minute and claims orphaned ones
+// every few seconds, until ctx ends.
+func (s *Store) chores(ctx context.Context) {
 	sweep := time.NewTicker(time.Minute)
 	defer sweep.Stop()
 	claim := time.NewTicker(claimEvery)
@@ -229,18 +212,15 @@ func (s *Store) follow(ctx context.Context, kv jetstream.KeyValue) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
+		case <-s.ctx.Done(): // Stop
+			return
 		case <-sweep.C:
-			s.sweep(ctx, kv)
+			if kv, err := s.bucket(ctx); err == nil {
+				s.sweep(ctx, kv)
+			}
 		case <-claim.C:
 			s.ClaimOrphans(ctx)
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watch ended")
-			}
-			if e != nil {
-				s.apply(e)
-			}
 		}
 	}
 }
@@ -443,34 +423,20 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*Record) bool) er
 	if err != nil {
 		return err
 	}
-	for attempt := 0; attempt < 10; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, opTimeout)
-		kve, err := kv.Get(actx, id)
-		cancel()
-		if err != nil {
-			return err
-		}
-		var rec Record
-		if err := json.Unmarshal(kve.Value(), &rec); err != nil {
-			return err
-		}
-		if !fn(&rec) {
-			s.apply(kve)
-			return nil
-		}
-		b, _ := json.Marshal(rec)
-		actx, cancel = context.WithTimeout(ctx, opTimeout)
-		rev, err := kv.Update(actx, id, b, kve.Revision())
-		cancel()
-		if err == nil {
-			s.store(rec, rev)
-			return nil
-		}
-		if !bus.IsWrongLastSequence(err) {
-			return err
-		}
+	missing := false
+	rec, rev, changed, err := bus.UpdateKey(ctx, kv, id, func(r *Record, exists bool) bool {
+		missing = !exists
+		return exists && fn(r)
+	})
+	switch {
+	case err != nil:
+		return err
+	case missing:
+		return jetstream.ErrKeyNotFound
+	case changed:
+		s.store(rec, rev)
 	}
-	return errors.New("approvals: record contended")
+	return nil
 }
 
 // ClaimOrphans makes this gateway the owner of the unsettled records

@@ -143,7 +143,10 @@ func EventStreamConfig(prefix string, replicas int, maxPerKey int64, maxAge time
 		MaxAge:               maxAge,
 		Duplicates:           EventDuplicateWindow,
 		Replicas:             max(replicas, 1),
-		AllowDirect:          true,
+		// Reads go to the stream leader: a direct get may be answered
+		// by a replica that has not stored the newest event yet (or by
+		// nobody, just after the stream was created).
+		AllowDirect: false,
 	}
 }
 

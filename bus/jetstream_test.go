@@ -16,7 +16,7 @@ import (
 func TestStreamNames(t *testing.T) {
 	got := bus.StreamNamesFor(bus.DefaultPrefix)
 	want := bus.StreamNames{Exit: "EXECMESH_EXIT", Events: "EXECMESH_EVENTS", Nodes: "execmesh_nodes", Sessions: "execmesh_sessions",
-		Approvals: "execmesh_approvals", Joins: "execmesh_joins", Cursors: "execmesh_evcursor", Gateways: "execmesh_gateways", Control: "execmesh_control"}
+		Approvals: "execmesh_approvals", Joins: "execmesh_joins", Cursors: "execmesh_evcursor", Gateways: "execmesh_gateways", Control: "execmesh_control", Idem: "execmesh_idem"}
 	if got != want {
 		t.Fatalf("StreamNamesFor(%q) = %+v", bus.DefaultPrefix, got)
 	}

@@ -61,51 +61,23 @@ func (v *KVView[T]) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 
 // Run follows the bucket until ctx ends, again after a failure.
 func (v *KVView[T]) Run(ctx context.Context) {
-	for attempt := 1; ctx.Err() == nil; attempt++ {
-		kv, err := v.bucket(ctx)
-		if err == nil {
-			err = v.watch(ctx, kv)
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		v.log.Warn("KV view not followed; retrying", "bucket", v.cfg.Bucket, "attempt", attempt, "err", err)
-		v.mu.Lock()
-		v.kv = nil
-		v.mu.Unlock()
-		t := time.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, 10*time.Second))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (v *KVView[T]) watch(ctx context.Context, kv jetstream.KeyValue) error {
 	filter := ">"
 	if v.prefix != "" {
 		filter = v.prefix + ">"
 	}
-	w, err := kv.Watch(ctx, filter)
-	if err != nil {
-		return err
-	}
-	defer w.Stop() //nolint:errcheck
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watch ended")
-			}
-			if e != nil {
-				v.apply(e.Key(), e.Revision(), e.Operation() == jetstream.KeyValuePut, e.Value())
-			}
+	RetryForever(ctx, v.log, "KV view of "+v.cfg.Bucket+" not followed", func(ctx context.Context) error {
+		kv, err := v.bucket(ctx)
+		if err != nil {
+			return err
 		}
-	}
+		err = WatchKeyValue(ctx, kv, filter, nil, func(e jetstream.KeyValueEntry) {
+			v.apply(e.Key(), e.Revision(), e.Operation() == jetstream.KeyValuePut, e.Value())
+		})
+		v.mu.Lock()
+		v.kv = nil
+		v.mu.Unlock()
+		return err
+	})
 }
 
 func (v *KVView[T]) apply(key string, rev uint64, put bool, data []byte) {

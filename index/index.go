@@ -117,17 +117,7 @@ func (ix *Index) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if p := ix.kv.Load(); p != nil {
 		return *p, nil
 	}
-	name := bus.StreamNamesFor(ix.prefix).Sessions
-	actx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	kv, err := ix.js.KeyValue(actx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		for _, c := range bus.KeyValueConfigs(ix.prefix, ix.replicas) {
-			if c.Bucket == name {
-				kv, err = ix.js.CreateOrUpdateKeyValue(actx, c)
-			}
-		}
-	}
+	kv, err := bus.OpenKeyValue(ctx, ix.js, ix.prefix, ix.replicas, bus.StreamNamesFor(ix.prefix).Sessions)
 	if err != nil {
 		ix.fail(err)
 		return nil, err
@@ -159,48 +149,18 @@ func (ix *Index) Healthy() error {
 // Run follows the bucket into the cache until ctx ends, again after a
 // failure (the store lost and back).
 func (ix *Index) Run(ctx context.Context) {
-	for attempt := 1; ctx.Err() == nil; attempt++ {
+	bus.RetryForever(ctx, ix.log, "session index watch stopped", func(ctx context.Context) error {
 		kv, err := ix.bucket(ctx)
-		if err == nil {
-			err = ix.follow(ctx, kv)
+		if err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		ix.log.Warn("session index watch stopped; retrying", "attempt", attempt, "err", err)
+		err = bus.WatchKeyValue(ctx, kv, ">", func() {
+			ix.fail(nil)
+			ix.loadedOnce.Do(func() { close(ix.loaded) })
+		}, ix.apply)
 		ix.kv.Store(nil)
-		t := time.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, 10*time.Second))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (ix *Index) follow(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
 		return err
-	}
-	defer w.Stop() //nolint:errcheck
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watch ended")
-			}
-			if e == nil {
-				ix.fail(nil)
-				ix.loadedOnce.Do(func() { close(ix.loaded) })
-				continue
-			}
-			ix.apply(e)
-		}
-	}
+	})
 }
 
 // apply takes one bucket change into the cache (newer revisions only).
@@ -352,42 +312,21 @@ func (ix *Index) Update(ctx context.Context, id string, fn func(*Record) bool) e
 	if err != nil {
 		return err
 	}
-	for attempt := 0; attempt < 10; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, Timeout)
-		e, err := kv.Get(actx, id)
-		cancel()
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
+	rec, rev, changed, err := bus.UpdateKey(ctx, kv, id, func(r *Record, exists bool) bool { return exists && fn(r) })
+	if err != nil {
+		if !errors.Is(err, bus.ErrContended) {
 			ix.fail(err)
-			return err
 		}
-		var rec Record
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			return err
-		}
-		if !fn(&rec) {
-			return nil
-		}
-		b, _ := json.Marshal(rec)
-		actx, cancel = context.WithTimeout(ctx, Timeout)
-		rev, err := kv.Update(actx, id, b, e.Revision())
-		cancel()
-		if err == nil {
-			ix.mu.Lock()
-			if cur, ok := ix.cache[id]; !ok || cur.revision < rev {
-				ix.cache[id] = entry{rec: rec, revision: rev}
-			}
-			ix.mu.Unlock()
-			return nil
-		}
-		if !bus.IsWrongLastSequence(err) {
-			ix.fail(err)
-			return err
-		}
+		return fmt.Errorf("session index: %w", err)
 	}
-	return errors.New("session index: record contended")
+	if changed {
+		ix.mu.Lock()
+		if cur, ok := ix.cache[id]; !ok || cur.revision < rev {
+			ix.cache[id] = entry{rec: rec, revision: rev}
+		}
+		ix.mu.Unlock()
+	}
+	return nil
 }
 
 // Remove forgets id.

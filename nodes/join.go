@@ -113,34 +113,28 @@ func encodeJoinCode(c protocol.JoinCode) (string, error) {
 // watchJoins follows the join-code bucket: every gateway admits the
 // one-time users of unexpired, unused codes.
 func (r *Registry) watchJoins(ctx context.Context) {
-	for attempt := 1; ctx.Err() == nil; attempt++ {
-		kv, err := r.bucket(ctx, r.names.Joins)
-		if err == nil {
-			r.mu.Lock()
-			if r.joins == nil {
-				close(r.joinsSet)
+	bus.RetryForever(ctx, r.log, "join codes not available", func(ctx context.Context) error {
+		kv, err := bus.OpenKeyValue(ctx, r.opts.JS, r.opts.Prefix, r.opts.Replicas, r.names.Joins)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		if r.joins == nil {
+			close(r.joinsSet)
+		}
+		r.joins = kv
+		r.mu.Unlock()
+		return bus.WatchKeyValue(ctx, kv, ">", nil, func(e jetstream.KeyValueEntry) {
+			if e.Operation() != jetstream.KeyValuePut {
+				r.applyInvite(e.Key(), nil)
+				return
 			}
-			r.joins = kv
-			r.mu.Unlock()
-			err = r.follow(ctx, kv, func(e jetstream.KeyValueEntry) {
-				if e.Operation() != jetstream.KeyValuePut {
-					r.applyInvite(e.Key(), nil)
-					return
-				}
-				var inv invite
-				if json.Unmarshal(e.Value(), &inv) == nil {
-					r.applyInvite(e.Key(), &inv)
-				}
-			})
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		r.log.Warn("join codes not available; retrying", "attempt", attempt, "err", err)
-		if sleep(ctx, backoff(attempt)) != nil {
-			return
-		}
-	}
+			var inv invite
+			if json.Unmarshal(e.Value(), &inv) == nil {
+				r.applyInvite(e.Key(), &inv)
+			}
+		})
+	})
 }
 
 // applyInvite keeps this gateway's server in step with one join code (nil:

@@ -3,7 +3,6 @@ package nodes
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -20,70 +19,26 @@ import (
 // retries while JetStream is not ready, and again when the bucket is lost
 // and recreated.
 func (r *Registry) watchRegistry(ctx context.Context) {
-	for attempt := 1; ctx.Err() == nil; attempt++ {
-		kv, err := r.bucket(ctx, r.names.Nodes)
-		if err == nil {
-			r.mu.Lock()
-			r.kv = kv
-			r.mu.Unlock()
-			err = r.follow(ctx, kv, r.applyRecord)
+	bus.RetryForever(ctx, r.log, "node registry not available", func(ctx context.Context) error {
+		kv, err := bus.OpenKeyValue(ctx, r.opts.JS, r.opts.Prefix, r.opts.Replicas, r.names.Nodes)
+		if err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		r.log.Warn("node registry not available; retrying", "attempt", attempt, "err", err)
-		if sleep(ctx, backoff(attempt)) != nil {
-			return
-		}
-	}
+		r.mu.Lock()
+		r.kv = kv
+		r.mu.Unlock()
+		return bus.WatchKeyValue(ctx, kv, ">", r.markReady, r.applyRecord)
+	})
 }
 
-// bucket opens a KV bucket, creating it from bus.KeyValueConfigs when it
-// is missing.
-func (r *Registry) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
-	actx, cancel := context.WithTimeout(ctx, kvTimeout)
-	defer cancel()
-	kv, err := r.opts.JS.KeyValue(actx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		for _, c := range bus.KeyValueConfigs(r.opts.Prefix, r.opts.Replicas) {
-			if c.Bucket == name {
-				return r.opts.JS.CreateOrUpdateKeyValue(actx, c)
-			}
-		}
-	}
-	return kv, err
-}
-
-// follow applies every value of kv, then every change, until ctx ends or
-// the watch fails. The first pass closes r.ready.
-func (r *Registry) follow(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry)) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	defer w.Stop() //nolint:errcheck
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watch ended")
-			}
-			if e == nil {
-				if kv.Bucket() == r.names.Nodes {
-					r.mu.Lock()
-					select {
-					case <-r.ready:
-					default:
-						close(r.ready)
-					}
-					r.mu.Unlock()
-				}
-				continue
-			}
-			apply(e)
-		}
+// markReady records that the registry bucket was read once.
+func (r *Registry) markReady() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.ready:
+	default:
+		close(r.ready)
 	}
 }
 
@@ -223,50 +178,26 @@ func (r *Registry) store(ctx context.Context, id string, update func(rec *record
 	if err != nil {
 		return record{}, err
 	}
-	for attempt := 0; attempt < 10; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, kvTimeout)
-		cur, err := kv.Get(actx, id)
-		cancel()
-		var rec record
-		var rev uint64
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return record{}, protocol.Errorf(protocol.ErrUnavailable, "node registry: %v", err)
-		default:
-			if json.Unmarshal(cur.Value(), &rec) != nil {
-				rec = record{}
-			}
-			rev = cur.Revision()
-		}
-		if rec.ID == "" {
+	rec, _, changed, err := bus.UpdateKey(ctx, kv, id, func(rec *record, exists bool) bool {
+		if !exists || rec.ID == "" {
+			// Not stored yet: what the registry knows of it (a pending
+			// node's key and name).
 			r.mu.Lock()
 			if e := r.nodes[id]; e != nil {
-				rec = e.rec
+				*rec = e.rec
 			}
 			r.mu.Unlock()
 			rec.ID = id
 		}
-		if !update(&rec) {
-			return rec, nil
-		}
-		b, _ := json.Marshal(rec)
-		actx, cancel = context.WithTimeout(ctx, kvTimeout)
-		if rev == 0 {
-			_, err = kv.Create(actx, id, b)
-		} else {
-			_, err = kv.Update(actx, id, b, rev)
-		}
-		cancel()
-		if err == nil {
-			r.applyLocal(rec)
-			return rec, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !bus.IsWrongLastSequence(err) {
-			return record{}, protocol.Errorf(protocol.ErrUnavailable, "node registry: %v", err)
-		}
+		return update(rec)
+	})
+	if err != nil {
+		return record{}, protocol.Errorf(protocol.ErrUnavailable, "node registry: %v", err)
 	}
-	return record{}, protocol.Errorf(protocol.ErrConflict, "node %s: concurrent pairing decisions; retry", id)
+	if changed {
+		r.applyLocal(rec)
+	}
+	return rec, nil
 }
 
 // applyLocal puts a record just written into the cache at once (the

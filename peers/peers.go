@@ -128,17 +128,7 @@ func (r *Registry) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if kv != nil {
 		return kv, nil
 	}
-	name := bus.StreamNamesFor(r.opts.Prefix).Gateways
-	actx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	kv, err := r.opts.JS.KeyValue(actx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		for _, c := range bus.KeyValueConfigs(r.opts.Prefix, r.opts.Replicas) {
-			if c.Bucket == name {
-				kv, err = r.opts.JS.CreateOrUpdateKeyValue(actx, c)
-			}
-		}
-	}
+	kv, err := bus.OpenKeyValue(ctx, r.opts.JS, r.opts.Prefix, r.opts.Replicas, bus.StreamNamesFor(r.opts.Prefix).Gateways)
 	if err != nil {
 		return nil, err
 	}
@@ -193,47 +183,15 @@ func key(id string) string { return strings.ToLower(id) }
 
 // follow watches the bucket until ctx ends.
 func (r *Registry) follow(ctx context.Context) {
-	for attempt := 1; ctx.Err() == nil; attempt++ {
+	bus.RetryForever(ctx, r.log, "gateway presence not followed", func(ctx context.Context) error {
 		kv, err := r.bucket(ctx)
-		if err == nil {
-			err = r.watch(ctx, kv)
+		if err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		r.log.Warn("gateway presence not followed; retrying", "attempt", attempt, "err", err)
+		err = bus.WatchKeyValue(ctx, kv, ">", func() { r.loadOn.Do(func() { close(r.loaded) }) }, r.apply)
 		r.forget()
-		t := time.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, 10*time.Second))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (r *Registry) watch(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
 		return err
-	}
-	defer w.Stop() //nolint:errcheck
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watch ended")
-			}
-			if e == nil {
-				r.loadOn.Do(func() { close(r.loaded) })
-				continue
-			}
-			r.apply(e)
-		}
-	}
+	})
 }
 
 func (r *Registry) apply(e jetstream.KeyValueEntry) {
