@@ -79,6 +79,9 @@ type ClientConfig struct {
 	// refused for its credentials: what to do about it (a node: join
 	// with a code).
 	AuthHint string
+	// OnAuthRefused, when set, is called with each (re)connection attempt
+	// the server refused for the credentials.
+	OnAuthRefused func(error)
 	// ErrorHandler, when set, is called after bus logs an asynchronous
 	// error (permissions violation, slow consumer, …).
 	ErrorHandler nats.ErrHandler
@@ -142,6 +145,9 @@ func Connect(ctx context.Context, cfg ClientConfig, logger *slog.Logger) (*nats.
 	// would flood the log on every retry: warn when the reason changes,
 	// and at most every connectWarnEvery otherwise.
 	attemptFailed := func(err error) {
+		if cfg.OnAuthRefused != nil && isAuthorizationError(err) {
+			cfg.OnAuthRefused(err)
+		}
 		err = tlsCheck.explain(err, time.Now())
 		if st.noteFailure(err, time.Now()) {
 			attrs := []any{"err", err}

@@ -155,6 +155,13 @@ func TestNodeJoinByCode(t *testing.T) {
 	if _, nk := env.srv.Users(); len(nk) != 0 {
 		t.Fatalf("nkey users after reject: %+v", nk)
 	}
+	// Whether it hears the rejection or only finds its key refused, the
+	// node says so once and stops.
+	select {
+	case <-a.Rejected():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a rejected node keeps retrying")
+	}
 }
 
 func TestNodeJoinCodeExpiresAndInvalid(t *testing.T) {

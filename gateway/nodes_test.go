@@ -217,6 +217,12 @@ func TestNodePairingGate(t *testing.T) {
 		}
 		return nil
 	})
+	// Told so, the rejected node stops (its Run returns ErrRejected).
+	select {
+	case <-a.Rejected():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a rejected node keeps running")
+	}
 }
 
 func TestNodeApproveBeforeSeenAndPersisted(t *testing.T) {

@@ -32,7 +32,15 @@ var (
 	// ErrNoServer: neither the configuration nor a saved join names a
 	// NATS server.
 	ErrNoServer = errors.New("nodeagent: no NATS server configured (pass --nats-url, or --join CODE)")
+	// ErrRejected: the gateway rejected this node (it said so, or the
+	// server stopped accepting the key of a node that was paired). Run
+	// returns it: a rejected node gets no work, so it stops.
+	ErrRejected = errors.New("nodeagent: this node was rejected by the gateway; it gets no work (approve it again with `execmesh nodes approve`, then start it again)")
 )
+
+// authRefusalsToStop is how many refused reconnections of a node that
+// was accepted before mean that its key was removed (it was rejected).
+const authRefusalsToStop = 3
 
 // announceTimeout bounds one pairing request to the gateway.
 const announceTimeout = 3 * time.Second
@@ -74,6 +82,8 @@ type Agent struct {
 	closing   bool // no new handler goroutines
 	pubClosed bool // no new exit publishers
 	pairing   string
+	refusals  int           // consecutive refused (re)connections
+	rejected  chan struct{} // closed once the node is rejected
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	svc       micro.Service
@@ -110,6 +120,7 @@ func New(cfg Config) (*Agent, error) {
 		name = id.NodeID
 	}
 	a := &Agent{
+		rejected:  make(chan struct{}),
 		cfg:       cfg,
 		id:        id,
 		name:      name,
@@ -250,11 +261,16 @@ func (a *Agent) Run(ctx context.Context, closeTimeout time.Duration) error {
 		defer cancel()
 		return errors.Join(err, a.Close(cctx))
 	}
-	<-ctx.Done()
+	var stopErr error
+	select {
+	case <-ctx.Done():
+	case <-a.rejected:
+		stopErr = ErrRejected
+	}
 	a.log.Info("node agent stopping")
 	cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
-	return a.Close(cctx)
+	return errors.Join(stopErr, a.Close(cctx))
 }
 
 // Start redeems the join code if one is configured, connects to NATS (it
@@ -328,6 +344,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if cc.AuthHint == "" {
 		cc.AuthHint = "the server does not know this node's credentials: for a gateway with the embedded NATS server (execmesh up or execmesh gateway), run `execmesh nodes invite` there and start this node with --join <code>; for an external NATS, give it --creds or --nkey-seed of a user in the servers' configuration (deploy/README.md)"
 	}
+	cc.OnAuthRefused = a.onAuthRefused
 	if cc.Name == "" {
 		cc.Name = "execmesh-node " + a.name
 	}
@@ -553,9 +570,40 @@ func (a *Agent) setPairing(status string) {
 	case PairingPending:
 		a.log.Warn("pairing: pending; approve this node on the gateway", "approve", "execmesh nodes approve "+a.id.NodeID)
 	case PairingRejected:
-		a.log.Warn("pairing: rejected by the gateway; this node gets no work")
+		a.log.Error("pairing: rejected by the gateway; this node gets no work and stops")
+		a.markRejected()
 	}
 }
+
+// markRejected records that the node is rejected (once).
+func (a *Agent) markRejected() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	select {
+	case <-a.rejected:
+	default:
+		close(a.rejected)
+	}
+}
+
+// onAuthRefused counts a (re)connection the server refused for the
+// node's credentials. A node that was accepted before and is refused
+// again and again had its key removed: it was rejected while it could
+// not hear so.
+func (a *Agent) onAuthRefused(error) {
+	a.mu.Lock()
+	known := a.pairing == PairingPaired || a.pairing == PairingRejected
+	a.refusals++
+	n := a.refusals
+	a.mu.Unlock()
+	if known && n == authRefusalsToStop {
+		a.log.Error("the NATS server no longer accepts this node's key: it was rejected (or removed from the servers' users); stopping")
+		a.markRejected()
+	}
+}
+
+// Rejected is closed once the gateway rejected the node.
+func (a *Agent) Rejected() <-chan struct{} { return a.rejected }
 
 // presenceLoop publishes heartbeats every interval, and announces the
 // node (a pairing request) when the connection comes up or comes back
@@ -581,6 +629,9 @@ func (a *Agent) presenceLoop(ctx context.Context) {
 			return
 		case <-hb.C:
 			if nc.IsConnected() {
+				a.mu.Lock()
+				a.refusals = 0
+				a.mu.Unlock()
 				a.beat(nc)
 				if a.Pairing() != PairingPaired {
 					a.announce(ctx, nc)
