@@ -350,6 +350,23 @@ func (r *Registry) Ready(ctx context.Context) error {
 	}
 }
 
+// awaitReady waits, within ctx and readyWait, for the registry bucket to
+// be read: a gateway that just started must not call a paired node
+// unknown. Not read in time is errNotReady, a retryable 503.
+func (r *Registry) awaitReady(ctx context.Context) error {
+	select {
+	case <-r.ready:
+		return nil
+	default:
+	}
+	wctx, cancel := context.WithTimeout(ctx, readyWait)
+	defer cancel()
+	if r.Ready(wctx) != nil {
+		return errNotReady
+	}
+	return nil
+}
+
 // presenceTTLLocked is how long e may stay silent and still be live.
 func (r *Registry) presenceTTLLocked(e *entry) time.Duration {
 	if r.opts.PresenceTTL > 0 {
@@ -448,6 +465,9 @@ func (r *Registry) Resolve(target string) (Node, error) {
 // tools.exec.node), else the only live paired node. The node must be
 // paired and live.
 func (r *Registry) Select(ctx context.Context, requested, bound string) (Node, error) {
+	if err := r.awaitReady(ctx); err != nil {
+		return Node{}, err
+	}
 	requested, bound = strings.TrimSpace(requested), strings.TrimSpace(bound)
 	if requested != "" && bound != "" && requested != bound {
 		a, errA := r.Resolve(requested)
@@ -520,6 +540,9 @@ func (r *Registry) AwaitLive(ctx context.Context, id string) (Node, bool) {
 }
 
 func (r *Registry) awaitLive(ctx context.Context, id string) Node {
+	if r.awaitReady(ctx) != nil {
+		return r.nodeOf(id)
+	}
 	var t *time.Timer
 	defer func() {
 		if t != nil {
