@@ -192,6 +192,7 @@ type entry struct {
 	hb        protocol.NodeHeartbeat
 	live      bool
 	timer     *time.Timer // presence expiry
+	ghost     *time.Timer // drops a pending node silent for GhostTTL
 	// epoch ends (with cause hostbus.ErrSilent) when the node goes silent
 	// or a new run replaces the one that was live; requests in flight
 	// are tied to it.
@@ -309,8 +310,10 @@ func (r *Registry) Close(ctx context.Context) error {
 	cons := r.consumer
 	r.consumer = nil
 	for _, e := range r.nodes {
-		if e.timer != nil {
-			e.timer.Stop()
+		for _, t := range []*time.Timer{e.timer, e.ghost} {
+			if t != nil {
+				t.Stop()
+			}
 		}
 	}
 	r.mu.Unlock()
@@ -748,8 +751,12 @@ func (r *Registry) expire(id string) {
 	}
 	r.goSilentLocked(e, "stopped sending heartbeats")
 	if e.rec.Pairing == protocol.NodePairingPending && !e.stored {
-		// Forget pending ghosts after GhostTTL of silence.
-		e.timer = time.AfterFunc(r.opts.GhostTTL, func() { r.dropGhost(id) })
+		// Forget pending ghosts after GhostTTL of silence. A timer of
+		// its own: the presence timer times the node if it comes back.
+		if e.ghost != nil {
+			e.ghost.Stop()
+		}
+		e.ghost = time.AfterFunc(r.opts.GhostTTL, func() { r.dropGhost(id) })
 	}
 }
 

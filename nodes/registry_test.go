@@ -1,0 +1,207 @@
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/bus/bustest"
+	"github.com/execmesh/execmesh/hostbus"
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// TestPresenceProbeBeforeLive: heartbeats alone do not make a node live;
+// it must also answer the registry's probe on its own subject (the
+// request direction works). A node that stops beating is not live once
+// its presence timer runs out, and requests tied to it (watch) end then
+// with hostbus.ErrSilent.
+func TestPresenceProbeBeforeLive(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t)
+	r := startRegistry(t, srv, nil)
+	for _, tc := range []struct {
+		name     string
+		answers  bool
+		wantLive bool
+	}{
+		{"answers probes", true, true},
+		{"heartbeats only", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTestNode(t, srv, strings.ReplaceAll(tc.name, " ", "-"))
+			n.mute.Store(!tc.answers)
+			n.startBeating()
+			checkFor(t, 10*time.Second, func() error {
+				if _, ok := r.Get(n.id.NodeID); !ok {
+					return errors.New("not listed")
+				}
+				return nil
+			})
+			if !tc.wantLive {
+				// Several probes' worth of heartbeats: still not live.
+				time.Sleep(3 * probeTimeout / 2)
+				if got, _ := r.Get(n.id.NodeID); got.Live {
+					t.Fatalf("a node that never answered a probe is live: %+v", got)
+				}
+				return
+			}
+			waitLive(t, r, n.id.NodeID, true, 10*time.Second)
+			got, _ := r.Get(n.id.NodeID)
+			if got.Pairing != protocol.NodePairingPending || got.Name != n.name || got.Instance != "run-1" || got.LastSeen.IsZero() || got.Probed.IsZero() {
+				t.Errorf("live node: %+v", got)
+			}
+			wctx, cancel := r.watch(t.Context(), n.id.NodeID, "run-1")
+			defer cancel()
+			n.stopBeating()
+			start := time.Now()
+			waitLive(t, r, n.id.NodeID, false, 10*time.Second)
+			if d := time.Since(start); d < testTTL/2 {
+				t.Errorf("not live %v after the last heartbeat, before its presence TTL %v", d, testTTL)
+			}
+			select {
+			case <-wctx.Done():
+				if !errors.Is(context.Cause(wctx), hostbus.ErrSilent) {
+					t.Errorf("watch ended with %v, want hostbus.ErrSilent", context.Cause(wctx))
+				}
+			case <-time.After(5 * time.Second):
+				t.Error("a request tied to the node did not end when it went silent")
+			}
+		})
+	}
+}
+
+// TestPresenceAfterReturn: a pending node that went silent and came back
+// is timed by its heartbeats again: when it stops a second time it is no
+// longer live (its presence timer was not replaced by the ghost timer),
+// and it is dropped after GhostTTL of silence.
+func TestPresenceAfterReturn(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t)
+	r := startRegistry(t, srv, func(o *Options) { o.GhostTTL = 2 * time.Second })
+	n := newTestNode(t, srv, "returner")
+	n.startBeating()
+	waitLive(t, r, n.id.NodeID, true, 10*time.Second)
+	n.stopBeating()
+	waitLive(t, r, n.id.NodeID, false, 10*time.Second)
+	n.startBeating()
+	waitLive(t, r, n.id.NodeID, true, 10*time.Second)
+	n.stopBeating()
+	waitLive(t, r, n.id.NodeID, false, 10*time.Second)
+	checkFor(t, 10*time.Second, func() error {
+		if _, ok := r.Get(n.id.NodeID); ok {
+			return errors.New("the silent pending node is still listed")
+		}
+		return nil
+	})
+}
+
+// TestDecideByName: a pairing decision names the node by id or by name
+// (exact, then case-insensitive); an unknown name is not found and an
+// ambiguous one is refused, deciding nothing. The node is told its new
+// pairing at once.
+func TestDecideByName(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t)
+	r := startRegistry(t, srv, nil)
+	a := newTestNode(t, srv, "build-1")
+	b := newTestNode(t, srv, "twin")
+	c := newTestNode(t, srv, "twin")
+	for _, n := range []*testNode{a, b, c} {
+		n.startBeating()
+		waitLive(t, r, n.id.NodeID, true, 10*time.Second)
+	}
+	for _, tc := range []struct {
+		target, pairing string
+		want            *testNode
+		errType         protocol.ErrorType
+		errText         string
+	}{
+		{"build-1", protocol.NodePairingPaired, a, "", ""},
+		{"BUILD-1", protocol.NodePairingRejected, a, "", ""},
+		{a.id.NodeID, protocol.NodePairingPaired, a, "", ""},
+		{"no-such-node", protocol.NodePairingPaired, nil, protocol.ErrNotFound, `unknown node "no-such-node"`},
+		{"twin", protocol.NodePairingPaired, nil, protocol.ErrInvalidRequest, "ambiguous"},
+	} {
+		got, err := r.Decide(t.Context(), tc.target, tc.pairing)
+		if tc.want == nil {
+			pe := protocol.AsError(err)
+			if pe == nil || pe.Type != tc.errType || !strings.Contains(pe.Message, tc.errText) {
+				t.Errorf("Decide(%q): %+v %v, want a %s error mentioning %q", tc.target, got, err, tc.errType, tc.errText)
+			}
+			continue
+		}
+		if err != nil || got.ID != tc.want.id.NodeID || got.Pairing != tc.pairing {
+			t.Errorf("Decide(%q, %s): %+v %v", tc.target, tc.pairing, got, err)
+			continue
+		}
+		if n := tc.want.lastNotice(); n != tc.pairing {
+			t.Errorf("Decide(%q, %s): the node was told %q", tc.target, tc.pairing, n)
+		}
+	}
+	for _, n := range []*testNode{b, c} {
+		if got, _ := r.Get(n.id.NodeID); got.Pairing != protocol.NodePairingPending {
+			t.Errorf("an ambiguous decision changed %s: %s", n.id.NodeID, got.Pairing)
+		}
+	}
+}
+
+// TestStoreCASBetweenRegistries: two registries (two gateways) on one
+// JetStream decide the same node at the same time. Identical decisions
+// are written once (a later one re-reads and finds it made); opposite
+// ones both land, one after the other, and every registry and the bucket
+// agree on the one in force.
+func TestStoreCASBetweenRegistries(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t)
+	r1 := startRegistry(t, srv, nil)
+	r2 := startRegistry(t, srv, nil)
+	kv := registryKV(t, r1)
+	// decide runs the decisions at once, decisions[i] by rs[i%2].
+	decide := func(id string, decisions ...string) {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, pairing := range decisions {
+			r := []*Registry{r1, r2}[i%2]
+			wg.Go(func() {
+				<-start
+				if got, err := r.decide(t.Context(), id, pairing); err != nil || got.Pairing == "" {
+					t.Errorf("decision %d (%s): %+v %v", i, pairing, got, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
+	for round := range 5 {
+		same, _ := bus.NewIdentity()
+		decide(same.NodeID, protocol.NodePairingPaired, protocol.NodePairingPaired, protocol.NodePairingPaired, protocol.NodePairingPaired)
+		if hist, err := kv.History(t.Context(), same.NodeID); err != nil || len(hist) != 1 {
+			t.Fatalf("round %d: four identical decisions wrote %d revisions (%v), want 1", round, len(hist), err)
+		}
+
+		opposite, _ := bus.NewIdentity()
+		decide(opposite.NodeID, protocol.NodePairingRejected, protocol.NodePairingPaired)
+		hist, err := kv.History(t.Context(), opposite.NodeID)
+		if err != nil || len(hist) != 2 {
+			t.Fatalf("round %d: two opposite decisions wrote %d revisions (%v), want 2", round, len(hist), err)
+		}
+		var first, last record
+		if json.Unmarshal(hist[0].Value(), &first) != nil || json.Unmarshal(hist[1].Value(), &last) != nil || first.Pairing == last.Pairing {
+			t.Fatalf("round %d: revisions %s then %s", round, hist[0].Value(), hist[1].Value())
+		}
+		for i, r := range []*Registry{r1, r2} {
+			checkFor(t, 10*time.Second, func() error {
+				if got, _ := r.Get(opposite.NodeID); got.Pairing != last.Pairing {
+					return fmt.Errorf("registry %d shows %q, the bucket %q", i+1, got.Pairing, last.Pairing)
+				}
+				return nil
+			})
+		}
+	}
+}
