@@ -639,11 +639,9 @@ func (r *Registry) markDown(id string) {
 }
 
 // goSilentLocked marks e not live and ends its epoch, why completing
-// "the host …". r.mu is held.
+// "the host …". r.mu is held. The presence timer keeps running: its
+// expiry is what drops a pending node that stays silent (GhostTTL).
 func (r *Registry) goSilentLocked(e *entry, why string) {
-	if e.timer != nil {
-		e.timer.Stop()
-	}
 	if e.live {
 		r.log.Info("node unreachable", "node", e.rec.ID)
 	}

@@ -205,3 +205,59 @@ func TestStoreCASBetweenRegistries(t *testing.T) {
 		}
 	}
 }
+
+// TestGhostDrop: a pending node that stays silent for GhostTTL is
+// dropped from the list, whatever made it silent last (its heartbeats
+// ran out, or a probe failed right after its last heartbeat); a paired
+// node never is.
+func TestGhostDrop(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t)
+	const ghost = 500 * time.Millisecond
+	r := startRegistry(t, srv, func(o *Options) { o.GhostTTL = ghost })
+	for _, tc := range []struct {
+		name string
+		// leave makes the live node silent.
+		leave  func(n *testNode)
+		paired bool
+		gone   bool
+	}{
+		{"heartbeats stop", func(n *testNode) { n.stopBeating() }, false, true},
+		{"probe fails after the last heartbeat", func(n *testNode) {
+			// The node's last heartbeat asks for a new probe (the last
+			// answer is older than half the TTL), which finds nobody.
+			n.stopBeating()
+			n.deafen()
+			time.Sleep(testTTL/2 + 50*time.Millisecond)
+			n.beat()
+		}, false, true},
+		{"paired", func(n *testNode) { n.stopBeating() }, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newTestNode(t, srv, strings.ReplaceAll(tc.name, " ", "-"))
+			n.startBeating()
+			waitLive(t, r, n.id.NodeID, true, 10*time.Second)
+			if tc.paired {
+				if _, err := r.Decide(t.Context(), n.id.NodeID, protocol.NodePairingPaired); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.leave(n)
+			waitLive(t, r, n.id.NodeID, false, 10*time.Second)
+			if !tc.gone {
+				time.Sleep(testTTL + 2*ghost)
+				if _, ok := r.Get(n.id.NodeID); !ok {
+					t.Fatal("a paired node was dropped")
+				}
+				return
+			}
+			checkFor(t, 10*time.Second, func() error {
+				if _, ok := r.Get(n.id.NodeID); ok {
+					return errors.New("the silent pending node is still listed")
+				}
+				return nil
+			})
+		})
+	}
+}
