@@ -529,6 +529,10 @@ func (r *Registry) awaitLive(ctx context.Context, id string) Node {
 			t.Stop()
 		}
 	}()
+	// limit bounds the whole wait: until the first heartbeat is due,
+	// then one probe, so a node that beats but never answers is not
+	// waited for probe after probe.
+	var limit time.Time
 	for {
 		r.mu.Lock()
 		e := r.nodes[id]
@@ -538,6 +542,13 @@ func (r *Registry) awaitLive(ctx context.Context, id string) Node {
 		}
 		n := r.nodeLocked(e)
 		now := r.opts.Now()
+		if limit.IsZero() {
+			limit = r.started.Add(r.presenceTTLLocked(e))
+			if limit.Before(now) {
+				limit = now
+			}
+			limit = limit.Add(probeTimeout)
+		}
 		var until time.Time
 		switch {
 		case e.live:
@@ -548,30 +559,26 @@ func (r *Registry) awaitLive(ctx context.Context, id string) Node {
 		}
 		ch := r.liveCh
 		r.mu.Unlock()
+		if until.After(limit) {
+			until = limit
+		}
 		if until.IsZero() || !now.Before(until) {
 			return n
 		}
 		if t == nil {
 			t = time.NewTimer(until.Sub(now))
+		} else {
+			t.Reset(until.Sub(now))
 		}
+		// Look again when the wait is over: a heartbeat that came
+		// meanwhile may have a probe under way, which is waited for.
 		select {
 		case <-ch:
 		case <-t.C:
-			return r.nodeOf(id)
 		case <-ctx.Done():
 			return n
 		}
 	}
-}
-
-// nodeOf returns the view of node id (zero when unknown).
-func (r *Registry) nodeOf(id string) Node {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if e := r.nodes[id]; e != nil {
-		return r.nodeLocked(e)
-	}
-	return Node{}
 }
 
 // UnreachableError is the retryable error for a node that is not

@@ -261,3 +261,68 @@ func TestGhostDrop(t *testing.T) {
 		})
 	}
 }
+
+// TestAwaitLive: a registry that just started waits for a known node's
+// first heartbeat and its probe instead of calling it unreachable, up to
+// one presence TTL after its start, and no longer once it was heard and
+// is silent.
+func TestAwaitLive(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Second
+	for _, tc := range []struct {
+		name string
+		// firstBeat is when the node's first heartbeat comes after the
+		// registry started (0: none); probeDelay delays its answer.
+		firstBeat, probeDelay time.Duration
+		mute                  bool // answers no probe
+		wantLive              bool
+		minWait, maxWait      time.Duration
+	}{
+		{"beats soon", 200 * time.Millisecond, 0, false, true, 150 * time.Millisecond, ttl},
+		{"never beats", 0, 0, false, false, ttl - 100*time.Millisecond, 3 * ttl},
+		// The heartbeat comes within the TTL, its probe answer after it:
+		// the probe under way is awaited.
+		{"probe answered after the TTL", ttl - 300*time.Millisecond, 700 * time.Millisecond, false, true, ttl, ttl + probeTimeout},
+		// Probe after probe goes unanswered: one is awaited, no more.
+		{"probes unanswered", 200 * time.Millisecond, 0, true, false, ttl, ttl + probeTimeout + time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := bustest.StartServer(t)
+			n := newTestNode(t, srv, "awaited")
+			n.probeDelay.Store(int64(tc.probeDelay))
+			n.mute.Store(tc.mute)
+			r := startRegistry(t, srv, func(o *Options) { o.PresenceTTL = ttl })
+			// Known before it was heard: approved by id.
+			if _, err := r.Approve(t.Context(), n.id.NodeID); err != nil {
+				t.Fatal(err)
+			}
+			if tc.firstBeat > 0 {
+				time.AfterFunc(tc.firstBeat-time.Since(r.started), n.startBeating)
+			}
+			start := time.Now()
+			got, ok := r.AwaitLive(t.Context(), n.id.NodeID)
+			waited := time.Since(r.started)
+			if !ok || got.Live != tc.wantLive {
+				t.Fatalf("AwaitLive after %v: %+v %v, want live=%v", waited, got, ok, tc.wantLive)
+			}
+			if waited < tc.minWait || time.Since(start) > tc.maxWait {
+				t.Errorf("AwaitLive returned %v after the registry started, want between %v and %v", waited, tc.minWait, tc.maxWait)
+			}
+			// Heard and silent now: no more waiting.
+			if tc.wantLive {
+				n.stopBeating()
+				waitLive(t, r, n.id.NodeID, false, 10*time.Second)
+				start := time.Now()
+				if got, _ := r.AwaitLive(t.Context(), n.id.NodeID); got.Live || time.Since(start) > probeTimeout {
+					t.Errorf("AwaitLive on a silent node: live=%v after %v", got.Live, time.Since(start))
+				}
+			}
+		})
+	}
+	srv := bustest.StartServer(t)
+	r := startRegistry(t, srv, nil)
+	if got, ok := r.AwaitLive(t.Context(), "nosuchnode"); ok || got.ID != "" {
+		t.Errorf("AwaitLive of an unknown node: %+v %v", got, ok)
+	}
+}
