@@ -90,7 +90,13 @@ func newTestNode(t *testing.T, srv *bus.Server, name string) *testNode {
 		t.Fatal(err)
 	}
 	n := &testNode{t: t, id: id, name: name, instance: "run-1", subj: protocol.Subjects(protocol.DefaultSubjectPrefix)}
-	n.nc = bustest.Connect(t, srv, bus.ClientConfig{Name: "node-" + name})
+	cc := bus.ClientConfig{Name: "node-" + name}
+	if users, _ := srv.Users(); len(users) > 0 {
+		// What the node says is what is tested here, not its
+		// credentials.
+		cc.User, cc.Password = gatewayUser.Name, gatewayUser.Password
+	}
+	n.nc = bustest.Connect(t, srv, cc)
 	n.pingSub, err = n.nc.Subscribe(n.subj.Node(id.NodeID, protocol.NodeEndpointPing), func(m *nats.Msg) {
 		if n.mute.Load() {
 			return
