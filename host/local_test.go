@@ -242,6 +242,9 @@ func TestRequestChecks(t *testing.T) {
 		{"not ready", node, nil, notReady, ""},
 		{"empty command", gw, func(r *protocol.ExecRequest) { r.Args.Command = "  " }, nil, "Provide a command to start."},
 		{"bad session id", gw, func(r *protocol.ExecRequest) { r.SessionID = "Bad_Id" }, nil, "invalid session id"},
+		// The text states the rule the session core applies.
+		{"long session id", gw, func(r *protocol.ExecRequest) { r.SessionID = strings.Repeat("a", 65) }, nil, "want 1 to 64 lower-case letters, digits or '-', not starting with '-'"},
+		{"session id starting with '-'", gw, func(r *protocol.ExecRequest) { r.SessionID = "-abc" }, nil, "not starting with '-'"},
 		{"sandbox off", gw, func(r *protocol.ExecRequest) { r.Target = protocol.TargetSandbox }, nil, "sandbox runtime is off"},
 		{"limits loosened", gw, func(r *protocol.ExecRequest) {
 			r.Limits = &protocol.Limits{PidsMax: 10}
