@@ -111,7 +111,7 @@ func (r *Registry) applyRecord(kve jetstream.KeyValueEntry) {
 	old := e.rec
 	if deleted {
 		e.rec = record{ID: id, PublicKey: old.PublicKey, Name: old.Name, Pairing: protocol.NodePairingPending}
-		e.stored, e.revision = false, 0
+		e.stored, e.revision = false, kve.Revision()
 	} else {
 		if rec.PublicKey == "" {
 			rec.PublicKey = old.PublicKey
@@ -247,18 +247,25 @@ func (r *Registry) store(ctx context.Context, id string, update func(rec *record
 			rec.ID = id
 		}
 		if !update(&rec) {
+			if rev != 0 {
+				// What the bucket holds is in force: the cache may not
+				// have it from the watch yet (another gateway wrote it
+				// a moment ago), and the caller reads the cache.
+				r.applyLocal(rec, rev)
+			}
 			return rec, nil
 		}
 		b, _ := json.Marshal(rec)
 		actx, cancel = context.WithTimeout(ctx, kvTimeout)
+		var wrote uint64
 		if rev == 0 {
-			_, err = kv.Create(actx, id, b)
+			wrote, err = kv.Create(actx, id, b)
 		} else {
-			_, err = kv.Update(actx, id, b, rev)
+			wrote, err = kv.Update(actx, id, b, rev)
 		}
 		cancel()
 		if err == nil {
-			r.applyLocal(rec)
+			r.applyLocal(rec, wrote)
 			return rec, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
@@ -268,17 +275,23 @@ func (r *Registry) store(ctx context.Context, id string, update func(rec *record
 	return record{}, protocol.Errorf(protocol.ErrConflict, "node %s: concurrent pairing decisions; retry", id)
 }
 
-// applyLocal puts a record just written into the cache at once (the
-// watch confirms it shortly).
-func (r *Registry) applyLocal(rec record) {
+// applyLocal puts a record just written (or read) at revision rev into
+// the cache at once (the watch confirms it shortly), unless the watch
+// brought that revision or a newer one already: a write's answer can come
+// after the watch delivered another gateway's later write.
+func (r *Registry) applyLocal(rec record, rev uint64) {
 	r.mu.Lock()
 	e := r.nodes[rec.ID]
 	if e == nil {
 		e = &entry{interval: DefaultHeartbeatInterval, firstSeen: r.opts.Now()}
 		r.nodes[rec.ID] = e
 	}
+	if rev <= e.revision {
+		r.mu.Unlock()
+		return
+	}
 	old := e.rec
-	e.rec, e.stored = rec, true
+	e.rec, e.stored, e.revision = rec, true, rev
 	if rec.Pairing == protocol.NodePairingRejected {
 		r.goSilentLocked(e, "was rejected")
 	}

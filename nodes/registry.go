@@ -181,7 +181,7 @@ type record struct {
 // entry is the registry's view of one node. Guarded by Registry.mu.
 type entry struct {
 	rec       record
-	revision  uint64 // KV revision of rec; 0 when not stored
+	revision  uint64 // KV revision of rec (or of its deletion); 0 when never stored
 	stored    bool
 	firstSeen time.Time
 	lastSeen  time.Time

@@ -153,9 +153,10 @@ func TestDecideByName(t *testing.T) {
 
 // TestStoreCASBetweenRegistries: two registries (two gateways) on one
 // JetStream decide the same node at the same time. Identical decisions
-// are written once (a later one re-reads and finds it made); opposite
-// ones both land, one after the other, and every registry and the bucket
-// agree on the one in force.
+// are written once (a later one re-reads and finds it made, and answers
+// with it, whether or not its cache has it yet); opposite ones both land,
+// one after the other, and every registry and the bucket agree on the
+// one in force.
 func TestStoreCASBetweenRegistries(t *testing.T) {
 	t.Parallel()
 	srv := bustest.StartServer(t)
@@ -178,7 +179,7 @@ func TestStoreCASBetweenRegistries(t *testing.T) {
 		close(start)
 		wg.Wait()
 	}
-	for round := range 5 {
+	for round := range 10 {
 		same, _ := bus.NewIdentity()
 		decide(same.NodeID, protocol.NodePairingPaired, protocol.NodePairingPaired, protocol.NodePairingPaired, protocol.NodePairingPaired)
 		if hist, err := kv.History(t.Context(), same.NodeID); err != nil || len(hist) != 1 {
