@@ -514,15 +514,24 @@ func (r *Registry) Select(ctx context.Context, requested, bound string) (Node, e
 // AwaitLive returns node id, first waiting (within ctx) for it to become
 // live when it may just not have been heard yet: this registry started
 // less than a presence TTL ago and no heartbeat of the node came since,
-// or a heartbeat came and its liveness probe is under way. A gateway that
-// just started thereby reaches the nodes that are there instead of
-// calling them unreachable.
+// or a heartbeat came and its liveness probe is under way. A registry
+// that has not read the registry bucket yet first waits for it, as long.
+// A gateway that just started thereby reaches the nodes that are there
+// instead of calling them unreachable or unknown.
 func (r *Registry) AwaitLive(ctx context.Context, id string) (Node, bool) {
 	n := r.awaitLive(ctx, id)
 	return n, n.ID != ""
 }
 
 func (r *Registry) awaitLive(ctx context.Context, id string) Node {
+	select {
+	case <-r.ready:
+	default:
+		// The first heartbeat's wait, for a node of the default interval.
+		wctx, cancel := context.WithDeadline(ctx, r.started.Add(r.presenceTTLLocked(&entry{})))
+		_ = r.Ready(wctx)
+		cancel()
+	}
 	var t *time.Timer
 	defer func() {
 		if t != nil {

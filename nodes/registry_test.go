@@ -327,3 +327,33 @@ func TestAwaitLive(t *testing.T) {
 		t.Errorf("AwaitLive of an unknown node: %+v %v", got, ok)
 	}
 }
+
+// TestAwaitLiveBeforeReady: a registry asked about a node before it has
+// read the registry bucket (a gateway that just started) waits for the
+// bucket, then for the node, instead of answering that the node is
+// unknown.
+func TestAwaitLiveBeforeReady(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t)
+	first := startRegistry(t, srv, nil)
+	n := newTestNode(t, srv, "known")
+	n.startBeating()
+	if _, err := first.Approve(t.Context(), n.id.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	waitLive(t, first, n.id.NodeID, true, 10*time.Second)
+	for i := range 5 {
+		nc := bustest.Connect(t, srv, bus.ClientConfig{Name: "gateway-restarted"})
+		r, err := Start(Options{Conn: nc, JS: bustest.JetStream(t, nc), PresenceTTL: testTTL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := r.AwaitLive(t.Context(), n.id.NodeID)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = r.Close(ctx)
+		cancel()
+		if !ok || !got.Live || got.Pairing != protocol.NodePairingPaired {
+			t.Fatalf("start %d: AwaitLive at once: %+v %v, want the paired node, live", i, got, ok)
+		}
+	}
+}
