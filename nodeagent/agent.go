@@ -74,6 +74,7 @@ type Agent struct {
 	closing   bool // no new handler goroutines
 	pubClosed bool // no new exit publishers
 	pairing   string
+	notices   uint64 // pairing notices received, so an older answer does not undo one
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	svc       micro.Service
@@ -539,8 +540,18 @@ func (a *Agent) onExit(ev protocol.ExitEvent) {
 	}()
 }
 
-func (a *Agent) setPairing(status string) {
+func (a *Agent) setPairing(status string) { a.setPairingSince(^uint64(0), status) }
+
+// setPairingSince sets the pairing status from an announcement's answer
+// unless a notice came after the announcement was sent (notices counted
+// notices then; ^0 sets it anyway): the notice is newer than the answer.
+func (a *Agent) setPairingSince(notices uint64, status string) {
 	a.mu.Lock()
+	if notices != ^uint64(0) && a.notices != notices {
+		a.mu.Unlock()
+		a.log.Debug("pairing answer older than the gateway's notice ignored", "status", status)
+		return
+	}
 	old := a.pairing
 	a.pairing = status
 	a.mu.Unlock()
@@ -617,6 +628,9 @@ func (a *Agent) announce(ctx context.Context, nc *nats.Conn) {
 		Platform: a.platform, Version: a.cfg.Version, Instance: a.instance,
 	}
 	b, _ := json.Marshal(req)
+	a.mu.Lock()
+	notices := a.notices
+	a.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, announceTimeout)
 	defer cancel()
 	m, err := bus.RequestChunked(rctx, nc, a.subj.PairRequest, b, nil)
@@ -634,7 +648,7 @@ func (a *Agent) announce(ctx context.Context, nc *nats.Conn) {
 		a.log.Warn("pairing request refused", "err", resp.Error.Message)
 		return
 	}
-	a.setPairing(resp.Status)
+	a.setPairingSince(notices, resp.Status)
 }
 
 // sessionCount is the number of sessions the session core holds.
