@@ -91,7 +91,8 @@ var ErrContended = errors.New("bus: key contended")
 // another writer got there first it reads again and applies fn again, up
 // to ten times (ErrContended). fn returns false for no change: nothing is
 // written. It returns the value as written (or as read, unchanged), its
-// revision (0 when nothing was written) and whether a write happened. A
+// revision (written, or read; 0 for a missing key left alone) and whether
+// a write happened. A
 // value that does not decode is an error.
 func UpdateKey[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn func(v *T, exists bool) bool) (T, uint64, bool, error) {
 	var zero T
@@ -112,7 +113,7 @@ func UpdateKey[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn
 			rev = cur.Revision()
 		}
 		if !fn(&v, rev != 0) {
-			return v, 0, false, nil
+			return v, rev, false, nil
 		}
 		b, err := json.Marshal(v)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -53,9 +54,22 @@ var designDiffers = map[string]string{
 type replay struct {
 	t    *testing.T
 	tg   *testGateway
+	host conformanceHost
 	sids map[string]string // <sid>, <sid2>, … → real ids
 	key  string            // sessionKey of the scenario
 	pty  bool              // the scenario runs a PTY program
+}
+
+// conformanceHost is where a replay runs its commands.
+type conformanceHost struct {
+	// args are added to every exec call ({"host":"node"}); nil for the
+	// gateway's own host.
+	args map[string]any
+	// cwd is the host's default working directory (<cwd>).
+	cwd string
+	// entry checks and removes what a host adds to a process list entry
+	// beyond OpenClaw's keys; nil when it adds nothing.
+	entry func(path string, e map[string]any) error
 }
 
 var placeholderRe = regexp.MustCompile(`<(sid\d*|pid|ms|cwd|duration)>`)
@@ -76,7 +90,7 @@ func (r *replay) pattern(expected string) *regexp.Regexp {
 				b.WriteString(`(?P<` + name + `>[a-z]+(?:-[a-z0-9]+)+)`)
 			}
 		case name == "cwd":
-			b.WriteString(regexp.QuoteMeta(r.tg.cwd))
+			b.WriteString(regexp.QuoteMeta(r.host.cwd))
 		case name == "duration":
 			b.WriteString(`(?:n/a|\d+ms|(?:\d+[dhms]){1,2})`)
 		default:
@@ -148,6 +162,17 @@ func (r *replay) matchValue(path string, want, got any) error {
 			}
 		}
 	case []any:
+		if r.host.entry != nil && strings.HasSuffix(path, ".sessions") {
+			if g, ok := got.([]any); ok {
+				for i, e := range g {
+					if m, ok := e.(map[string]any); ok {
+						if err := r.host.entry(fmt.Sprintf("%s[%d]", path, i), m); err != nil {
+							return err
+						}
+					}
+				}
+			}
+		}
 		g, ok := got.([]any)
 		if !ok || len(g) != len(w) {
 			return fmt.Errorf("%s: want %d elements, got %#v", path, len(w), got)
@@ -249,8 +274,46 @@ func (r *replay) waitOutput(sid, want string) {
 }
 
 // TestResultsConformance replays results.json (OpenClaw's own answers)
-// through POST /tools/invoke.
+// through POST /tools/invoke, on the gateway's own host.
 func TestResultsConformance(t *testing.T) {
+	tg := startGateway(t, nil)
+	replayResults(t, tg, conformanceHost{cwd: tg.cwd})
+}
+
+// TestResultsConformanceNode replays results.json through POST
+// /tools/invoke with host=node: a real node agent over a real embedded
+// NATS server runs every command, and the answers are OpenClaw's, as on
+// the gateway's host. A node session's list entry also names its node
+// (nodeId, nodeName: execmesh's addition, README "process list"); they
+// are checked to be the agent's and then left out of the comparison.
+func TestResultsConformanceNode(t *testing.T) {
+	env := startNodeGateway(t, nil, "", nil)
+	cfg := testAgentConfig(t, env.srv, "conformance")
+	// The node's default cwd, as the agent reports it (symbolic links
+	// resolved, as pwd prints it).
+	cwd, err := filepath.EvalSymlinks(cfg.Cwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Cwd = cwd
+	a := env.pairAgent(cfg)
+	replayResults(t, env.testGateway, conformanceHost{
+		args: map[string]any{"host": "node"},
+		cwd:  cwd,
+		entry: func(path string, e map[string]any) error {
+			if e["nodeId"] != a.ID() || e["nodeName"] != "conformance" {
+				return fmt.Errorf("%s: node %v (%v), want %s (conformance)", path, e["nodeId"], e["nodeName"], a.ID())
+			}
+			delete(e, "nodeId")
+			delete(e, "nodeName")
+			return nil
+		},
+	})
+}
+
+// replayResults replays every scenario of results.json through tg's POST
+// /tools/invoke, each exec call on host.
+func replayResults(t *testing.T, tg *testGateway, host conformanceHost) {
 	data, err := os.ReadFile(testutil.ConformanceFile(t, "results.json"))
 	if err != nil {
 		t.Fatalf("conformance fixtures missing (testdata/conformance at the module root): %v", err)
@@ -259,9 +322,8 @@ func TestResultsConformance(t *testing.T) {
 	if err := json.Unmarshal(testutil.ApplyDeviations(data), &fx); err != nil {
 		t.Fatal(err)
 	}
-	tg := startGateway(t, nil)
 	// The 126 scenario runs ./not-executable.sh from the default cwd.
-	if err := os.WriteFile(tg.cwd+"/not-executable.sh", []byte("#!/bin/sh\necho no\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(host.cwd, "not-executable.sh"), []byte("#!/bin/sh\necho no\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for n, sc := range fx.Cases {
@@ -271,7 +333,7 @@ func TestResultsConformance(t *testing.T) {
 			}
 			// Each scenario gets its own scope, as the generator's fresh
 			// registry view: list shows only the scenario's sessions.
-			r := &replay{t: t, tg: tg, sids: map[string]string{}, key: fmt.Sprintf("agent:main:scenario-%d", n)}
+			r := &replay{t: t, tg: tg, host: host, sids: map[string]string{}, key: fmt.Sprintf("agent:main:scenario-%d", n)}
 			for i, c := range sc.Calls {
 				args := map[string]any{}
 				for k, v := range c.Args {
@@ -281,6 +343,11 @@ func TestResultsConformance(t *testing.T) {
 						}
 					}
 					args[k] = v
+				}
+				if c.Tool == "exec" {
+					for k, v := range host.args {
+						args[k] = v
+					}
 				}
 				if pty, _ := c.Args["pty"].(bool); pty {
 					r.pty = true

@@ -174,7 +174,7 @@ func (l *Local) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.Ex
 		return protocol.ExecReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "Provide a command to start.")
 	}
 	if req.SessionID != "" && !session.ValidSessionID(req.SessionID) {
-		return protocol.ExecReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "invalid session id %q: want 1 to 128 lower-case letters, digits or '-'", req.SessionID)
+		return protocol.ExecReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "invalid session id %q: want 1 to %d lower-case letters, digits or '-', not starting with '-'", req.SessionID, session.MaxSessionIDLen)
 	}
 	s := l.settings.Load()
 	sreq := session.ExecRequest{

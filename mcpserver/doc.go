@@ -24,10 +24,16 @@
 // When a background session exits, its system event ("Exec completed
 // (<id>, code N) :: …") is sent to the client as a logging notification
 // (notifications/message, level info, logger "execmesh"); each MCP session
-// long-polls the events of its sessionKey in a goroutine that ends with
-// the session. The server negotiates the initialize-handshake protocol
+// follows the events of its sessionKey in a goroutine that ends with the
+// session. The server negotiates the initialize-handshake protocol
 // versions, since the sessionless protocol has no server-pushed messages.
-// Events are acknowledged when read, so give each MCP client its own
+// An event is confirmed (removed from the queue) only once the client has
+// it: each notification is followed by a ping, which the client answers
+// after reading what came before. One that cannot be sent (no stream
+// connected, a logging level above info) or is not answered within
+// Options.AckTimeout (the client went away without closing its session)
+// stays queued for the next reader, such as GET /v1/events. A confirmed
+// event is gone for every reader, so give each MCP client its own
 // sessionKey when several watch the same gateway.
 //
 // # Client configuration

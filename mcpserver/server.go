@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/execmesh/execmesh/protocol"
@@ -45,6 +47,10 @@ type Options struct {
 	// for that long, which also ends its event forwarding (HTTPHandler
 	// only); 0 means 30 minutes, a negative value never.
 	SessionTimeout time.Duration
+	// AckTimeout bounds how long a client has to answer the ping that
+	// follows each system event (see forwardEvents): an event is
+	// confirmed only once the client answered it. 0 means 10 s.
+	AckTimeout time.Duration
 	// ApplyPatch reports whether to offer the apply_patch tool too (the
 	// gateway's tools.exec.applyPatch.enabled). It is asked when a server
 	// is built: once for ServeStdio, per session for HTTPHandler, so a
@@ -59,6 +65,7 @@ const Logger = "execmesh"
 const (
 	defaultEventWait      = 25 * time.Second
 	defaultSessionTimeout = 30 * time.Minute
+	defaultAckTimeout     = 10 * time.Second
 	// minEventInterval paces an event source that answers at once with
 	// nothing, so a gateway that ignores waitMs cannot make a busy loop.
 	minEventInterval = time.Second
@@ -80,6 +87,11 @@ type server struct {
 	// wg counts the goroutines of every session's event forwarding, so
 	// that ServeStdio returns only after they have ended.
 	wg sync.WaitGroup
+	// levels holds each session's logging level (*mcp.ServerSession →
+	// mcp.LoggingLevel) as the client set it: the SDK drops a message below it
+	// without an error, so an event is not sent (and not confirmed) to a
+	// session that would drop it.
+	levels sync.Map
 }
 
 // New returns an MCP server exposing the exec and process tools, each call
@@ -98,6 +110,9 @@ func newServer(inv Invoker, opts Options) *server {
 	}
 	if opts.EventWait <= 0 {
 		opts.EventWait = defaultEventWait
+	}
+	if opts.AckTimeout <= 0 {
+		opts.AckTimeout = defaultAckTimeout
 	}
 	log := opts.Logger
 	if log == nil {
@@ -121,7 +136,7 @@ func newServer(inv Invoker, opts Options) *server {
 	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "execmesh", Title: "execmesh", Version: opts.Version}, so)
 	if !opts.DisableEvents {
-		s.mcp.AddReceivingMiddleware(defaultLogLevel)
+		s.mcp.AddReceivingMiddleware(s.trackLogLevel)
 	}
 	s.mcp.AddTool(execTool(), s.handler(protocol.ToolExec))
 	s.mcp.AddTool(processTool(), s.handler(protocol.ToolProcess))
@@ -163,26 +178,43 @@ func (s *server) handler(tool string) mcp.ToolHandler {
 	}
 }
 
-// defaultLogLevel sets a new session's logging level to info right after
-// the initialize handshake. The SDK sends no log message until the client
-// sets a level, and MCP lets a server choose what to send before that;
-// exit notices are the point of the logging capability here, and many
-// clients never call logging/setLevel. A client that does call it later
-// overrides this.
-func defaultLogLevel(next mcp.MethodHandler) mcp.MethodHandler {
+// trackLogLevel sets a new session's logging level to info right after
+// the initialize handshake, and records every level the session gets.
+// The SDK sends no log message until the client sets a level, and MCP
+// lets a server choose what to send before that; exit notices are the
+// point of the logging capability here, and many clients never call
+// logging/setLevel. A client that does call it later overrides this.
+func (s *server) trackLogLevel(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		res, err := next(ctx, method, req)
-		if method != "initialize" || err != nil {
+		if err != nil {
 			return res, err
 		}
-		if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+		ss, ok := req.GetSession().(*mcp.ServerSession)
+		if !ok {
+			return res, nil
+		}
+		switch method {
+		case "initialize":
 			set := &mcp.ServerRequest[*mcp.SetLoggingLevelParams]{Session: ss, Params: &mcp.SetLoggingLevelParams{Level: "info"}}
 			if _, lerr := next(ctx, "logging/setLevel", set); lerr != nil {
 				return nil, lerr
 			}
+			s.levels.Store(ss, mcp.LoggingLevel("info"))
+		case "logging/setLevel":
+			if p, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok && p != nil {
+				s.levels.Store(ss, p.Level)
+			}
 		}
 		return res, nil
 	}
+}
+
+// takesInfo reports whether the session's logging level lets an info
+// message through: debug or info (MCP's levels are syslog's).
+func (s *server) takesInfo(ss *mcp.ServerSession) bool {
+	l, _ := s.levels.Load(ss)
+	return l == mcp.LoggingLevel("info") || l == mcp.LoggingLevel("debug")
 }
 
 // forward starts the event forwarding of one session: a goroutine that
@@ -193,6 +225,7 @@ func (s *server) forward(ss *mcp.ServerSession) {
 	s.wg.Go(func() {
 		_ = ss.Wait()
 		cancel()
+		s.levels.Delete(ss)
 	})
 	s.wg.Go(func() {
 		defer cancel()
@@ -201,18 +234,27 @@ func (s *server) forward(ss *mcp.ServerSession) {
 }
 
 // forwardEvents sends every system event of the session key as a logging
-// notification until ctx ends. An event is confirmed only once the session
-// took it: one that cannot be sent (no stream is connected, the session is
-// closing) stays queued for the next reader, and forwarding pauses with a
-// growing delay before it tries again.
+// notification until ctx ends. An event is confirmed only once the client
+// has it: one that cannot be sent (no stream is connected, the session is
+// closing, its logging level is above info) or whose delivery the client
+// does not confirm stays queued for the next reader, and forwarding pauses
+// with a growing delay before it tries again.
+//
+// A notification has no answer, and a transport's write succeeding says
+// nothing about the client: a streamable-HTTP stream whose client is gone
+// but whose connection the server has not seen close yet (a network path
+// that died, a suspended machine, a killed process in the moment before
+// its socket closes) takes writes into socket buffers that nobody reads.
+// So each event is followed by a ping on the same stream: the client
+// answers it only after it has read what came before. An event may thus
+// come twice (the answer was lost), never not at all.
 func (s *server) forwardEvents(ctx context.Context, ss *mcp.ServerSession) {
 	backoff := minEventInterval
 	for ctx.Err() == nil {
 		start := time.Now()
 		sent := false
 		err := s.inv.Follow(ctx, s.opts.EventWait, func(ev protocol.SystemEvent) error {
-			msg := &mcp.LoggingMessageParams{Level: "info", Logger: Logger, Data: ev}
-			if err := ss.Log(ctx, msg); err != nil {
+			if err := s.deliver(ctx, ss, ev); err != nil {
 				return &undelivered{err}
 			}
 			sent = true
@@ -234,6 +276,29 @@ func (s *server) forwardEvents(ctx context.Context, ss *mcp.ServerSession) {
 		sleep(ctx, backoff)
 		backoff = min(2*backoff, maxEventBackoff)
 	}
+}
+
+// errLevel is a session whose logging level is above info.
+var errLevel = errors.New("the client's logging level is above info")
+
+// deliver sends ev to the session's client and returns once the client has
+// confirmed it by answering a ping (an error answer is an answer too).
+func (s *server) deliver(ctx context.Context, ss *mcp.ServerSession, ev protocol.SystemEvent) error {
+	if !s.takesInfo(ss) {
+		return errLevel
+	}
+	// A context of its own (not a request's): the SDK sends both on the
+	// session's standalone stream, in this order.
+	if err := ss.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: Logger, Data: ev}); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.opts.AckTimeout)
+	defer cancel()
+	err := ss.Ping(pctx, nil)
+	if err != nil && !errors.As(err, new(*jsonrpc.Error)) {
+		return fmt.Errorf("the client did not confirm the event: %w", err)
+	}
+	return nil
 }
 
 // undelivered is a send that the session's transport refused.

@@ -84,6 +84,7 @@ type Agent struct {
 	pairing   string
 	refusals  int           // consecutive refused (re)connections
 	rejected  chan struct{} // closed once the node is rejected
+	notices   uint64        // pairing notices received, so an older answer does not undo one
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	svc       micro.Service
@@ -556,8 +557,18 @@ func (a *Agent) onExit(ev protocol.ExitEvent) {
 	}()
 }
 
-func (a *Agent) setPairing(status string) {
+func (a *Agent) setPairing(status string) { a.setPairingSince(^uint64(0), status) }
+
+// setPairingSince sets the pairing status from an announcement's answer
+// unless a notice came after the announcement was sent (notices counted
+// notices then; ^0 sets it anyway): the notice is newer than the answer.
+func (a *Agent) setPairingSince(notices uint64, status string) {
 	a.mu.Lock()
+	if notices != ^uint64(0) && a.notices != notices {
+		a.mu.Unlock()
+		a.log.Debug("pairing answer older than the gateway's notice ignored", "status", status)
+		return
+	}
 	old := a.pairing
 	a.pairing = status
 	a.mu.Unlock()
@@ -668,6 +679,9 @@ func (a *Agent) announce(ctx context.Context, nc *nats.Conn) {
 		Platform: a.platform, Version: a.cfg.Version, Instance: a.instance,
 	}
 	b, _ := json.Marshal(req)
+	a.mu.Lock()
+	notices := a.notices
+	a.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, announceTimeout)
 	defer cancel()
 	m, err := bus.RequestChunked(rctx, nc, a.subj.PairRequest, b, nil)
@@ -685,7 +699,7 @@ func (a *Agent) announce(ctx context.Context, nc *nats.Conn) {
 		a.log.Warn("pairing request refused", "err", resp.Error.Message)
 		return
 	}
-	a.setPairing(resp.Status)
+	a.setPairingSince(notices, resp.Status)
 }
 
 // sessionCount is the number of sessions the session core holds.

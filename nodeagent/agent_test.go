@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -630,5 +631,44 @@ func TestNodeNoServerConfigured(t *testing.T) {
 	}
 	if _, err := New(Config{Security: "most", StateDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "Security") {
 		t.Fatalf("bad security: %v", err)
+	}
+}
+
+// TestNodePairingNoticeWinsOverStaleAnswer: the gateway's pairing notice
+// (the operator approved) can overtake the answer to an announcement
+// the gateway computed just before: that older "pending" must not undo
+// the newer "paired" (the node would refuse work until it asked again).
+func TestNodePairingNoticeWinsOverStaleAnswer(t *testing.T) {
+	h := newHarness(t, nil)
+	var announces atomic.Int32
+	answered := make(chan struct{})
+	sub, err := h.nc.Subscribe(protocol.Subjects("execmesh").PairRequest, func(m *nats.Msg) {
+		status := PairingPaired
+		if announces.Add(1) == 1 {
+			// Approved while this announcement is in flight: the notice
+			// first, then the answer from before the decision.
+			if _, err := h.raw(protocol.NodeEndpointPairing, []byte(`{"status":"paired"}`), nil); err != nil {
+				t.Errorf("pairing notice: %v", err)
+			}
+			defer close(answered)
+			status = PairingPending
+		}
+		b, _ := json.Marshal(PairResponse{Status: status, NodeID: h.a.ID()})
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	select {
+	case <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node did not announce itself")
+	}
+	// Several heartbeats: a node that took the stale answer is pending
+	// and announces itself again.
+	time.Sleep(300 * time.Millisecond)
+	if p, n := h.a.Pairing(), announces.Load(); p != PairingPaired || n != 1 {
+		t.Fatalf("pairing %q after %d announcements, want paired after one", p, n)
 	}
 }

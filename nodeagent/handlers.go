@@ -71,6 +71,9 @@ func (a *Agent) handlePairing(_ context.Context, req micro.Request) ([]byte, err
 			a.log.Info("trusting the gateway's approval signing key", "keys", n.GatewayKeys)
 		}
 	}
+	a.mu.Lock()
+	a.notices++
+	a.mu.Unlock()
 	a.setPairing(n.Status)
 	return []byte("{}"), nil
 }

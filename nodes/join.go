@@ -63,15 +63,7 @@ func (r *Registry) Invite(ctx context.Context, name string, ttl time.Duration) (
 		return Invite{}, protocol.Errorf(protocol.ErrConflict,
 			"join codes need the gateway's embedded NATS server; with an external NATS cluster give nodes credentials with NATS's account tooling (deploy/) and pair them with `execmesh nodes approve`")
 	}
-	wctx, cancel := context.WithTimeout(ctx, readyWait)
-	select {
-	case <-r.joinsSet:
-	case <-wctx.Done():
-	}
-	cancel()
-	r.mu.Lock()
-	kv := r.joins
-	r.mu.Unlock()
+	kv := r.awaitJoins(ctx)
 	if kv == nil {
 		return Invite{}, errNotReady
 	}
@@ -100,6 +92,20 @@ func (r *Registry) Invite(ctx context.Context, name string, ttl time.Duration) (
 	}
 	r.log.Info("join code issued", "name", name, "expiresAt", time.UnixMilli(inv.ExpiresAt), "oneTimeUser", inv.User != "")
 	return Invite{Code: code, Command: "execmesh node --join " + code, ExpiresAtMs: inv.ExpiresAt}, nil
+}
+
+// awaitJoins returns the join-code bucket once it is open, waiting up to
+// readyWait (JetStream starting); nil when it is not.
+func (r *Registry) awaitJoins(ctx context.Context) jetstream.KeyValue {
+	wctx, cancel := context.WithTimeout(ctx, readyWait)
+	defer cancel()
+	select {
+	case <-r.joinsSet:
+	case <-wctx.Done():
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.joins
 }
 
 func encodeJoinCode(c protocol.JoinCode) (string, error) {
@@ -241,11 +247,14 @@ func (r *Registry) redeem(ctx context.Context, req protocol.NodePairRequest) pro
 	if err != nil || kp.Verify(protocol.JoinSignedText(req.JoinSecret, req.PublicKey), sig) != nil {
 		return refuse(protocol.ErrDenied, "join: the signature does not match the node's public key")
 	}
-	r.mu.Lock()
-	kv := r.joins
-	r.mu.Unlock()
-	if kv == nil || req.JoinSecret == "" {
+	if req.JoinSecret == "" {
 		return refuse(protocol.ErrNotFound, "join code is not valid: it was never issued by this gateway, or it expired long ago")
+	}
+	// Every gateway answers a join request, the first answer counts: one
+	// that has not opened the bucket yet must not call the code unknown.
+	kv := r.awaitJoins(ctx)
+	if kv == nil {
+		return refuse(protocol.ErrUnavailable, "join codes are not available yet (JetStream starting); retry")
 	}
 	key := secretKey(req.JoinSecret)
 	for attempt := 0; ; attempt++ {

@@ -67,7 +67,7 @@ func (r *Registry) applyRecord(kve jetstream.KeyValueEntry) {
 	old := e.rec
 	if deleted {
 		e.rec = record{ID: id, PublicKey: old.PublicKey, Name: old.Name, Pairing: protocol.NodePairingPending}
-		e.stored, e.revision = false, 0
+		e.stored, e.revision = false, kve.Revision()
 	} else {
 		if rec.PublicKey == "" {
 			rec.PublicKey = old.PublicKey
@@ -178,7 +178,7 @@ func (r *Registry) store(ctx context.Context, id string, update func(rec *record
 	if err != nil {
 		return record{}, err
 	}
-	rec, _, changed, err := bus.UpdateKey(ctx, kv, id, func(rec *record, exists bool) bool {
+	rec, rev, changed, err := bus.UpdateKey(ctx, kv, id, func(rec *record, exists bool) bool {
 		if !exists || rec.ID == "" {
 			// Not stored yet: what the registry knows of it (a pending
 			// node's key and name).
@@ -194,23 +194,32 @@ func (r *Registry) store(ctx context.Context, id string, update func(rec *record
 	if err != nil {
 		return record{}, protocol.Errorf(protocol.ErrUnavailable, "node registry: %v", err)
 	}
-	if changed {
-		r.applyLocal(rec)
+	if changed || rev != 0 {
+		// Written, or what the bucket holds is in force: the cache may
+		// not have it from the watch yet (another gateway wrote it a
+		// moment ago), and the caller reads the cache.
+		r.applyLocal(rec, rev)
 	}
 	return rec, nil
 }
 
-// applyLocal puts a record just written into the cache at once (the
-// watch confirms it shortly).
-func (r *Registry) applyLocal(rec record) {
+// applyLocal puts a record just written (or read) at revision rev into
+// the cache at once (the watch confirms it shortly), unless the watch
+// brought that revision or a newer one already: a write's answer can come
+// after the watch delivered another gateway's later write.
+func (r *Registry) applyLocal(rec record, rev uint64) {
 	r.mu.Lock()
 	e := r.nodes[rec.ID]
 	if e == nil {
 		e = &entry{interval: DefaultHeartbeatInterval, firstSeen: r.opts.Now()}
 		r.nodes[rec.ID] = e
 	}
+	if rev <= e.revision {
+		r.mu.Unlock()
+		return
+	}
 	old := e.rec
-	e.rec, e.stored = rec, true
+	e.rec, e.stored, e.revision = rec, true, rev
 	if rec.Pairing == protocol.NodePairingRejected {
 		r.goSilentLocked(e, "was rejected")
 	}

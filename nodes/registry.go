@@ -181,7 +181,7 @@ type record struct {
 // entry is the registry's view of one node. Guarded by Registry.mu.
 type entry struct {
 	rec       record
-	revision  uint64 // KV revision of rec; 0 when not stored
+	revision  uint64 // KV revision of rec (or of its deletion); 0 when never stored
 	stored    bool
 	firstSeen time.Time
 	lastSeen  time.Time
@@ -192,6 +192,7 @@ type entry struct {
 	hb        protocol.NodeHeartbeat
 	live      bool
 	timer     *time.Timer // presence expiry
+	ghost     *time.Timer // drops a pending node silent for GhostTTL
 	// epoch ends (with cause hostbus.ErrSilent) when the node goes silent
 	// or a new run replaces the one that was live; requests in flight
 	// are tied to it.
@@ -309,8 +310,10 @@ func (r *Registry) Close(ctx context.Context) error {
 	cons := r.consumer
 	r.consumer = nil
 	for _, e := range r.nodes {
-		if e.timer != nil {
-			e.timer.Stop()
+		for _, t := range []*time.Timer{e.timer, e.ghost} {
+			if t != nil {
+				t.Stop()
+			}
 		}
 	}
 	r.mu.Unlock()
@@ -531,9 +534,10 @@ func (r *Registry) Select(ctx context.Context, requested, bound string) (Node, e
 // AwaitLive returns node id, first waiting (within ctx) for it to become
 // live when it may just not have been heard yet: this registry started
 // less than a presence TTL ago and no heartbeat of the node came since,
-// or a heartbeat came and its liveness probe is under way. A gateway that
-// just started thereby reaches the nodes that are there instead of
-// calling them unreachable.
+// or a heartbeat came and its liveness probe is under way. A registry
+// that has not read the registry bucket yet first waits for it, as long.
+// A gateway that just started thereby reaches the nodes that are there
+// instead of calling them unreachable or unknown.
 func (r *Registry) AwaitLive(ctx context.Context, id string) (Node, bool) {
 	n := r.awaitLive(ctx, id)
 	return n, n.ID != ""
@@ -541,7 +545,8 @@ func (r *Registry) AwaitLive(ctx context.Context, id string) (Node, bool) {
 
 func (r *Registry) awaitLive(ctx context.Context, id string) Node {
 	if r.awaitReady(ctx) != nil {
-		return r.nodeOf(id)
+		n, _ := r.Get(id)
+		return n
 	}
 	var t *time.Timer
 	defer func() {
@@ -549,6 +554,10 @@ func (r *Registry) awaitLive(ctx context.Context, id string) Node {
 			t.Stop()
 		}
 	}()
+	// limit bounds the whole wait: until the first heartbeat is due,
+	// then one probe, so a node that beats but never answers is not
+	// waited for probe after probe.
+	var limit time.Time
 	for {
 		r.mu.Lock()
 		e := r.nodes[id]
@@ -558,6 +567,13 @@ func (r *Registry) awaitLive(ctx context.Context, id string) Node {
 		}
 		n := r.nodeLocked(e)
 		now := r.opts.Now()
+		if limit.IsZero() {
+			limit = r.started.Add(r.presenceTTLLocked(e))
+			if limit.Before(now) {
+				limit = now
+			}
+			limit = limit.Add(probeTimeout)
+		}
 		var until time.Time
 		switch {
 		case e.live:
@@ -568,30 +584,26 @@ func (r *Registry) awaitLive(ctx context.Context, id string) Node {
 		}
 		ch := r.liveCh
 		r.mu.Unlock()
+		if until.After(limit) {
+			until = limit
+		}
 		if until.IsZero() || !now.Before(until) {
 			return n
 		}
 		if t == nil {
 			t = time.NewTimer(until.Sub(now))
+		} else {
+			t.Reset(until.Sub(now))
 		}
+		// Look again when the wait is over: a heartbeat that came
+		// meanwhile may have a probe under way, which is waited for.
 		select {
 		case <-ch:
 		case <-t.C:
-			return r.nodeOf(id)
 		case <-ctx.Done():
 			return n
 		}
 	}
-}
-
-// nodeOf returns the view of node id (zero when unknown).
-func (r *Registry) nodeOf(id string) Node {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if e := r.nodes[id]; e != nil {
-		return r.nodeLocked(e)
-	}
-	return Node{}
 }
 
 // UnreachableError is the retryable error for a node that is not
@@ -659,11 +671,9 @@ func (r *Registry) markDown(id string) {
 }
 
 // goSilentLocked marks e not live and ends its epoch, why completing
-// "the host …". r.mu is held.
+// "the host …". r.mu is held. The presence timer keeps running: its
+// expiry is what drops a pending node that stays silent (GhostTTL).
 func (r *Registry) goSilentLocked(e *entry, why string) {
-	if e.timer != nil {
-		e.timer.Stop()
-	}
 	if e.live {
 		r.log.Info("node unreachable", "node", e.rec.ID)
 	}
@@ -771,8 +781,12 @@ func (r *Registry) expire(id string) {
 	}
 	r.goSilentLocked(e, "stopped sending heartbeats")
 	if e.rec.Pairing == protocol.NodePairingPending && !e.stored {
-		// Forget pending ghosts after GhostTTL of silence.
-		e.timer = time.AfterFunc(r.opts.GhostTTL, func() { r.dropGhost(id) })
+		// Forget pending ghosts after GhostTTL of silence. A timer of
+		// its own: the presence timer times the node if it comes back.
+		if e.ghost != nil {
+			e.ghost.Stop()
+		}
+		e.ghost = time.AfterFunc(r.opts.GhostTTL, func() { r.dropGhost(id) })
 	}
 }
 
