@@ -49,6 +49,8 @@ type Manager struct {
 	closeDone  chan struct{}
 	wg         sync.WaitGroup
 
+	records recordSlots // the state dir's record files (records.go)
+
 	snapMu      sync.Mutex // guards snap and snapReading (process-group containment)
 	snap        *procSnapshot
 	snapReading chan struct{} // closed when the /proc read in progress ends
@@ -623,6 +625,7 @@ func (m *Manager) Close(ctx context.Context) error {
 			result = multierror.Append(result, err)
 		}
 	}
+	m.removeFreeSlots()
 	if m.ownReaper {
 		if err := m.reaper.Close(ctx); err != nil {
 			result = multierror.Append(result, err)
