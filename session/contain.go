@@ -647,14 +647,16 @@ func (t *cgroupTree) recycle() bool {
 	if t.removed || t.watchSet {
 		return false
 	}
-	b, err := os.ReadFile(t.dir.Path + "/cgroup.events")
-	if err != nil || !bytes.Contains(b, []byte("populated 0\n")) || !bytes.Contains(b, []byte("frozen 0\n")) || t.dir.Descendants() != 0 {
+	var buf [128]byte
+	b, ok := readRaw(t.dir.Path+"/cgroup.events", buf[:])
+	if !ok || !bytes.Contains(b, []byte("populated 0\n")) || !bytes.Contains(b, []byte("frozen 0\n")) || t.dir.Descendants() != 0 {
 		return false
 	}
 	if t.limits.CPUMax > 0 && t.dir.Write("cpu.max", "max") != nil {
 		return false
 	}
 	g := spareGroup{dir: t.dir}
+	var err error
 	if g.cpuUser, g.cpuSys, err = t.dir.CPUStat(); err != nil || !cg.putSpare(g) {
 		return false
 	}
