@@ -559,13 +559,16 @@ func (a *Agent) setPairing(status string) {
 
 // presenceLoop publishes heartbeats every interval, and announces the
 // node (a pairing request) when the connection comes up or comes back
-// and, while the node is not paired, with every heartbeat.
+// and, while the node is not paired, with every heartbeat. It sleeps
+// between heartbeats: the connection's status events wake it (an idle
+// agent wakes once per interval, not ten times a second), and every
+// heartbeat looks at the connection too, in case an event was dropped.
 func (a *Agent) presenceLoop(ctx context.Context) {
 	hb := time.NewTicker(a.cfg.HeartbeatInterval)
 	defer hb.Stop()
-	watch := time.NewTicker(min(100*time.Millisecond, a.cfg.HeartbeatInterval))
-	defer watch.Stop()
 	nc := a.Conn()
+	status := nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(status)
 	var lastReconnects uint64
 	wasConnected := false
 	for {
@@ -580,13 +583,16 @@ func (a *Agent) presenceLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-hb.C:
-			if nc.IsConnected() {
+			if nc.IsConnected() && nc.Stats().Reconnects == lastReconnects {
 				a.beat(nc)
 				if a.Pairing() != PairingPaired {
 					a.announce(ctx, nc)
 				}
 			}
-		case <-watch.C:
+		case _, ok := <-status:
+			if !ok {
+				status = nil // closed: heartbeats alone look at the connection
+			}
 		}
 	}
 }
