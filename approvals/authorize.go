@@ -202,7 +202,9 @@ type Authorization struct {
 // The error is only for a Decision Authorize does not know.
 //
 // Hashing happens only for commands that need approval (to build the
-// binding) and when a decision allows one (to check it).
+// binding) and when a decision allows one (to check it). Under security
+// full with ask off or on-miss the command is not evaluated at all: the
+// Authorization is Allow with no Evaluation and no allow-always paths.
 func Authorize(req Request) (Authorization, error) {
 	switch req.Decision {
 	case "", DecisionAllowOnce, DecisionAllowAlways, DecisionDeny, DecisionTimeout:
@@ -216,6 +218,13 @@ func Authorize(req Request) (Authorization, error) {
 	sec, ok := NormalizeSecurity(p.Security)
 	if !ok || sec == SecurityDeny {
 		return Authorization{Verdict: Deny, Reason: DenySecurity(req.Host)}, nil
+	}
+	if ask, ok := NormalizeAsk(p.Ask); sec == SecurityFull && ok && ask != AskAlways {
+		// Nothing can refuse or ask (Decide allows every command under
+		// security full without ask always), so nothing is evaluated:
+		// no PATH lookups, no parse. A Decision is ignored, as for any
+		// command that needs no approval.
+		return Authorization{Verdict: Allow, AskFallback: p.AskFallback}, nil
 	}
 	home := req.Home
 	if home == "" {

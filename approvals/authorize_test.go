@@ -104,6 +104,14 @@ func TestAuthorize(t *testing.T) {
 	if a, _ := Authorize(authReq(h, "id; ls", full)); a.Verdict != Allow || a.Argv != nil || a.Env != nil {
 		t.Errorf("security full: %+v", a)
 	}
+	// Under security full without ask always nothing is evaluated: no
+	// program is looked up, nothing can be allowlisted.
+	for _, ask := range []string{AskOff, AskOnMiss} {
+		a, _ := Authorize(authReq(h, "ls", Policy{Security: SecurityFull, Ask: ask}))
+		if a.Verdict != Allow || len(a.Evaluation.Segments) != 0 || a.AllowAlwaysPaths != nil || a.AllowAlways {
+			t.Errorf("security full, ask %s: evaluated (%+v)", ask, a)
+		}
+	}
 	if a, _ := Authorize(authReq(h, "id", Policy{Security: SecurityDeny})); a.Verdict != Deny || a.Reason != "exec denied: host=gateway security=deny" {
 		t.Errorf("deny: %+v", a)
 	}

@@ -213,15 +213,17 @@ func RequestChunked(ctx context.Context, nc *nats.Conn, subject string, data []b
 		}
 	}()
 
+	// A channel subscription sized for what flow control lets be in
+	// flight: SubscribeSync would allocate a channel of the connection's
+	// SubChanLen (64 Ki messages, 512 KiB) per request, which cost more
+	// than the rest of a request.
 	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	ch := make(chan *nats.Msg, replyBuffer(nc))
+	sub, err := nc.ChanSubscribe(inbox, ch)
 	if err != nil {
 		return nil, fmt.Errorf("bus: request %s: %w", subject, err)
 	}
 	defer sub.Unsubscribe() //nolint:errcheck // best effort; the inbox is unique
-	if err := SetPendingLimits(sub); err != nil {
-		return nil, err
-	}
 	req := &nats.Msg{Subject: subject, Reply: inbox, Data: data, Header: hdr}
 	if err := nc.PublishMsg(req); err != nil {
 		return nil, fmt.Errorf("bus: request %s: %w", subject, err)
@@ -229,23 +231,21 @@ func RequestChunked(ctx context.Context, nc *nats.Conn, subject string, data []b
 
 	var asm assembler
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("bus: request %s: %w: %w", subject, ErrUnreachable, err)
-		}
-		if err != nil {
+		var m *nats.Msg
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
 			if cause := context.Cause(ctx); errors.Is(cause, ErrConnectionLost) {
 				return nil, fmt.Errorf("bus: request %s: %w (%d of %d parts)", subject, cause, asm.got, asm.n)
 			}
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("bus: request %s: %w (%d of %d parts)", subject, ctx.Err(), asm.got, asm.n)
-			}
-			return nil, fmt.Errorf("bus: request %s: %w", subject, err)
+			return nil, fmt.Errorf("bus: request %s: %w (%d of %d parts)", subject, ctx.Err(), asm.got, asm.n)
+		}
+		if m == nil {
+			return nil, fmt.Errorf("bus: request %s: %w", subject, ErrConnectionLost)
 		}
 		if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-			// nats.go turns this into ErrNoResponders above; kept for
-			// a status message that reaches us anyway.
-			return nil, fmt.Errorf("bus: request %s: %w", subject, ErrUnreachable)
+			// No responders: the server's status message.
+			return nil, fmt.Errorf("bus: request %s: %w: %w", subject, ErrUnreachable, nats.ErrNoResponders)
 		}
 		done, err := asm.add(m)
 		if err != nil {
@@ -262,6 +262,14 @@ func RequestChunked(ctx context.Context, nc *nats.Conn, subject string, data []b
 			return asm.msg(inbox), nil
 		}
 	}
+}
+
+// replyBuffer is the number of reply parts RequestChunked buffers: what
+// RespondChunked's flow control keeps unacknowledged (two windows) and
+// the parts after the last acknowledgement, with room to spare.
+func replyBuffer(nc *nats.Conn) int {
+	window := max(FlowWindow/ChunkSize(nc), 1)
+	return 2*window + 8
 }
 
 // assembler collects the parts of one chunked reply.

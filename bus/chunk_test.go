@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -313,5 +314,32 @@ func TestChunkedMicro(t *testing.T) {
 	var se *bus.ServiceError
 	if err := bus.ReplyError(m); !errors.As(err, &se) || se.Code != "404" || se.Description != "unknown session" {
 		t.Fatalf("ReplyError = %v", err)
+	}
+}
+
+// TestRequestChunkedBuffer: a request allocates a reply buffer for what
+// flow control lets be in flight, not a channel of the connection's
+// SubChanLen (64 Ki messages, 512 KiB) per request.
+func TestRequestChunkedBuffer(t *testing.T) {
+	s := bustest.StartServer(t)
+	nc := bustest.Connect(t, s, bus.ClientConfig{Name: "c", InProcess: s})
+	if _, err := nc.Subscribe("svc", func(m *nats.Msg) { _ = bus.RespondChunked(nc, m.Reply, []byte("pong"), nil) }); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := bus.RequestChunked(ctx, nc, "svc", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		if _, err := bus.RequestChunked(ctx, nc, "svc", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 64<<10 {
+		t.Errorf("%d bytes allocated per request", per)
 	}
 }

@@ -98,6 +98,8 @@ type Local struct {
 	baseEnv   map[string]string
 	loginPath func() string
 	settings  atomic.Pointer[Settings]
+	approvals *approvals.FileCache // the host's exec-approvals.json; nil without a state dir
+	envCache  envCache             // the environment of calls without overrides (env.go)
 
 	mu   sync.Mutex
 	used map[string]time.Time // approval ids already acted on, until their decision expires
@@ -140,6 +142,9 @@ func NewLocal(cfg Config) (*Local, error) {
 	}
 	if l.loginPath == nil {
 		l.loginPath = func() string { return "" }
+	}
+	if cfg.StateDir != "" {
+		l.approvals = approvals.NewFileCache(approvals.Path(cfg.StateDir))
 	}
 	l.settings.Store(&Settings{})
 	scfg := cfg.Session

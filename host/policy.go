@@ -41,10 +41,10 @@ func (l *Local) policy(security, ask, agentID string, s *Settings) approvals.Pol
 		p.AskFallback = approvals.SecurityDeny
 		return p
 	}
-	path := approvals.Path(l.cfg.StateDir)
-	f, _, err := approvals.Load(path)
+	// Read when it changed, not per call (approvals.FileCache).
+	f, err := l.approvals.Load()
 	if err != nil {
-		l.log.Warn("exec approvals file unusable; treating it as empty", "path", path, "err", err)
+		l.log.Warn("exec approvals file unusable; treating it as empty", "path", l.approvals.Path(), "err", err)
 	}
 	if f == nil {
 		f = approvals.NewFile()

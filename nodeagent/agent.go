@@ -618,13 +618,16 @@ func (a *Agent) Rejected() <-chan struct{} { return a.rejected }
 
 // presenceLoop publishes heartbeats every interval, and announces the
 // node (a pairing request) when the connection comes up or comes back
-// and, while the node is not paired, with every heartbeat.
+// and, while the node is not paired, with every heartbeat. It sleeps
+// between heartbeats: the connection's status events wake it (an idle
+// agent wakes once per interval, not ten times a second), and every
+// heartbeat looks at the connection too, in case an event was dropped.
 func (a *Agent) presenceLoop(ctx context.Context) {
 	hb := time.NewTicker(a.cfg.HeartbeatInterval)
 	defer hb.Stop()
-	watch := time.NewTicker(min(100*time.Millisecond, a.cfg.HeartbeatInterval))
-	defer watch.Stop()
 	nc := a.Conn()
+	status := nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(status)
 	var lastReconnects uint64
 	wasConnected := false
 	for {
@@ -639,7 +642,7 @@ func (a *Agent) presenceLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-hb.C:
-			if nc.IsConnected() {
+			if nc.IsConnected() && nc.Stats().Reconnects == lastReconnects {
 				a.mu.Lock()
 				a.refusals = 0
 				a.mu.Unlock()
@@ -648,7 +651,10 @@ func (a *Agent) presenceLoop(ctx context.Context) {
 					a.announce(ctx, nc)
 				}
 			}
-		case <-watch.C:
+		case _, ok := <-status:
+			if !ok {
+				status = nil // closed: heartbeats alone look at the connection
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -670,5 +671,65 @@ func TestNodePairingNoticeWinsOverStaleAnswer(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if p, n := h.a.Pairing(), announces.Load(); p != PairingPaired || n != 1 {
 		t.Fatalf("pairing %q after %d announcements, want paired after one", p, n)
+	}
+}
+
+// TestNodeHeartbeatAfterReconnect: with a heartbeat interval far longer
+// than the test, the agent still beats and announces itself as soon as
+// its connection comes back (the connection's status wakes it, not a
+// poll).
+func TestNodeHeartbeatAfterReconnect(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	srv := bustest.StartServer(t, bustest.WithListen(addr))
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.Name = "reconnecting"
+	cfg.Client = bus.ClientConfig{URLs: []string{srv.ClientURL()}}
+	cfg.HeartbeatInterval = time.Hour
+	cfg.Cwd = t.TempDir()
+	cfg.Session.Shell = "/bin/sh"
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_ = a.Close(ctx)
+	})
+	rctx, rcancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer rcancel()
+	if err := a.Ready(rctx); err != nil {
+		t.Fatalf("%v: status %v, last error %v, url %s", err, a.Conn().Status(), a.Conn().LastError(), srv.ClientURL())
+	}
+	if err := srv.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	srv2 := bustest.StartServer(t, bustest.WithListen(addr))
+	nc := bustest.Connect(t, srv2, bus.ClientConfig{Name: "watcher"})
+	presence, err := nc.SubscribeSync("execmesh.presence." + a.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pairing, err := nc.SubscribeSync("execmesh.pair.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := presence.NextMsg(20 * time.Second); err != nil {
+		t.Fatalf("no heartbeat after the reconnect: %v", err)
+	}
+	if _, err := pairing.NextMsg(5 * time.Second); err != nil {
+		t.Fatalf("no announcement after the reconnect: %v", err)
 	}
 }

@@ -500,11 +500,21 @@ func TestShortSessionsLeakNothing(t *testing.T) {
 			return fmt.Errorf("goroutines %d (before %d), fds %d (before %d)", g, g0, f, f0)
 		}
 		if m.cg != nil {
+			// Spare groups kept for reuse are bounded; nothing else stays.
+			m.cg.mu.Lock()
+			spare := map[string]bool{}
+			for _, g := range m.cg.spares {
+				spare[g.dir.Name()] = true
+			}
+			m.cg.mu.Unlock()
 			ents, _ := os.ReadDir(m.cg.dir.Path)
 			for _, e := range ents {
-				if e.IsDir() {
+				if e.IsDir() && !spare[e.Name()] {
 					return fmt.Errorf("session cgroup %s left", e.Name())
 				}
+			}
+			if len(spare) > maxSpareGroups {
+				return fmt.Errorf("%d spare cgroups kept, at most %d", len(spare), maxSpareGroups)
 			}
 		}
 		return nil
@@ -666,5 +676,45 @@ func TestStaleCgroupsRemoved(t *testing.T) {
 	}
 	if !live.Exists() {
 		t.Error("the group of a live process was removed")
+	}
+}
+
+// TestSpareGroupReuse: where groups may be reused (no memory or pids
+// controller), the next session is cloned into the empty group of the
+// last one, and reports only its own CPU time.
+func TestSpareGroupReuse(t *testing.T) {
+	requireCgroups(t)
+	t.Parallel()
+	m := newManager(t, func(c *Config) { c.Containment = ContainmentCgroup })
+	if !m.cg.reusable() {
+		t.Skipf("session groups have controllers %v: not reused", m.cg.controllers)
+	}
+	spares := func() []string {
+		m.cg.mu.Lock()
+		defer m.cg.mu.Unlock()
+		var out []string
+		for _, g := range m.cg.spares {
+			out = append(out, g.dir.Path)
+		}
+		return out
+	}
+	exe, _ := os.Executable()
+	burn := mustExec(t, m, ExecRequest{Command: fmt.Sprintf("%s=burn HELPER_BURN_MS=300 '%s'", helperEnv, exe)})
+	if u := burn.Details.Usage.Value(); u.CPUUserMs+u.CPUSystemMs < 250 {
+		t.Fatalf("burn: usage %+v", u)
+	}
+	var first []string
+	checkFor(t, waitLimit, 10*time.Millisecond, func() error {
+		if first = spares(); len(first) != 1 {
+			return fmt.Errorf("spare groups %v after one session, want its group", first)
+		}
+		return nil
+	})
+	res := mustExec(t, m, ExecRequest{Command: "echo $$; cat /proc/self/cgroup"})
+	if u := res.Details.Usage.Value(); u.CPUUserMs+u.CPUSystemMs > 100 {
+		t.Errorf("the next session in the reused group reports %+v: the last one's CPU time", u)
+	}
+	if rel := filepath.Base(first[0]); !strings.Contains(res.Text(), "0::/") || !strings.HasSuffix(strings.TrimSpace(res.Text()), "/"+rel) {
+		t.Errorf("next session ran in %q, want the spare %s", res.Text(), first[0])
 	}
 }

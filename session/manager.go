@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+	"golang.org/x/sys/unix"
 
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -48,6 +49,9 @@ type Manager struct {
 	resched    chan struct{} // wakes the janitor after retention changed
 	closeDone  chan struct{}
 	wg         sync.WaitGroup
+
+	records recordSlots // the state dir's record files (records.go)
+	nullFD  int         // /dev/null, every pipe session's stdin; -1 if it could not be opened
 
 	snapMu      sync.Mutex // guards snap and snapReading (process-group containment)
 	snap        *procSnapshot
@@ -99,12 +103,19 @@ func NewManager(cfg Config) (*Manager, error) {
 		removed:   map[string]*session{},
 		reserved:  map[string]bool{},
 		leftovers: map[string]tree{},
+		nullFD:    -1,
+	}
+	if fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+		m.nullFD = fd
 	}
 	if m.reaper == nil {
 		m.reaper = NewReaper(ReaperConfig{Logger: log})
 		m.ownReaper = true
 	}
 	fail := func(err error) (*Manager, error) {
+		if m.nullFD >= 0 {
+			_ = unix.Close(m.nullFD)
+		}
 		if m.cg != nil {
 			_ = m.cg.dir.Remove()
 		}
@@ -328,6 +339,19 @@ func (m *Manager) takenLocked(id string) bool {
 	_, a := m.sessions[id]
 	_, b := m.removed[id]
 	return a || b || m.reserved[id]
+}
+
+// devNull returns a descriptor of /dev/null for a child's stdin, opened
+// once per Manager, and what to call once the child has started.
+func (m *Manager) devNull() (int, func(), error) {
+	if m.nullFD >= 0 {
+		return m.nullFD, func() {}, nil
+	}
+	fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, nil, &os.PathError{Op: "open", Path: os.DevNull, Err: err}
+	}
+	return fd, func() { _ = unix.Close(fd) }, nil
 }
 
 // sessionEnv builds the command's environment.
@@ -622,6 +646,11 @@ func (m *Manager) Close(ctx context.Context) error {
 		if err := m.removeCgroup(); err != nil {
 			result = multierror.Append(result, err)
 		}
+	}
+	m.removeFreeSlots()
+	if m.nullFD >= 0 {
+		_ = unix.Close(m.nullFD) // no spawn runs after m.wg.Wait
+		m.nullFD = -1
 	}
 	if m.ownReaper {
 		if err := m.reaper.Close(ctx); err != nil {

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,9 +19,16 @@ import (
 )
 
 // Session records. A Manager with a state directory (Config.StateDir)
-// keeps one small file per session whose processes may be running,
-// <StateDir>/<seq>-<id>.json, written with one write(2) when the command
-// has started and removed when its last process is gone.
+// keeps one small file per session whose processes may be running, written
+// with one write(2) when the command has started and blanked when its last
+// process is gone. The files are slots, slot-<n>.json, reused from session
+// to session: a record overwrites the slot in place (padded with spaces to
+// what the slot held), and a blanked slot holds only spaces. Creating and
+// unlinking a file per session cost ~0.3 ms of CPU per command on ext4
+// (its inode allocator skips recently deleted inodes), more than the rest
+// of the session core; an overwrite costs a few microseconds. At most
+// maxFreeSlots blank slots are kept; the rest are removed, and Close
+// removes them all.
 // Nothing is synced: the files need to survive the daemon's death (kill
 // -9, a crash), not the machine's, whose reboot ends the processes too.
 // A new Manager on the same directory reads what a previous run left,
@@ -61,13 +70,31 @@ type LostSession struct {
 	Reason string
 }
 
-// recordPath is the file of a session's record.
-func (m *Manager) recordPath(name string) string {
-	return filepath.Join(m.cfg.StateDir, name+".json")
+// maxFreeSlots bounds the blank record slots a Manager keeps for reuse.
+const maxFreeSlots = 64
+
+// recordSlots hands out the state dir's record files.
+type recordSlots struct {
+	mu    sync.Mutex
+	next  int                   // number of the next new slot
+	free  []recordSlot          // blank slots
+	inUse map[string]recordSlot // tree name → its slot
 }
 
-// writeRecord records a started session; errors are logged, never fatal
-// (the session runs either way).
+// recordSlot is one file and the number of bytes it holds.
+type recordSlot struct {
+	n    int
+	size int
+}
+
+// recordPath is the file of a slot.
+func (m *Manager) recordPath(n int) string {
+	return filepath.Join(m.cfg.StateDir, "slot-"+strconv.Itoa(n)+".json")
+}
+
+// writeRecord records a started session, or (exited) that its leader's
+// exit was recorded while processes it started still run; errors are
+// logged, never fatal (the session runs either way).
 func (m *Manager) writeRecord(s *session, exited bool) {
 	if m.cfg.StateDir == "" {
 		return
@@ -84,31 +111,60 @@ func (m *Manager) writeRecord(s *session, exited bool) {
 	s.tree.where(&r)
 	b, err := json.Marshal(r)
 	if err == nil {
-		err = writeRecordFile(m.recordPath(s.treeName), b, exited)
+		err = m.storeRecord(s.treeName, b)
 	}
 	if err != nil {
 		s.log.Warn("cannot record the session in the state dir; a crash would leave it untracked", "err", err)
 	}
 }
 
-// writeRecordFile writes a record with one write(2), which a process's
-// death cannot cut in half: a new record is created exclusively (only a
-// kill between open and write can leave it empty, and an empty record is
-// dropped at recovery); the exited rewrite of an existing one goes to a
-// temporary file renamed over it.
-func writeRecordFile(path string, b []byte, replace bool) error {
-	if replace {
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o600); err != nil {
-			return err
+// storeRecord writes b into the slot of name, taking a slot when name has
+// none yet.
+func (m *Manager) storeRecord(name string, b []byte) error {
+	rs := &m.records
+	rs.mu.Lock()
+	sl, ok := rs.inUse[name]
+	if !ok {
+		if k := len(rs.free); k > 0 {
+			sl = rs.free[k-1]
+			rs.free = rs.free[:k-1]
+		} else {
+			sl = recordSlot{n: rs.next}
+			rs.next++
 		}
-		return os.Rename(tmp, path)
 	}
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	rs.mu.Unlock()
+	size, err := writeSlot(m.recordPath(sl.n), b, sl.size)
 	if err != nil {
-		return &os.PathError{Op: "create", Path: path, Err: err}
+		if !ok {
+			_ = os.Remove(m.recordPath(sl.n)) // not reused: its content is unknown
+		}
+		return err
 	}
-	n, err := unix.Write(fd, b)
+	sl.size = size
+	rs.mu.Lock()
+	if rs.inUse == nil {
+		rs.inUse = map[string]recordSlot{}
+	}
+	rs.inUse[name] = sl
+	rs.mu.Unlock()
+	return nil
+}
+
+// writeSlot writes b over the file at path with one write(2), padded with
+// spaces to what the file held (size bytes), which JSON ignores. A process's
+// death cannot cut a write of a record's size in half: the file holds the
+// old content (a blank slot or the record before) or the new one. It
+// returns the bytes the file now holds.
+func writeSlot(path string, b []byte, size int) (int, error) {
+	if len(b) < size {
+		b = append(b, bytes.Repeat([]byte{' '}, size-len(b))...)
+	}
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return 0, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	n, err := unix.Pwrite(fd, b, 0)
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
@@ -116,18 +172,59 @@ func writeRecordFile(path string, b []byte, replace bool) error {
 		err = fmt.Errorf("short write (%d of %d bytes)", n, len(b))
 	}
 	if err != nil {
-		return &os.PathError{Op: "write", Path: path, Err: err}
+		return 0, &os.PathError{Op: "write", Path: path, Err: err}
 	}
-	return nil
+	return max(size, len(b)), nil
 }
 
-// removeRecord drops the record of a session whose processes are gone.
+// removeRecord blanks the record of a tree whose processes are gone and
+// keeps its slot for the next session (or removes the file when enough
+// blank slots are kept).
 func (m *Manager) removeRecord(name string) {
 	if m.cfg.StateDir == "" || name == "" {
 		return
 	}
-	if err := os.Remove(m.recordPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	rs := &m.records
+	rs.mu.Lock()
+	sl, ok := rs.inUse[name]
+	delete(rs.inUse, name)
+	keep := len(rs.free) < maxFreeSlots
+	rs.mu.Unlock()
+	if !ok {
+		return
+	}
+	path := m.recordPath(sl.n)
+	var err error
+	if keep {
+		if _, err = writeSlot(path, nil, sl.size); err == nil {
+			rs.mu.Lock()
+			rs.free = append(rs.free, sl)
+			rs.mu.Unlock()
+			return
+		}
+	}
+	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	if err != nil {
 		m.log.Warn("cannot remove a session record", "err", err)
+	}
+}
+
+// removeFreeSlots removes the blank slots (Close).
+func (m *Manager) removeFreeSlots() {
+	if m.cfg.StateDir == "" {
+		return
+	}
+	rs := &m.records
+	rs.mu.Lock()
+	free := rs.free
+	rs.free = nil
+	rs.mu.Unlock()
+	for _, sl := range free {
+		if err := os.Remove(m.recordPath(sl.n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			m.log.Warn("cannot remove a blank session record", "err", err)
+		}
 	}
 }
 
@@ -153,6 +250,10 @@ func (m *Manager) recoverRecords() ([]LostSession, error) {
 			continue
 		}
 		b, err := os.ReadFile(path)
+		if err == nil && len(bytes.TrimSpace(b)) == 0 {
+			_ = os.Remove(path) // a blank slot (or a record cut at its open)
+			continue
+		}
 		var r record
 		if err == nil {
 			err = json.Unmarshal(b, &r)

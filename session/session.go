@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -67,7 +69,7 @@ type session struct {
 	limits       protocol.Limits
 	log          *slog.Logger
 
-	cmd         *exec.Cmd // started only: its process handle is released (see releaseProcess)
+	cmd         *exec.Cmd // PTY sessions only: its process handle is released (see releaseProcess)
 	pid         int
 	leaderStart uint64
 	tree        tree            // the containment of its processes
@@ -137,69 +139,135 @@ func (s *session) spawn(argv, env []string, limits protocol.Limits) (warning str
 	return warning, s.startPipes(argv, env)
 }
 
-func (s *session) startPipes(argv, env []string) error {
-	// No exec.CommandContext and Cancel: termination (SIGTERM to the whole
-	// tree, SIGKILL after KillGrace) follows the session context
-	// (Manager.terminate).
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = s.cwd
-	cmd.Env = env
-	// Stdin stays nil: the command reads /dev/null, so anything waiting
-	// for input sees EOF instead of hanging.
-	//
+// startPipes starts the command on two pipes, stdin from /dev/null, with
+// the fewest system calls Go allows: syscall.ForkExec on raw descriptors
+// (os/exec would open /dev/null, register the child's ends with the poller
+// only to unregister them, and keep a pidfd the Reaper does not need).
+func (s *session) startPipes(argv, env []string) (err error) {
+	path, err := lookPath(argv[0])
+	if err != nil {
+		return err
+	}
+	env, err = dedupEnv(env)
+	if err != nil {
+		return err
+	}
 	// The pipes are the session's own rather than os/exec's: after the
 	// exit the session decides how long to wait for the rest of the
-	// output (drainOutput), where os/exec's WaitDelay would cut a reader
-	// that is merely late.
-	var w [2]*os.File
-	for i := range s.pipes {
-		r, wr, err := os.Pipe()
-		if err != nil {
-			closeFiles(s.pipes[:]...)
-			closeFiles(w[:]...)
-			s.pipes = [2]*os.File{}
-			return err
+	// output (drainOutput).
+	var p [2][2]int
+	closeRaw := func() {
+		for i := range p {
+			for _, fd := range p[i] {
+				if fd > 0 {
+					_ = unix.Close(fd)
+				}
+			}
 		}
-		s.pipes[i], w[i] = r, wr
 	}
-	cmd.Stdout, cmd.Stderr = w[0], w[1]
+	for i := range p {
+		if err := unix.Pipe2(p[i][:], unix.O_CLOEXEC); err != nil {
+			closeRaw()
+			return os.NewSyscallError("pipe2", err)
+		}
+	}
 	// Its own process group, so the tree can be signalled as one.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	started, err := s.tree.prepare(cmd.SysProcAttr)
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	started, err := s.tree.prepare(attr)
 	if err != nil {
-		closeFiles(s.pipes[:]...)
-		closeFiles(w[:]...)
-		s.pipes = [2]*os.File{}
+		closeRaw()
+		return err
+	}
+	// stdin is /dev/null: anything waiting for input sees EOF instead of
+	// hanging.
+	stdin, release, err := s.m.devNull()
+	if err != nil {
+		started(0)
+		closeRaw()
 		return err
 	}
 	register := s.m.reaper.spawn()
-	err = cmd.Start()
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Dir:   s.cwd,
+		Env:   env,
+		Files: []uintptr{uintptr(stdin), uintptr(p[0][1]), uintptr(p[1][1])},
+		Sys:   attr,
+	})
+	release()
 	// The child has its copies; ours would keep the pipes open for ever.
-	closeFiles(w[:]...)
+	_ = unix.Close(p[0][1])
+	_ = unix.Close(p[1][1])
+	p[0][1], p[1][1] = -1, -1
 	if err != nil {
 		register(0, nil)
 		started(0)
-		closeFiles(s.pipes[:]...)
-		s.pipes = [2]*os.File{}
-		return err
+		closeRaw()
+		return &os.PathError{Op: "fork/exec", Path: path, Err: err}
 	}
-	s.cmd = cmd
-	s.pid = cmd.Process.Pid
+	s.pid = pid
 	s.releaseProcess(register)
 	started(s.pid)
+	for i := range p {
+		// Non-blocking, so reads wait in the poller and drainOutput's
+		// close interrupts them.
+		if err := unix.SetNonblock(p[i][0], true); err != nil {
+			s.log.Warn("output pipe stays in blocking mode", "err", err)
+		}
+		s.pipes[i] = os.NewFile(uintptr(p[i][0]), "|"+strconv.Itoa(i+1))
+	}
 	s.stdout = newStreamWriter(s, streamStdout)
 	s.stderr = newStreamWriter(s, streamStderr)
 	s.readersDone = make(chan struct{})
 	return nil
 }
 
-// releaseProcess hands the leader to the Reaper and lets go of os/exec's
-// process handle (and the pidfd it keeps). os/exec's Wait would block an
-// OS thread in waitid for as long as the command runs: ten thousand
-// sleeping background commands would hold ten thousand threads (the
-// runtime's limit). The session never calls exec.Cmd.Wait: the output
-// pipes are the session's own (see startPipes), so the Cmd holds nothing
-// that Wait would release.
+// lookPath resolves a program name as exec.Command does: a name with a
+// slash is used as it is, others are looked up on the daemon's PATH.
+func lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	return exec.LookPath(name)
+}
+
+// dedupEnv drops earlier duplicates of each variable, keeping the order,
+// and refuses NUL bytes, as os/exec does with Cmd.Env.
+func dedupEnv(env []string) ([]string, error) {
+	var err error
+	out := make([]string, 0, len(env))
+	saw := make(map[string]bool, len(env))
+	for n := len(env); n > 0; n-- {
+		kv := env[n-1]
+		if strings.IndexByte(kv, 0) >= 0 {
+			err = errors.New("exec: environment variable contains NUL")
+			continue
+		}
+		i := strings.IndexByte(kv, '=')
+		if i == 0 {
+			i = strings.IndexByte(kv[1:], '=') + 1
+		}
+		if i < 0 {
+			if kv != "" {
+				out = append(out, kv)
+			}
+			continue
+		}
+		if saw[kv[:i]] {
+			continue
+		}
+		saw[kv[:i]] = true
+		out = append(out, kv)
+	}
+	slices.Reverse(out)
+	return out, err
+}
+
+// releaseProcess hands the leader to the Reaper. Nothing waits for it with
+// a blocked thread: os/exec's Wait would block an OS thread in waitid for
+// as long as the command runs, and ten thousand sleeping background
+// commands would hold ten thousand threads (the runtime's limit). PTY
+// sessions let go of os/exec's process handle (and the pidfd it keeps);
+// they never call exec.Cmd.Wait.
 func (s *session) releaseProcess(register func(int, chan<- exitStatus)) {
 	s.exitCh = make(chan exitStatus, 1)
 	register(s.pid, s.exitCh)
@@ -209,7 +277,9 @@ func (s *session) releaseProcess(register func(int, chan<- exitStatus)) {
 	if p, ok := readProcStat(s.pid, buf[:]); ok {
 		s.leaderStart = p.start
 	}
-	_ = s.cmd.Process.Release()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Release()
+	}
 }
 
 // closeFiles closes every non-nil file, ignoring errors (double closes

@@ -1,0 +1,99 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRecordSlotsReused: sessions one after another reuse one record
+// file, overwritten in place (no file is created or unlinked per
+// session), and a short record written over a long one still reads back
+// as itself; blank slots are removed at Close.
+func TestRecordSlotsReused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := newManager(t, func(c *Config) { c.StateDir = dir })
+	inode := func() (string, uint64) {
+		t.Helper()
+		ents, err := os.ReadDir(dir)
+		if err != nil || len(ents) != 1 {
+			t.Fatalf("state dir holds %v (%v), want one record file", ents, err)
+		}
+		fi, err := os.Stat(filepath.Join(dir, ents[0].Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ents[0].Name(), fi.Sys().(*syscall.Stat_t).Ino
+	}
+	long := "sleep " + token() + " # " + strings.Repeat("x", 3000)
+	id := startBackground(t, m, ExecRequest{Command: long})
+	name, ino := inode()
+	blank := func() {
+		t.Helper()
+		checkFor(t, waitLimit, 10*time.Millisecond, func() error {
+			b, _ := os.ReadFile(filepath.Join(dir, name))
+			if strings.TrimSpace(string(b)) != "" {
+				return fmt.Errorf("slot still holds %.80q after the kill", b)
+			}
+			return nil
+		})
+	}
+	killSession(t, m, "", id)
+	blank()
+	for range 20 {
+		mustExec(t, m, ExecRequest{Command: "true"})
+	}
+	short := "sleep " + token()
+	id = startBackground(t, m, ExecRequest{Command: short})
+	if n, i := inode(); n != name || i != ino {
+		t.Errorf("record file %s (inode %d), want %s (inode %d) reused", n, i, name, ino)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r record
+	if err := jsonUnmarshal(b, &r); err != nil || r.SessionID != id || r.Command != short {
+		t.Errorf("record over a longer one: %+v, %v", r, err)
+	}
+	killSession(t, m, "", id)
+	blank()
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("state dir after Close: %v", ents)
+	}
+}
+
+// TestRecoverySkipsBlankSlots: a blank slot left by a killed daemon is
+// removed without a lost session; a padded record is recovered.
+func TestRecoverySkipsBlankSlots(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "slot-0.json"), []byte(strings.Repeat(" ", 200)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec := `{"sessionId":"gone-one","sessionKey":"agent:x","command":"true","pid":999999999,"pidStart":1,"startedAt":1}`
+	if err := os.WriteFile(filepath.Join(dir, "slot-1.json"), []byte(rec+strings.Repeat(" ", 300)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var lost []LostSession
+	newManager(t, func(c *Config) {
+		c.Containment = ContainmentProcessGroup
+		c.StateDir = dir
+		c.OnLost = func(l LostSession) { lost = append(lost, l) }
+	})
+	if len(lost) != 1 || lost[0].SessionID != "gone-one" {
+		t.Errorf("lost: %+v, want gone-one only", lost)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("state dir after recovery: %v", ents)
+	}
+}
