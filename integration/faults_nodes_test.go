@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,57 @@ func TestFaultNodeRestartedWhileGatewayDown(t *testing.T) {
 	}
 }
 
+// TestFaultDeadNodeErrorText (issue 17 item 10): after a node agent is
+// killed (SIGKILL), the calls that find it gone are retryable 503s that
+// come at once and say when its last heartbeat came and what happened
+// then — not "never since the gateway started" (heartbeats had been
+// seen), not an unanswered probe (nobody listened), not that its session
+// keeps running (nobody knows).
+func TestFaultDeadNodeErrorText(t *testing.T) {
+	e := newFltExternal(t, time.Second, nil, "alpha")
+	gw, node := e.gw, e.nodes[0]
+	const key = "agent:f10:main"
+	id := gw.background(key, "node", "sleep 600")
+	time.Sleep(1500 * time.Millisecond) // heartbeats seen
+	node.proc.kill()
+	var texts []string
+	for i := range 3 {
+		for _, c := range []struct {
+			tool string
+			args map[string]any
+		}{
+			{"exec", map[string]any{"command": "echo hi", "host": "node"}},
+			{"process", map[string]any{"action": "poll", "sessionId": id}},
+		} {
+			r := gw.call(key, c.tool, c.args)
+			if r.Status != http.StatusServiceUnavailable || r.Error == nil || !r.Error.Retryable {
+				t.Fatalf("call %d %s to a killed node: %d %s", i, c.tool, r.Status, r.Raw)
+			}
+			if r.Took > 5*time.Second {
+				t.Errorf("call %d %s to a killed node took %s", i, c.tool, r.Took)
+			}
+			texts = append(texts, r.Error.Message)
+			for _, wrong := range []string{"never", "probe", "keeps running"} {
+				// Heartbeats had been seen; no probe went unanswered
+				// (nobody listened); nothing says the session still runs.
+				if strings.Contains(r.Error.Message, wrong) {
+					t.Errorf("call %d %s to a killed node: %q says %q", i, c.tool, r.Error.Message, wrong)
+				}
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("texts: %q", texts)
+	// Once the node is known to be gone, the texts say when it was last
+	// heard of and what happened then.
+	for _, msg := range texts[1:] {
+		if !strings.Contains(msg, "last heartbeat") || !strings.Contains(msg, "ago; then it ") ||
+			!strings.Contains(msg, "no longer connected to NATS") && !strings.Contains(msg, "stopped sending heartbeats") {
+			t.Errorf("a call to a node known to be gone: %q: want when its last heartbeat came and what happened then", msg)
+		}
+	}
+}
+
 // grepLines returns the lines of s that contain sub.
 func grepLines(s, sub string) string {
 	var out []string
@@ -128,4 +180,3 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
-
