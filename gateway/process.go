@@ -71,7 +71,7 @@ func (g *Gateway) hostOf(ctx context.Context, rec index.Record) (host.Host, *nod
 		case n.Pairing == protocol.NodePairingRejected:
 			return nil, nil, protocol.Errorf(protocol.ErrHostNotAllowed, "the session is on node %s, which was rejected; approve it again to reach its sessions", n.Label())
 		case !n.Live:
-			return nil, nil, nodes.UnreachableError(n, g.nodes.Now(), "the session keeps running there and can be reached again once it reconnects")
+			return nil, nil, nodes.UnreachableError(n, g.nodes.Now(), "the session may still be running there and can be reached once the node reconnects")
 		}
 		return g.nodes.Host(n), &n, nil
 	case index.HostGateway:

@@ -47,6 +47,14 @@ func exitConsumerName(prefix string) string {
 // the registry closes. When the consumer disappears (the JetStream store
 // was lost and came back empty) it is created again.
 func (r *Registry) runExitFeed(ctx context.Context) {
+	// Pairing decides which events count: consume only once the registry
+	// bucket was read, or a gateway that just started would drop the
+	// waiting events of paired nodes as the events of unpaired ones.
+	select {
+	case <-r.ready:
+	case <-ctx.Done():
+		return
+	}
 	stream := r.names.Exit
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		cons, err := r.ensureExitConsumer(ctx)

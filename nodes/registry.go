@@ -157,6 +157,10 @@ type Node struct {
 	// started); Probed the last answered probe.
 	LastSeen time.Time
 	Probed   time.Time
+	// Silent says what the node did when it stopped counting as live,
+	// completing "it …" ("stopped sending heartbeats", "did not answer
+	// the liveness probe", …); empty while live.
+	Silent string
 }
 
 // Label names the node in texts: "name (id)", or the id.
@@ -191,6 +195,7 @@ type entry struct {
 	instance  string
 	hb        protocol.NodeHeartbeat
 	live      bool
+	silent    string      // Node.Silent
 	timer     *time.Timer // presence expiry
 	ghost     *time.Timer // drops a pending node silent for GhostTTL
 	// epoch ends (with cause hostbus.ErrSilent) when the node goes silent
@@ -388,7 +393,7 @@ func (r *Registry) nodeLocked(e *entry) Node {
 		ID: e.rec.ID, PublicKey: e.rec.PublicKey, Name: e.rec.Name, Pairing: e.rec.Pairing, Joined: e.rec.Joined,
 		Platform: e.hb.Platform, Hostname: e.hb.Hostname, Version: e.hb.Version, Server: e.hb.Server,
 		Instance: e.instance, StartedAt: e.hb.StartedAt, Sessions: e.hb.Sessions, Containment: e.hb.Containment,
-		Live: e.live, LastSeen: e.lastSeen, Probed: e.probed,
+		Live: e.live, LastSeen: e.lastSeen, Probed: e.probed, Silent: e.silent,
 	}
 	if n.Name == "" {
 		n.Name = e.hb.Name
@@ -614,8 +619,8 @@ func UnreachableError(n Node, now time.Time, what string) error {
 		last = now.Sub(n.LastSeen).Round(time.Second).String() + " ago"
 	}
 	why := "last heartbeat " + last
-	if !n.LastSeen.IsZero() && now.Sub(n.LastSeen) < 3*DefaultHeartbeatInterval && n.Probed.Before(n.LastSeen) {
-		why += ", but it did not answer the gateway's probe"
+	if n.Silent != "" {
+		why += "; then it " + n.Silent
 	}
 	return &protocol.Error{
 		Type: protocol.ErrUnavailable, Retryable: true,
@@ -666,7 +671,7 @@ func (r *Registry) markDown(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e := r.nodes[id]; e != nil {
-		r.goSilentLocked(e, "could not be reached (nobody listens for it)")
+		r.goSilentLocked(e, "was no longer connected to NATS")
 	}
 }
 
@@ -678,6 +683,7 @@ func (r *Registry) goSilentLocked(e *entry, why string) {
 		r.log.Info("node unreachable", "node", e.rec.ID)
 	}
 	e.live = false
+	e.silent = why
 	if e.cancelEpoch != nil {
 		e.cancelEpoch(&hostbus.SilentError{Reason: why})
 		e.epoch, e.cancelEpoch = nil, nil
@@ -835,12 +841,14 @@ func (r *Registry) probeLocked(e *entry) {
 			r.log.Debug("liveness probe failed", "node", id, "err", err)
 			if e.live {
 				r.goSilentLocked(e, "did not answer the liveness probe")
+			} else {
+				e.silent = "did not answer the liveness probe" // its heartbeats come, though
 			}
 			return
 		}
 		e.probed = r.opts.Now()
 		if !e.live && r.opts.Now().Sub(e.lastSeen) <= r.presenceTTLLocked(e) {
-			e.live = true
+			e.live, e.silent = true, ""
 			e.epoch, e.cancelEpoch = context.WithCancelCause(context.Background())
 			close(r.liveCh)
 			r.liveCh = make(chan struct{})

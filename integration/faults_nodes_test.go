@@ -1,0 +1,182 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/protocol"
+)
+
+// fltExternal is an external nats-server, an `execmesh gateway` on it
+// and node agents, paired.
+type fltExternal struct {
+	nats  *fltNATS
+	gwKey fltKey
+	gw    *fltDaemon
+	nodes []*fltNode
+}
+
+// newFltExternal starts the server, the gateway and one node agent per
+// name (heartbeat hb), and pairs them. env is the gateway's extra
+// environment.
+func newFltExternal(t *testing.T, hb time.Duration, env []string, names ...string) *fltExternal {
+	t.Helper()
+	e := &fltExternal{}
+	e.gwKey = newFltKey(t, t.TempDir(), "gateway")
+	addr := freeAddr(t)
+	var nodes []*fltNode
+	users := []string{e.gwKey.PublicKey}
+	for _, name := range names {
+		n := newFltNode(t, name, "nats://"+addr, hb, nil)
+		nodes = append(nodes, n)
+		users = append(users, n.publicKey)
+	}
+	e.nats = startFltNATS(t, "", addr, users...)
+	e.gw = newFltDaemon(t, "gateway", fltDaemonOpts{NATSURL: e.nats.url(), NKeySeedFile: e.gwKey.SeedFile, Env: env})
+	for _, n := range nodes {
+		n.proc.start()
+		e.gw.pair(n.id)
+	}
+	e.nodes = nodes
+	return e
+}
+
+// exitStreamMsgs returns the messages in the exit stream.
+func (e *fltExternal) exitStreamMsgs(t *testing.T) uint64 {
+	t.Helper()
+	nc, err := e.nats.connect(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(clCtx(t, 5*time.Second), bus.StreamNamesFor(bus.DefaultPrefix).Exit)
+	if err != nil {
+		return 0
+	}
+	return st.CachedInfo().State.Msgs
+}
+
+// TestFaultNodeRestartedWhileGatewayDown (issue 17 item 2): five node
+// sessions finish while the gateway is down (SIGKILL), and two more are
+// still running when the node agent is restarted (SIGTERM), before the
+// gateway comes back. The restarted gateway must deliver every finished
+// session's exit event exactly once, though the node that sent them is a
+// new run now, and tell the agent of each of the two ended sessions once
+// (an exit or a lost event), never nothing.
+func TestFaultNodeRestartedWhileGatewayDown(t *testing.T) {
+	e := newFltExternal(t, 500*time.Millisecond, nil, "alpha")
+	gw, node := e.gw, e.nodes[0]
+	const key = "agent:f2:main"
+	var finished, ended []string
+	for i := range 5 {
+		finished = append(finished, gw.background(key, "node", fmt.Sprintf("sleep 1; echo f2-done-%d", i)))
+	}
+	for i := range 2 {
+		ended = append(ended, gw.background(key, "node", fmt.Sprintf("echo f2-long-%d; sleep 600", i)))
+	}
+	before := e.exitStreamMsgs(t)
+	gw.proc.kill()
+	clCheckFor(t, "5 exit events stored while the gateway is down", 30*time.Second, 100*time.Millisecond, func() error {
+		if n := e.exitStreamMsgs(t) - before; n < 5 {
+			return fmt.Errorf("%d stored", n)
+		}
+		return nil
+	})
+	if err := node.proc.stop(); err != nil {
+		t.Fatal(err)
+	}
+	node.proc.start()
+	gw.start()
+	gw.waitNode(node.id, "connected", 30*time.Second)
+
+	c := gw.tally(key, append(append([]string{}, finished...), ended...), 30*time.Second, 2*time.Second,
+		protocol.EventExecExit, protocol.EventExecLost)
+	c.exact(t, "5 sessions finished while the gateway was down, 2 ended by the node's restart")
+	for _, id := range finished {
+		for _, ev := range c.ByID[id] {
+			if ev.Kind != protocol.EventExecExit || !strings.Contains(ev.Text, "f2-done-") {
+				t.Errorf("session %s finished while the gateway was down: %s %q", id, ev.Kind, ev.Text)
+			}
+		}
+	}
+	for _, id := range ended {
+		for _, ev := range c.ByID[id] {
+			t.Logf("session %s ended by the node's restart: %s %q", id, ev.Kind, ev.Text)
+		}
+	}
+	if log := gw.proc.runLog(); strings.Contains(log, "dropped") {
+		t.Errorf("the gateway dropped exit events:\n%s", grepLines(log, "dropped"))
+	}
+}
+
+// TestFaultDeadNodeErrorText (issue 17 item 10): after a node agent is
+// killed (SIGKILL), the calls that find it gone are retryable 503s that
+// come at once and say when its last heartbeat came and what happened
+// then — not "never since the gateway started" (heartbeats had been
+// seen), not an unanswered probe (nobody listened), not that its session
+// keeps running (nobody knows).
+func TestFaultDeadNodeErrorText(t *testing.T) {
+	e := newFltExternal(t, time.Second, nil, "alpha")
+	gw, node := e.gw, e.nodes[0]
+	const key = "agent:f10:main"
+	id := gw.background(key, "node", "sleep 600")
+	time.Sleep(1500 * time.Millisecond) // heartbeats seen
+	node.proc.kill()
+	var texts []string
+	for i := range 3 {
+		for _, c := range []struct {
+			tool string
+			args map[string]any
+		}{
+			{"exec", map[string]any{"command": "echo hi", "host": "node"}},
+			{"process", map[string]any{"action": "poll", "sessionId": id}},
+		} {
+			r := gw.call(key, c.tool, c.args)
+			if r.Status != http.StatusServiceUnavailable || r.Error == nil || !r.Error.Retryable {
+				t.Fatalf("call %d %s to a killed node: %d %s", i, c.tool, r.Status, r.Raw)
+			}
+			if r.Took > 5*time.Second {
+				t.Errorf("call %d %s to a killed node took %s", i, c.tool, r.Took)
+			}
+			texts = append(texts, r.Error.Message)
+			for _, wrong := range []string{"never", "probe", "keeps running"} {
+				// Heartbeats had been seen; no probe went unanswered
+				// (nobody listened); nothing says the session still runs.
+				if strings.Contains(r.Error.Message, wrong) {
+					t.Errorf("call %d %s to a killed node: %q says %q", i, c.tool, r.Error.Message, wrong)
+				}
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("texts: %q", texts)
+	// Once the node is known to be gone, the texts say when it was last
+	// heard of and what happened then.
+	for _, msg := range texts[1:] {
+		if !strings.Contains(msg, "last heartbeat") || !strings.Contains(msg, "ago; then it ") ||
+			!strings.Contains(msg, "no longer connected to NATS") && !strings.Contains(msg, "stopped sending heartbeats") {
+			t.Errorf("a call to a node known to be gone: %q: want when its last heartbeat came and what happened then", msg)
+		}
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
