@@ -98,9 +98,18 @@ func TestFaultReusedSessionIDs(t *testing.T) {
 	d := newFltDaemon(t, "up", fltDaemonOpts{})
 	const n = 150
 	const keyA, keyB = "agent:f1a:main", "agent:f1b:main"
-	first := d.startMany(keyA, "gateway", "echo f1a-%d", n)
+	// Each session is polled to its end and removed before the next
+	// starts (four at a time): the session core keeps only the newest 50
+	// finished sessions, and one evicted before its poll is rightly
+	// announced by an event.
+	first := make([]string, n)
 	if err := fltParallel(4, n, func(i int) error {
-		id := first[i]
+		r := d.call(keyA, "exec", map[string]any{"command": fmt.Sprintf("echo f1a-%d", i), "background": true, "host": "gateway"})
+		if r.Status != 200 || r.Result == nil || r.Result.SessionID() == "" {
+			return fmt.Errorf("exec %d: %d %s", i, r.Status, r.Raw)
+		}
+		id := r.Result.SessionID()
+		first[i] = id
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			p := d.call(keyA, "process", map[string]any{"action": "poll", "sessionId": id, "timeout": 2000})
@@ -108,6 +117,9 @@ func TestFaultReusedSessionIDs(t *testing.T) {
 				return fmt.Errorf("poll %s: %d %s", id, p.Status, p.Raw)
 			}
 			if p.Result.Status() != protocol.StatusRunning {
+				if p.Result.Status() != protocol.StatusCompleted {
+					return fmt.Errorf("poll %s: %s %s", id, p.Result.Status(), p.Result.Text())
+				}
 				break
 			}
 			if time.Now().After(deadline) {

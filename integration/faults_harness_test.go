@@ -148,7 +148,7 @@ func (p *fltProc) cleanup() {
 	}
 	if p.t.Failed() {
 		b, _ := os.ReadFile(p.log)
-		if len(b) > 8000 {
+		if len(b) > 8000 && os.Getenv("FLT_FULL_LOG") == "" {
 			b = append([]byte("…"), b[len(b)-8000:]...)
 		}
 		p.t.Logf("--- %s log:\n%s", p.name, b)
