@@ -98,7 +98,10 @@ func (c *call) execLocal(ctx context.Context, req protocol.ExecRequest) (protoco
 		return protocol.Result{}, err
 	}
 	req.SessionID = id
-	startedSession(ctx, id)
+	if err := startedSession(ctx, id); err != nil {
+		c.g.forget(id)
+		return protocol.Result{}, err
+	}
 	reply, err := c.g.local.Exec(ctx, req)
 	return c.started(ctx, id, req, reply, err, nil)
 }
@@ -141,7 +144,10 @@ func (c *call) execNode(ctx context.Context, req protocol.ExecRequest, requested
 		return protocol.Result{}, err
 	}
 	req.SessionID = id
-	startedSession(ctx, id)
+	if err := startedSession(ctx, id); err != nil {
+		c.g.forget(id)
+		return protocol.Result{}, err
+	}
 	h := c.g.nodes.Host(n)
 	reply, err := h.Exec(ctx, req)
 	return c.started(ctx, id, req, reply, err, &n)

@@ -1,6 +1,9 @@
 package gateway
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -282,5 +285,44 @@ func TestApprovalThroughAnyGateway(t *testing.T) {
 	})
 	if _, err := os.Stat(filepath.Join(dir, "gw-2")); err == nil {
 		t.Fatal("a gateway-host approval ran without its gateway")
+	}
+}
+
+// TestIdempotentStartTakenOver: a keyed start whose gateway died before
+// it named a session (its record says "started" without a session id,
+// from a gateway that is not alive) is started by the gateway the retry
+// reaches, once; the dead gateway, were it only cut off, can then no
+// longer name a session for that key (its compare-and-set loses).
+func TestIdempotentStartTakenOver(t *testing.T) {
+	a, _ := startPair(t, nil)
+	marker := filepath.Join(t.TempDir(), "runs")
+	body, _ := json.Marshal(map[string]any{"tool": "exec", "args": map[string]any{"command": "echo run >> " + marker + "; echo taken-over"}})
+	kv, err := a.g.idemBucket(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the dead gateway left: the key as execOnce names it.
+	sum := sha256.Sum256([]byte(DefaultSessionKey + "\x00" + "k-dead"))
+	k := hex.EncodeToString(sum[:20])
+	left, _ := json.Marshal(idemRecord{State: "started", Gateway: "deadgatewayid"})
+	rev, err := kv.Create(t.Context(), k, left)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := a.do("POST", "/tools/invoke", body, http.Header{IdempotencyHeader: {"k-dead"}})
+	if r.Status != 200 || !strings.Contains(r.Result.Text(), "taken-over") {
+		t.Fatalf("retry of a dead gateway's start: %d %s", r.Status, r.Raw)
+	}
+	again := a.do("POST", "/tools/invoke", body, http.Header{IdempotencyHeader: {"k-dead"}})
+	if again.Status != 200 || again.Result.Text() != r.Result.Text() {
+		t.Fatalf("second retry: %d %s", again.Status, again.Raw)
+	}
+	if b, _ := os.ReadFile(marker); strings.Count(string(b), "run\n") != 1 {
+		t.Fatalf("ran %d times", strings.Count(string(b), "run\n"))
+	}
+	// The cut-off first gateway comes back and tries to name its session.
+	st := &idemStarter{kv: kv, key: k, gateway: "deadgatewayid", rev: rev}
+	if err := startedSession(context.WithValue(t.Context(), idemCtxKey{}, st), "some-id"); err == nil {
+		t.Fatal("the replaced gateway could still claim the start")
 	}
 }

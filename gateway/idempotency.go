@@ -70,17 +70,27 @@ func (c *call) execOnce(ctx context.Context, key string, args protocol.ExecArgs)
 	sum := sha256.Sum256([]byte(c.sessionKey + "\x00" + key))
 	k := hex.EncodeToString(sum[:20])
 	first, _ := json.Marshal(idemRecord{State: "started", Gateway: g.id})
-	if _, err := kv.Create(ctx, k, first); err != nil {
+	rev, err := kv.Create(ctx, k, first)
+	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
 				Message: fmt.Sprintf("exec idempotency key not recorded (JetStream: %v); nothing was started. Retry.", err)}
 		}
-		return c.execRetried(ctx, kv, k)
+		return c.execRetried(ctx, kv, k, args)
 	}
-	res, err := c.exec(context.WithValue(ctx, idemCtxKey{}, idemStarter{kv: kv, key: k, gateway: g.id}), args)
+	return c.execKeyed(ctx, &idemStarter{kv: kv, key: k, gateway: g.id, rev: rev}, args)
+}
+
+// execKeyed runs the start st holds the key's record of, and keeps its
+// answer for retries.
+func (c *call) execKeyed(ctx context.Context, st *idemStarter, args protocol.ExecArgs) (protocol.Result, error) {
+	g := c.g
+	res, err := c.exec(context.WithValue(ctx, idemCtxKey{}, st), args)
 	if err != nil {
 		if !isOutcomeUnknown(err) {
-			_ = kv.Delete(context.WithoutCancel(ctx), k) // nothing ran: a retry may start it
+			// Nothing ran: a retry may start it. Only while the record is
+			// this call's (another gateway may have taken it over).
+			_ = st.kv.Delete(context.WithoutCancel(ctx), st.key, jetstream.LastRevision(st.rev))
 		}
 		return res, err
 	}
@@ -90,38 +100,61 @@ func (c *call) execOnce(ctx context.Context, key string, args protocol.ExecArgs)
 		done.Result = nil
 		b, _ = json.Marshal(done)
 	}
-	if _, err := kv.Put(context.WithoutCancel(ctx), k, b); err != nil {
+	if _, err := st.kv.Put(context.WithoutCancel(ctx), st.key, b); err != nil {
 		g.log.Warn("exec answer not kept for its idempotency key", "err", err)
 	}
 	return res, nil
 }
 
-// idemStarter records the session id of a keyed start as soon as it is
-// allocated, so that a retry after this gateway died finds the session.
+// idemStarter is the record of a keyed start this call holds: the
+// revision it wrote last.
 type idemStarter struct {
 	kv      jetstream.KeyValue
 	key     string
 	gateway string
+	rev     uint64
 }
 
-// startedSession records id for the keyed start of ctx, if any.
-func startedSession(ctx context.Context, id string) {
-	st, ok := ctx.Value(idemCtxKey{}).(idemStarter)
+// startedSession records the session id of the keyed start of ctx, if
+// any, as soon as it is allocated and before anything is sent to a host,
+// so that a retry after this gateway died finds the session. It is a
+// compare-and-set on the call's own record: when it fails, another
+// gateway took the start over (this one was taken for dead) or the record
+// cannot be kept, and the call must not run.
+func startedSession(ctx context.Context, id string) error {
+	st, ok := ctx.Value(idemCtxKey{}).(*idemStarter)
 	if !ok {
-		return
+		return nil
 	}
 	b, _ := json.Marshal(idemRecord{State: "started", Gateway: st.gateway, SessionID: id})
-	_, _ = st.kv.Put(ctx, st.key, b)
+	rev, err := st.kv.Update(ctx, st.key, b, st.rev)
+	if err != nil {
+		return &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
+			Message: fmt.Sprintf("exec not started: its Idempotency-Key record could not be updated (%v); nothing ran. Retry with the same key.", err)}
+	}
+	st.rev = rev
+	return nil
 }
 
 // execRetried answers a start whose key was used before: the first call's
 // answer once it is there; the state of its session when that call's
-// gateway is gone; a retryable conflict while it has not started.
-func (c *call) execRetried(ctx context.Context, kv jetstream.KeyValue, k string) (protocol.Result, error) {
+// gateway is gone; the start itself when that gateway died before it
+// named a session (nothing was sent to a host then; the takeover is a
+// compare-and-set that also stops the first gateway, were it only cut
+// off); a retryable conflict while it is still starting.
+func (c *call) execRetried(ctx context.Context, kv jetstream.KeyValue, k string, args protocol.ExecArgs) (protocol.Result, error) {
 	deadline := time.Now().Add(idemWait)
 	for {
 		var rec idemRecord
-		if e, err := kv.Get(ctx, k); err == nil && json.Unmarshal(e.Value(), &rec) == nil {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			// The first call failed before it ran anything: start it.
+			first, _ := json.Marshal(idemRecord{State: "started", Gateway: c.g.id})
+			if rev, err := kv.Create(ctx, k, first); err == nil {
+				return c.execKeyed(ctx, &idemStarter{kv: kv, key: k, gateway: c.g.id, rev: rev}, args)
+			}
+		}
+		if err == nil && json.Unmarshal(e.Value(), &rec) == nil {
 			switch {
 			case rec.State == "done" && rec.Result != nil:
 				return *rec.Result, nil
@@ -129,9 +162,12 @@ func (c *call) execRetried(ctx context.Context, kv jetstream.KeyValue, k string)
 				// The first call's gateway cannot answer: the session's
 				// state is the answer.
 				return c.process(ctx, protocol.ProcessArgs{Action: "poll", SessionID: rec.SessionID})
-			case rec.SessionID == "" && rec.State == "started" && !c.g.peers.Alive(rec.Gateway):
-				return protocol.Result{}, &protocol.Error{Type: protocol.ErrConflict,
-					Message: fmt.Sprintf("the exec with this Idempotency-Key was being started by gateway %s, which stopped before it named a session; whether it ran is unknown (see process list). Use a new key to start it again.", rec.Gateway)}
+			case rec.SessionID == "" && rec.State == "started" && rec.Gateway != c.g.id && !c.g.peers.Alive(rec.Gateway):
+				mine, _ := json.Marshal(idemRecord{State: "started", Gateway: c.g.id})
+				if rev, err := kv.Update(ctx, k, mine, e.Revision()); err == nil {
+					c.g.log.Info("taking over an exec start whose gateway is gone", "gateway", rec.Gateway)
+					return c.execKeyed(ctx, &idemStarter{kv: kv, key: k, gateway: c.g.id, rev: rev}, args)
+				}
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
