@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/index"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -158,6 +159,16 @@ func (c *call) execRetried(ctx context.Context, kv jetstream.KeyValue, k string,
 			switch {
 			case rec.State == "done" && rec.Result != nil:
 				return *rec.Result, nil
+			case rec.SessionID != "" && rec.State == "started" && rec.Gateway != c.g.id && !c.g.peers.Alive(rec.Gateway) && c.neverReached(ctx, rec.SessionID):
+				// Its gateway died after it named the session and before
+				// the host had it: nothing runs, the start is ours.
+				mine, _ := json.Marshal(idemRecord{State: "started", Gateway: c.g.id})
+				if rev, err := kv.Update(ctx, k, mine, e.Revision()); err == nil {
+					c.g.log.Info("taking over an exec start that never reached its host", "gateway", rec.Gateway, "sessionId", rec.SessionID)
+					c.g.forget(rec.SessionID)
+					return c.execKeyed(ctx, &idemStarter{kv: kv, key: k, gateway: c.g.id, rev: rev}, args)
+				}
+				continue
 			case rec.SessionID != "" && (rec.State == "done" || !c.g.peers.Alive(rec.Gateway)):
 				// The first call's gateway cannot answer: the session's
 				// state is the answer.
@@ -181,4 +192,21 @@ func (c *call) execRetried(ctx context.Context, kv jetstream.KeyValue, k string,
 		case <-t.C:
 		}
 	}
+}
+
+// neverReached reports that the session id a dead gateway named for a
+// keyed start is unknown to the node the index says it went to: the
+// start never got there. (A gateway's own host went with the gateway;
+// its sessions are lost, not unstarted.)
+func (c *call) neverReached(ctx context.Context, id string) bool {
+	rec, ok := c.g.index.Lookup(ctx, id)
+	if !ok || rec.Host != index.HostNode || rec.State == index.StateLost || rec.SessionKey != c.sessionKey {
+		return false
+	}
+	h, _, err := c.g.hostOf(ctx, rec)
+	if err != nil {
+		return false
+	}
+	reply, err := h.Process(ctx, protocol.ProcessRequest{SessionKey: c.sessionKey, Args: protocol.ProcessArgs{Action: "poll", SessionID: id}})
+	return err == nil && reply.Gone
 }
