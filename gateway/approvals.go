@@ -162,7 +162,7 @@ func (g *Gateway) actOnApproval(ctx context.Context, rec approvalRecord) {
 		denied(fmt.Sprintf("gateway-gone: gateway %s, whose host was to run it, stopped", rec.HostGateway))
 		return
 	}
-	signed, err := g.signer.sign(ctx, protocol.Decision{ApprovalID: rec.ID, Decision: decision, Plan: rec.Plan, ExpiresAtMs: time.Now().Add(decisionTTL).UnixMilli()})
+	signed, err := g.signer.Sign(ctx, protocol.Decision{ApprovalID: rec.ID, Decision: decision, Plan: rec.Plan, ExpiresAtMs: time.Now().Add(decisionTTL).UnixMilli()})
 	if err != nil {
 		g.log.Warn("approved exec not started: cannot sign the decision", "approval", rec.ID, "err", err)
 		denied("spawn-failed")

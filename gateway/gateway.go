@@ -123,7 +123,7 @@ type Gateway struct {
 	appr     *approvalstore.Store
 	peers    *peers.Registry
 	notices  notices // Exec running notices of owned approved runs
-	signer   *signer
+	signer   *approvalstore.Signer
 	guard    *access.Guard
 
 	// bg is the root of work that outlives a call (approval runs, exit
@@ -246,7 +246,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 		scfg.OnOutput = opts.Metrics.AddOutputBytes
 		scfg.OnUsage = opts.Metrics.ObserveUsage
 	}
-	g.signer = newSigner(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log)
+	g.signer = approvalstore.NewSigner(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log)
 	local, err := host.NewLocal(host.Config{
 		Logger:      opts.Logger.With("component", "host"),
 		Kind:        host.KindGateway,
@@ -257,7 +257,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 		Cwd:         opts.Cwd,
 		LoginPath:   loginPath,
 		Sandbox:     rt,
-		TrustedKeys: g.signer.trusted,
+		TrustedKeys: g.signer.Trusted,
 		OnExit:      g.onLocalExit,
 	})
 	if err != nil {
@@ -324,7 +324,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	g.spawn(g.index.Run)
 	g.spawn(g.defaults.Run)
 	g.spawn(g.appr.Run)
-	g.spawn(g.signer.run)
+	g.spawn(g.signer.Run)
 	g.spawn(func(ctx context.Context) { g.migrateInBackground(ctx, cfg.StateDir) })
 	return g, nil
 }
@@ -376,16 +376,16 @@ func (g *Gateway) ID() string { return g.id }
 func (g *Gateway) gatewayKeys() []string {
 	ctx, cancel := context.WithTimeout(g.bg, 15*time.Second)
 	defer cancel()
-	if _, err := g.signer.publicKey(ctx); err != nil {
+	if _, err := g.signer.PublicKey(ctx); err != nil {
 		g.log.Warn("approval signing key not known yet; a node paired now learns it at its next pairing check", "err", err)
 	}
-	return g.signer.trusted()
+	return g.signer.Trusted()
 }
 
 // SigningKey returns the public key the gateways sign approval decisions
 // with, once it is known (it lives in JetStream, shared by the gateways
 // of a deployment); ctx bounds the wait.
-func (g *Gateway) SigningKey(ctx context.Context) (string, error) { return g.signer.publicKey(ctx) }
+func (g *Gateway) SigningKey(ctx context.Context) (string, error) { return g.signer.PublicKey(ctx) }
 
 // spawn runs f in a goroutine counted in bgWG, bound to bg.
 func (g *Gateway) spawn(f func(ctx context.Context)) {

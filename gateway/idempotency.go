@@ -46,15 +46,7 @@ type idemRecord struct {
 
 // idemBucket returns the idempotency bucket.
 func (g *Gateway) idemBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	name := bus.StreamNamesFor(g.prefix).Idem
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	kv, err := g.js.KeyValue(actx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		cfg, _ := bus.KeyValueConfigFor(g.prefix, g.replicas, name)
-		kv, err = g.js.CreateOrUpdateKeyValue(actx, cfg)
-	}
-	return kv, err
+	return bus.OpenKeyValue(ctx, g.js, g.prefix, g.replicas, bus.StreamNamesFor(g.prefix).Idem)
 }
 
 // execOnce runs an exec call under the caller's idempotency key.

@@ -1,8 +1,9 @@
-package gateway
+package approvalstore
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -19,12 +20,13 @@ import (
 // bucket.
 const signingSeedKey = "approval-signing-seed"
 
-// signer holds the key the gateways of a deployment sign approval
+// Signer holds the key the gateways of a deployment sign approval
 // decisions with. It lives in the control bucket, which only gateway
 // identities may read: the first gateway creates it, every other (and a
 // gateway restarted on an empty state dir) reads the same, so nodes trust
-// one key whichever gateway decides.
-type signer struct {
+// one key whichever gateway decides. Its methods are safe for concurrent
+// use; Run must run for it to have a key.
+type Signer struct {
 	js       jetstream.JetStream
 	prefix   string
 	replicas int
@@ -33,15 +35,21 @@ type signer struct {
 	mu    sync.Mutex
 	kp    nkeys.KeyPair
 	pub   string
-	ready chan struct{}
+	ready chan struct{} // closed once kp is set
 }
 
-func newSigner(js jetstream.JetStream, prefix string, replicas int, log *slog.Logger) *signer {
-	return &signer{js: js, prefix: prefix, replicas: replicas, log: log, ready: make(chan struct{})}
+// NewSigner returns the signer of the deployment with this subject prefix
+// (its control bucket created with replicas when missing).
+func NewSigner(js jetstream.JetStream, prefix string, replicas int, log *slog.Logger) *Signer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Signer{js: js, prefix: prefix, replicas: replicas, log: log, ready: make(chan struct{})}
 }
 
-// run loads (or creates) the seed, retrying while JetStream is not there.
-func (s *signer) run(ctx context.Context) {
+// Run loads (or creates) the seed, retrying while JetStream is not there,
+// and returns once it has the key or ctx ends.
+func (s *Signer) Run(ctx context.Context) {
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		kp, err := s.load(ctx)
 		if err == nil {
@@ -63,17 +71,15 @@ func (s *signer) run(ctx context.Context) {
 	}
 }
 
-func (s *signer) load(ctx context.Context) (nkeys.KeyPair, error) {
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	kv, err := controlBucket(actx, s.js, s.prefix, s.replicas)
+func (s *Signer) load(ctx context.Context) (nkeys.KeyPair, error) {
+	kv, err := bus.OpenKeyValue(ctx, s.js, s.prefix, s.replicas, bus.StreamNamesFor(s.prefix).Control)
 	if err != nil {
 		return nil, err
 	}
-	if e, err := kv.Get(actx, signingSeedKey); err == nil {
+	if e, err := kv.Get(ctx, signingSeedKey); err == nil {
 		return nkeys.FromSeed(e.Value())
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, err
+		return nil, fmt.Errorf("read the signing seed: %w", err)
 	}
 	kp, err := nkeys.CreateAccount()
 	if err != nil {
@@ -83,38 +89,24 @@ func (s *signer) load(ctx context.Context) (nkeys.KeyPair, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := kv.Create(actx, signingSeedKey, seed); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			// Another gateway made it first: use that one.
-			e, gerr := kv.Get(actx, signingSeedKey)
-			if gerr != nil {
-				return nil, gerr
-			}
-			return nkeys.FromSeed(e.Value())
+	if _, err := kv.Create(ctx, signingSeedKey, seed); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("store the signing seed: %w", err)
 		}
-		return nil, err
+		// Another gateway made it first: use that one.
+		e, gerr := kv.Get(ctx, signingSeedKey)
+		if gerr != nil {
+			return nil, gerr
+		}
+		return nkeys.FromSeed(e.Value())
 	}
 	s.log.Info("approval signing key created")
 	return kp, nil
 }
 
-// controlBucket opens the control bucket, creating it when missing.
-func controlBucket(ctx context.Context, js jetstream.JetStream, prefix string, replicas int) (jetstream.KeyValue, error) {
-	name := bus.StreamNamesFor(prefix).Control
-	kv, err := js.KeyValue(ctx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		for _, c := range bus.KeyValueConfigs(prefix, replicas) {
-			if c.Bucket == name {
-				return js.CreateOrUpdateKeyValue(ctx, c)
-			}
-		}
-	}
-	return kv, err
-}
-
-// trusted returns the signing public key, once known (the keys hosts
-// trust).
-func (s *signer) trusted() []string {
+// Trusted returns the signing public key once known (the keys hosts
+// trust), else nil.
+func (s *Signer) Trusted() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pub == "" {
@@ -123,8 +115,8 @@ func (s *signer) trusted() []string {
 	return []string{s.pub}
 }
 
-// publicKey waits for the key.
-func (s *signer) publicKey(ctx context.Context) (string, error) {
+// PublicKey waits (within ctx) for the key and returns its public half.
+func (s *Signer) PublicKey(ctx context.Context) (string, error) {
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
@@ -135,9 +127,9 @@ func (s *signer) publicKey(ctx context.Context) (string, error) {
 	return s.pub, nil
 }
 
-// sign signs a decision.
-func (s *signer) sign(ctx context.Context, d protocol.Decision) (protocol.SignedDecision, error) {
-	if _, err := s.publicKey(ctx); err != nil {
+// Sign signs a decision; before the key is loaded it is a retryable 503.
+func (s *Signer) Sign(ctx context.Context, d protocol.Decision) (protocol.SignedDecision, error) {
+	if _, err := s.PublicKey(ctx); err != nil {
 		return protocol.SignedDecision{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: "the approval signing key is not available yet (JetStream starting)"}
 	}
 	s.mu.Lock()
