@@ -219,6 +219,9 @@ func TestClusterHA(t *testing.T) {
 	})
 
 	t.Run("RestartOnEmptyStateDir", func(t *testing.T) {
+		// A node session started through B while A is down: A, back
+		// with nothing on disk, reaches it from the shared state.
+		kept := b.mustCall(t, "agent:ha:back", "exec", map[string]any{"command": "echo kept-through-b; sleep 60", "host": "node", "node": node, "background": true}).SessionID()
 		entries, _ := os.ReadDir(c.gwState)
 		for _, e := range entries {
 			_ = os.RemoveAll(filepath.Join(c.gwState, e.Name()))
@@ -233,6 +236,12 @@ func TestClusterHA(t *testing.T) {
 		})
 		if r := a.mustCall(t, "agent:ha:back", "exec", map[string]any{"command": "echo back", "host": "node", "node": node}); !strings.Contains(r.Text(), "back") {
 			t.Fatalf("A after the restart: %s", r.Text())
+		}
+		if p := a.mustCall(t, "agent:ha:back", "process", map[string]any{"action": "poll", "sessionId": kept}); p.Status() != protocol.StatusRunning || !strings.Contains(p.Text(), "kept-through-b") {
+			t.Fatalf("A after the restart, B's node session: %s %s", p.Status(), p.Text())
+		}
+		if k := a.mustCall(t, "agent:ha:back", "process", map[string]any{"action": "kill", "sessionId": kept}); k.Status() == protocol.StatusFailed {
+			t.Fatalf("kill via A after the restart: %s", k.Text())
 		}
 	})
 }
