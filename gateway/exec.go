@@ -123,6 +123,10 @@ func (c *call) execNode(ctx context.Context, req protocol.ExecRequest, requested
 	if len(c.cfg.Tools.Exec.PathPrepend) > 0 {
 		req.Warnings = append(req.Warnings, protocol.PathPrependIgnoredOnNodeWarning)
 	}
+	st := starterOf(ctx)
+	if st != nil && st.reuseID != "" {
+		requestedNode = st.node // a start taken over goes where it went
+	}
 	n, err := c.g.nodes.Select(ctx, requestedNode, bound)
 	if err != nil {
 		return protocol.Result{}, err
@@ -139,11 +143,16 @@ func (c *call) execNode(ctx context.Context, req protocol.ExecRequest, requested
 	}
 	rec := index.Record{SessionKey: c.sessionKey, Host: index.HostNode, HostID: n.ID, Instance: n.Instance,
 		Command: req.Args.Command, StartedAt: time.Now().UnixMilli(), State: index.StateRunning}
-	id, err := c.g.index.Allocate(ctx, rec)
-	if err != nil {
+	var id string
+	if st != nil && st.reuseID != "" {
+		id = st.reuseID // its index record is the dead gateway's
+	} else if id, err = c.g.index.Allocate(ctx, rec); err != nil {
 		return protocol.Result{}, err
 	}
 	req.SessionID = id
+	if st != nil {
+		req.IdempotencyKey = st.nodeKey()
+	}
 	if err := startedSession(ctx, id); err != nil {
 		c.g.forget(id)
 		return protocol.Result{}, err

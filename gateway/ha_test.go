@@ -15,6 +15,7 @@ import (
 
 	"github.com/execmesh/execmesh/bus/bustest"
 	"github.com/execmesh/execmesh/config"
+	"github.com/execmesh/execmesh/index"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -324,5 +325,72 @@ func TestIdempotentStartTakenOver(t *testing.T) {
 	st := &idemStarter{kv: kv, key: k, gateway: "deadgatewayid", rev: rev}
 	if err := startedSession(context.WithValue(t.Context(), idemCtxKey{}, st), "some-id"); err == nil {
 		t.Fatal("the replaced gateway could still claim the start")
+	}
+}
+
+// TestIdempotentNodeStartTakenOver: a keyed host=node start whose gateway
+// died after it named the session goes to the node again, under the same
+// session id and node-level key: if the node had it, its first answer
+// comes back and nothing runs again; if not, it runs now, once.
+func TestIdempotentNodeStartTakenOver(t *testing.T) {
+	a, b := startPair(t, nil)
+	agent := a.pairAgent(testAgentConfig(t, a.srv, "n1"))
+	b.waitNode(agent.ID(), "connected", "paired")
+	kv, err := a.g.idemBucket(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	invoke := func(env *nodeEnv, key, marker string) *response {
+		body, _ := json.Marshal(map[string]any{"tool": "exec", "args": map[string]any{
+			"command": "echo run >> " + filepath.Join(dir, marker) + "; echo started; sleep 30", "host": "node", "background": true}})
+		return env.do("POST", "/tools/invoke", body, http.Header{IdempotencyHeader: {key}})
+	}
+	runs := func(marker string) int {
+		b, _ := os.ReadFile(filepath.Join(dir, marker))
+		return strings.Count(string(b), "run\n")
+	}
+	// What a gateway that died after naming id leaves behind.
+	leave := func(key, id string) {
+		sum := sha256.Sum256([]byte(DefaultSessionKey + "\x00" + key))
+		k := hex.EncodeToString(sum[:20])
+		left, _ := json.Marshal(idemRecord{State: "started", Gateway: "deadgatewayid", SessionID: id})
+		if _, err := kv.Put(t.Context(), k, left); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The node had the start: A ran it, then "died" before it kept the
+	// answer.
+	first := invoke(a, "k-reached", "reached")
+	id := first.Result.SessionID()
+	if first.Status != 200 || id == "" {
+		t.Fatalf("first start: %d %s", first.Status, first.Raw)
+	}
+	leave("k-reached", id)
+	again := invoke(b, "k-reached", "reached")
+	if again.Status != 200 || again.Result.SessionID() != id {
+		t.Fatalf("retry through B: %d %s, want session %s", again.Status, again.Raw, id)
+	}
+	// The node had not: the start runs now, under the named id.
+	rec := index.Record{SessionKey: DefaultSessionKey, Host: index.HostNode, HostID: agent.ID(), State: index.StateRunning, StartedAt: time.Now().UnixMilli()}
+	named, err := a.g.index.Allocate(t.Context(), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leave("k-unreached", named)
+	late := invoke(b, "k-unreached", "unreached")
+	if late.Status != 200 || late.Result.SessionID() != named {
+		t.Fatalf("retry of a start that never reached the node: %d %s, want session %s", late.Status, late.Raw, named)
+	}
+	checkFor(t, 10*time.Second, func() error {
+		if n, m := runs("reached"), runs("unreached"); n != 1 || m != 1 {
+			return fmt.Errorf("runs: reached %d, unreached %d; want 1 and 1", n, m)
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond)
+	if n, m := runs("reached"), runs("unreached"); n != 1 || m != 1 {
+		t.Fatalf("runs: reached %d, unreached %d; want 1 and 1", n, m)
 	}
 }

@@ -106,7 +106,20 @@ type idemStarter struct {
 	key     string
 	gateway string
 	rev     uint64
+	// reuseID and node are set when the start is taken over from a dead
+	// gateway that had named session reuseID on node.
+	reuseID, node string
 }
+
+// starterOf returns the keyed start of ctx, nil for an unkeyed call.
+func starterOf(ctx context.Context) *idemStarter {
+	st, _ := ctx.Value(idemCtxKey{}).(*idemStarter)
+	return st
+}
+
+// nodeKey is the node-level idempotency key of a keyed start: the same
+// for every gateway that sends it.
+func (st *idemStarter) nodeKey() string { return "idem-" + st.key }
 
 // startedSession records the session id of the keyed start of ctx, if
 // any, as soon as it is allocated and before anything is sent to a host,
@@ -115,8 +128,8 @@ type idemStarter struct {
 // gateway took the start over (this one was taken for dead) or the record
 // cannot be kept, and the call must not run.
 func startedSession(ctx context.Context, id string) error {
-	st, ok := ctx.Value(idemCtxKey{}).(*idemStarter)
-	if !ok {
+	st := starterOf(ctx)
+	if st == nil {
 		return nil
 	}
 	b, _ := json.Marshal(idemRecord{State: "started", Gateway: st.gateway, SessionID: id})
@@ -151,14 +164,20 @@ func (c *call) execRetried(ctx context.Context, kv jetstream.KeyValue, k string,
 			switch {
 			case rec.State == "done" && rec.Result != nil:
 				return *rec.Result, nil
-			case rec.SessionID != "" && rec.State == "started" && rec.Gateway != c.g.id && !c.g.peers.Alive(rec.Gateway) && c.neverReached(ctx, rec.SessionID):
-				// Its gateway died after it named the session and before
-				// the host had it: nothing runs, the start is ours.
-				mine, _ := json.Marshal(idemRecord{State: "started", Gateway: c.g.id})
+			case rec.SessionID != "" && rec.State == "started" && rec.Gateway != c.g.id && !c.g.peers.Alive(rec.Gateway):
+				// Its gateway died after it named the session, maybe
+				// before the node had the start, maybe after: the start
+				// goes to that node again, under the same session id and
+				// node-level key, so the node answers the first start if
+				// it had it and runs it now if not.
+				ir, ok := c.g.index.Lookup(ctx, rec.SessionID)
+				if !ok || ir.Host != index.HostNode || ir.SessionKey != c.sessionKey || ir.State == index.StateLost {
+					return c.process(ctx, protocol.ProcessArgs{Action: "poll", SessionID: rec.SessionID})
+				}
+				mine, _ := json.Marshal(idemRecord{State: "started", Gateway: c.g.id, SessionID: rec.SessionID})
 				if rev, err := kv.Update(ctx, k, mine, e.Revision()); err == nil {
-					c.g.log.Info("taking over an exec start that never reached its host", "gateway", rec.Gateway, "sessionId", rec.SessionID)
-					c.g.forget(rec.SessionID)
-					return c.execKeyed(ctx, &idemStarter{kv: kv, key: k, gateway: c.g.id, rev: rev}, args)
+					c.g.log.Info("taking over an exec start whose gateway is gone", "gateway", rec.Gateway, "sessionId", rec.SessionID, "node", ir.HostID)
+					return c.execKeyed(ctx, &idemStarter{kv: kv, key: k, gateway: c.g.id, rev: rev, reuseID: rec.SessionID, node: ir.HostID}, args)
 				}
 				continue
 			case rec.SessionID != "" && (rec.State == "done" || !c.g.peers.Alive(rec.Gateway)):
@@ -184,21 +203,4 @@ func (c *call) execRetried(ctx context.Context, kv jetstream.KeyValue, k string,
 		case <-t.C:
 		}
 	}
-}
-
-// neverReached reports that the session id a dead gateway named for a
-// keyed start is unknown to the node the index says it went to: the
-// start never got there. (A gateway's own host went with the gateway;
-// its sessions are lost, not unstarted.)
-func (c *call) neverReached(ctx context.Context, id string) bool {
-	rec, ok := c.g.index.Lookup(ctx, id)
-	if !ok || rec.Host != index.HostNode || rec.State == index.StateLost || rec.SessionKey != c.sessionKey {
-		return false
-	}
-	h, _, err := c.g.hostOf(ctx, rec)
-	if err != nil {
-		return false
-	}
-	reply, err := h.Process(ctx, protocol.ProcessRequest{SessionKey: c.sessionKey, Args: protocol.ProcessArgs{Action: "poll", SessionID: id}})
-	return err == nil && reply.Gone
 }

@@ -114,6 +114,9 @@ func (r *Remote) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.E
 		return protocol.ExecReply{}, protocol.Errorf(protocol.ErrInternal, "exec: encode request: %v", err)
 	}
 	key := newUUID()
+	if req.IdempotencyKey != "" {
+		key = req.IdempotencyKey
+	}
 	if req.Approval != nil {
 		// An approved start is idempotent by its approval.
 		key = "approval-" + req.Approval.Decision.ApprovalID

@@ -24,6 +24,11 @@ type ExecRequest struct {
 	// across the fleet; the command sees it as EXECMESH_SESSION. Empty
 	// lets the host pick one.
 	SessionID string `json:"sessionId,omitempty"`
+	// IdempotencyKey, when set, is what a remote host dedupes the start
+	// by (hostbus sends it as the NodeHeaderIdempotencyKey header, not in
+	// the body): a start sent again with the same key gets the first
+	// start's answer. Empty means a fresh key per call.
+	IdempotencyKey string `json:"-"`
 	// Target is the pipeline: TargetGateway, TargetSandbox or TargetNode.
 	Target string `json:"target"`
 	// Args are the exec tool's arguments; the host-selection fields (host,
