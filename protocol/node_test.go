@@ -63,6 +63,9 @@ func TestNodeWireNames(t *testing.T) {
 			// Every field set, so that each one's name shows in the golden.
 			rv := reflect.ValueOf(tc.value).Elem()
 			for i := range rv.NumField() {
+				if rv.Type().Field(i).Tag.Get("json") == "-" {
+					continue // not on the wire (ExecRequest.IdempotencyKey: a header)
+				}
 				if rv.Field(i).IsZero() {
 					t.Fatalf("field %s of %T not set in the test", rv.Type().Field(i).Name, tc.value)
 				}
