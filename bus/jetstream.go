@@ -214,7 +214,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, prefix string, r
 	}
 	for _, sc := range []jetstream.StreamConfig{ExitStreamConfig(prefix, replicas), EventStreamConfig(prefix, replicas, DefaultMaxEventsPerKey, DefaultEventMaxAge)} {
 		if err := retryJS(ctx, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateStream(ctx, sc)
+			_, err := EnsureStream(ctx, js, sc)
 			return err
 		}); err != nil {
 			return fmt.Errorf("bus: ensure stream %s: %w", sc.Name, err)
@@ -222,7 +222,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, prefix string, r
 	}
 	for _, kc := range KeyValueConfigs(prefix, replicas) {
 		if err := retryJS(ctx, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateKeyValue(ctx, kc)
+			_, err := EnsureKeyValue(ctx, js, kc)
 			return err
 		}); err != nil {
 			return fmt.Errorf("bus: ensure bucket %s: %w", kc.Bucket, err)
@@ -248,7 +248,7 @@ func IsWrongLastSequence(err error) bool {
 // that, so it uses the leader's message API whatever another client
 // later sets.
 func LeaderReadKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+	if _, err := EnsureKeyValue(ctx, js, cfg); err != nil {
 		return nil, err
 	}
 	st, err := js.Stream(ctx, "KV_"+cfg.Bucket)

@@ -26,7 +26,7 @@ func OpenKeyValue(ctx context.Context, js jetstream.JetStream, prefix string, re
 		if !ok {
 			return nil, fmt.Errorf("bus: no configuration for bucket %s", name)
 		}
-		kv, err = js.CreateOrUpdateKeyValue(actx, cfg)
+		kv, err = EnsureKeyValue(actx, js, cfg)
 	}
 	return kv, err
 }

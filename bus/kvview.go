@@ -48,7 +48,7 @@ func (v *KVView[T]) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	defer cancel()
 	kv, err := v.js.KeyValue(actx, v.cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = v.js.CreateOrUpdateKeyValue(actx, v.cfg)
+		kv, err = EnsureKeyValue(actx, v.js, v.cfg)
 	}
 	if err != nil {
 		return nil, err

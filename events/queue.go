@@ -149,7 +149,7 @@ func (q *Queue) assets(ctx context.Context) (jetstream.Stream, jetstream.KeyValu
 	}
 	actx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	s, err := q.opts.JS.CreateOrUpdateStream(actx, bus.EventStreamConfig(q.opts.Prefix, q.opts.Replicas, int64(q.opts.MaxPerKey), q.opts.MaxAge))
+	s, err := bus.EnsureStream(actx, q.opts.JS, bus.EventStreamConfig(q.opts.Prefix, q.opts.Replicas, int64(q.opts.MaxPerKey), q.opts.MaxAge))
 	if err != nil {
 		return nil, nil, err
 	}

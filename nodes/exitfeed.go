@@ -133,7 +133,7 @@ func (r *Registry) superviseFeed(ctx context.Context, cons jetstream.Consumer, l
 func (r *Registry) ensureExitConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := r.opts.JS.CreateOrUpdateStream(actx, bus.ExitStreamConfig(r.opts.Prefix, r.opts.Replicas)); err != nil {
+	if _, err := bus.EnsureStream(actx, r.opts.JS, bus.ExitStreamConfig(r.opts.Prefix, r.opts.Replicas)); err != nil {
 		return nil, err
 	}
 	return r.opts.JS.CreateOrUpdateConsumer(actx, r.names.Exit, jetstream.ConsumerConfig{
