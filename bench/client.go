@@ -76,6 +76,7 @@ type answer struct {
 			Sessions  []struct {
 				SessionID string `json:"sessionId"`
 				Status    string `json:"status"`
+				EndedAt   int64  `json:"endedAt"` // unix ms, finished entries
 			} `json:"sessions"`
 			Total *int `json:"total"` // paged process list only
 		} `json:"details"`

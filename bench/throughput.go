@@ -14,15 +14,19 @@ import (
 )
 
 // toolBackground starts command in the background through the HTTP API
-// and polls it to completion; the time runs from the exec call to the
-// poll that reports the exit. The finished session is removed afterwards
-// (outside the timed region) so that retained output does not pile up.
+// and polls it (every pollEvery) until it reports the exit. The time runs
+// from the exec call to the session's end as the host recorded it (its
+// list entry's endedAt, set once the command exited and its output was
+// read to the end), so that the poll interval does not round the figure
+// up; the polling itself runs alongside, as an agent's would. The finished
+// session is removed afterwards so that retained output does not pile up.
 func toolBackground(cl *client, command, host, node string, pty bool, pollEvery time.Duration) func(ctx context.Context) (time.Duration, error) {
 	var extra []any
 	if pty {
 		extra = append(extra, "pty", true)
 	}
 	body := execBody(command, host, node, true, extra...)
+	list := processBody("list", "")
 	return func(ctx context.Context) (time.Duration, error) {
 		t0 := time.Now()
 		a, err := cl.invoke(ctx, body)
@@ -48,10 +52,23 @@ func toolBackground(cl *client, command, host, node string, pty bool, pollEvery 
 			case "running":
 				continue
 			case "completed":
-				d := time.Since(t0)
 				if ec := a.Result.Details.ExitCode; ec != nil && *ec != 0 {
-					return d, fmt.Errorf("%q on %s exited with %d", command, host, *ec)
+					return 0, fmt.Errorf("%q on %s exited with %d", command, host, *ec)
 				}
+				l, err := cl.invoke(ctx, list)
+				if err != nil {
+					return 0, err
+				}
+				var ended int64
+				for _, e := range l.Result.Details.Sessions {
+					if e.SessionID == id {
+						ended = e.EndedAt
+					}
+				}
+				if ended == 0 {
+					return 0, fmt.Errorf("list on %s: no endedAt for %s: %s", host, id, l.describe())
+				}
+				d := time.UnixMilli(ended).Sub(t0)
 				if _, err := cl.invoke(ctx, processBody("remove", id)); err != nil {
 					return d, err
 				}
@@ -170,7 +187,7 @@ func benchThroughput(ctx context.Context, c *cluster, node *nodeProc, o *options
 			Target: target, Note: note,
 		})
 	}
-	pipeNote := fmt.Sprintf("`%s` with background:true, polled every %v until it exits; baseline: os/exec reading the same command's stdout pipe into a counting writer; NUL bytes are shown to agents as \\x00", zero, o.pollEvery)
+	pipeNote := fmt.Sprintf("`%s` with background:true, polled every %v until it exits, timed from the exec call to the session's endedAt (ms); baseline: os/exec reading the same command's stdout pipe into a counting writer; NUL bytes are shown to agents as \\x00", zero, o.pollEvery)
 	add(1, nul+", host=gateway", 0, "bare Go pipe reader", ratioAtMost(pipeTarget), pipeNote)
 	add(2, nul+", host=node", 0, "bare Go pipe reader", ratioAtMost(pipeTarget), "")
 	add(4, txt+", host=gateway", 3, "bare Go pipe reader", ratioAtMost(pipeTarget),
