@@ -329,13 +329,14 @@ func benchScale(ctx context.Context, c *cluster, o *options, res *results) error
 		})
 	}
 	wg.Wait()
+	callsDur := time.Since(t0)
 	left := waitGone(ctx, all, o.killWait)
 	killDur := time.Since(t0)
 	killRate := float64(len(all)-left) / killDur.Seconds()
 	res.add(figure{Section: "scale", Figure: fmt.Sprintf("kill all %d sessions (until gone from /proc)", len(all)),
 		Value: killRate, Unit: "sessions/s", Baseline: bare.killRate, BaselineName: "bare SIGTERM + Wait",
 		Ratio: costRatio(bare.killRate, killRate), Target: valueAtLeast(2000),
-		Note: fmt.Sprintf("%d of %d gone %.1f s after the first of the kill calls (%d callers)", len(all)-left, len(all), killDur.Seconds(), o.scaleConc)})
+		Note: fmt.Sprintf("%d of %d gone %.2f s after the first of the kill calls (%d callers; the calls took %.2f s)", len(all)-left, len(all), killDur.Seconds(), o.scaleConc, callsDur.Seconds())})
 	leftNote := fmt.Sprintf("counted in /proc by pid and start time once all had exited, or after -kill-wait %v", o.killWait)
 	if killErr != nil {
 		leftNote += "; " + killErr.Error()
