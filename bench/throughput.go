@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -165,15 +164,6 @@ func benchThroughput(ctx context.Context, c *cluster, node *nodeProc, o *options
 		{"text node", toolBackground(cl, text, "node", node.id, false, o.pollEvery)},
 		{"NUL pty", c.barePTY(zero, n)},
 		{"NUL gateway pty", toolBackground(cl, zero, "gateway", "", true, o.pollEvery)},
-	}
-	if f := os.Getenv("BENCH18_PROBES"); f != "" { // TEMP
-		var keep []probe
-		for _, p := range probes {
-			if strings.Contains(f, p.name) {
-				keep = append(keep, p)
-			}
-		}
-		probes = keep
 	}
 	secs := make([][]float64, len(probes))
 	for r := 0; r < o.runs; r++ {
