@@ -257,7 +257,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	sections := fs.String("only", strings.Join(defaultSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ", "))
 	fs.StringVar(&o.bin, "execmesh", "", "execmesh binary used for `execmesh node` (default <module root>/bin/execmesh)")
-	fs.StringVar(&o.out, "out", "", "results file (default <module root>/bench/results.json)")
+	fs.StringVar(&o.out, "out", "", "results file (default <module root>/bench/results.json; with -quick $TMPDIR/execmesh-bench-quick.json)")
 	fs.IntVar(&o.runs, "runs", 3, "repetitions of each measurement; figures are medians over runs")
 	fs.IntVar(&o.warmup, "warmup", 50, "warm-up calls per path before latency runs")
 	fs.IntVar(&o.latencyCalls, "latency-calls", 500, "exec calls per path and run (latency)")
@@ -330,7 +330,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.bin == "" {
 		o.bin = filepath.Join(root, "bin", "execmesh")
 	}
-	if o.out == "" {
+	switch {
+	case o.out != "":
+	case *quick:
+		// A smoke run's figures are not results: keep results.json for
+		// the full run's.
+		o.out = filepath.Join(os.TempDir(), "execmesh-bench-quick.json")
+	default:
 		o.out = filepath.Join(root, "bench", "results.json")
 	}
 	if abs, err := filepath.Abs(o.bin); err == nil {
