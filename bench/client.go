@@ -31,7 +31,13 @@ func newClient(baseURL string, conns int) *client {
 // waits is the whole round trip including reading the body; decoding is
 // left to the caller, outside any timed region.
 func (c *client) invokeRaw(ctx context.Context, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	return c.postRaw(ctx, c.url, body)
+}
+
+// postRaw posts body to url with the same transport (the HTTP exec server
+// baseline is measured with the very client that calls the gateway).
+func (c *client) postRaw(ctx context.Context, url string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -70,6 +76,7 @@ type answer struct {
 			Sessions  []struct {
 				SessionID string `json:"sessionId"`
 				Status    string `json:"status"`
+				EndedAt   int64  `json:"endedAt"` // unix ms, finished entries
 			} `json:"sessions"`
 			Total *int `json:"total"` // paged process list only
 		} `json:"details"`

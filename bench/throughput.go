@@ -14,15 +14,19 @@ import (
 )
 
 // toolBackground starts command in the background through the HTTP API
-// and polls it to completion; the time runs from the exec call to the
-// poll that reports the exit. The finished session is removed afterwards
-// (outside the timed region) so that retained output does not pile up.
+// and polls it (every pollEvery) until it reports the exit. The time runs
+// from the exec call to the session's end as the host recorded it (its
+// list entry's endedAt, set once the command exited and its output was
+// read to the end), so that the poll interval does not round the figure
+// up; the polling itself runs alongside, as an agent's would. The finished
+// session is removed afterwards so that retained output does not pile up.
 func toolBackground(cl *client, command, host, node string, pty bool, pollEvery time.Duration) func(ctx context.Context) (time.Duration, error) {
 	var extra []any
 	if pty {
 		extra = append(extra, "pty", true)
 	}
 	body := execBody(command, host, node, true, extra...)
+	list := processBody("list", "")
 	return func(ctx context.Context) (time.Duration, error) {
 		t0 := time.Now()
 		a, err := cl.invoke(ctx, body)
@@ -48,10 +52,23 @@ func toolBackground(cl *client, command, host, node string, pty bool, pollEvery 
 			case "running":
 				continue
 			case "completed":
-				d := time.Since(t0)
 				if ec := a.Result.Details.ExitCode; ec != nil && *ec != 0 {
-					return d, fmt.Errorf("%q on %s exited with %d", command, host, *ec)
+					return 0, fmt.Errorf("%q on %s exited with %d", command, host, *ec)
 				}
+				l, err := cl.invoke(ctx, list)
+				if err != nil {
+					return 0, err
+				}
+				var ended int64
+				for _, e := range l.Result.Details.Sessions {
+					if e.SessionID == id {
+						ended = e.EndedAt
+					}
+				}
+				if ended == 0 {
+					return 0, fmt.Errorf("list on %s: no endedAt for %s: %s", host, id, l.describe())
+				}
+				d := time.UnixMilli(ended).Sub(t0)
 				if _, err := cl.invoke(ctx, processBody("remove", id)); err != nil {
 					return d, err
 				}
@@ -121,23 +138,32 @@ func (c *cluster) barePTY(command string, want int64) func(ctx context.Context) 
 	}
 }
 
+// Throughput targets (issue 18): a background session within 1.3× a bare
+// Go pipe reader of the same command in the same run; a PTY session at or
+// below the bare Go PTY reader. (The old bar against `> /dev/null` is
+// retired: no pipe reader reaches it.)
+const (
+	pipeTarget = 1.3
+	ptyTarget  = 1.0
+)
+
 // benchThroughput: a command writing a lot to stdout, run through exec in
-// the background and polled to completion, against the same command
-// writing to /dev/null (section 2).
+// the background and polled to completion, against a bare Go reader of
+// the same command's pipe (or PTY) in the same run (section 2).
 func benchThroughput(ctx context.Context, c *cluster, node *nodeProc, o *options, res *results) error {
 	cl := newClient(c.url, 2)
 	n := o.tputBytes
 	zero := fmt.Sprintf("head -c %d /dev/zero", n)
 	text := fmt.Sprintf("yes 'the quick brown fox jumps over the lazy dog' | head -c %d", n)
 	probes := []probe{
-		{"/dev/null", c.bareExec(zero + " > /dev/null")},
-		{"pipe", c.barePipe(zero, n)},
-		{"gateway", toolBackground(cl, zero, "gateway", "", false, o.pollEvery)},
-		{"node", toolBackground(cl, zero, "node", node.id, false, o.pollEvery)},
-		{"gateway pty", toolBackground(cl, zero, "gateway", "", true, o.pollEvery)},
-		{"pty", c.barePTY(zero, n)},
-		{"text /dev/null", c.bareExec(text + " > /dev/null")},
+		{"NUL pipe", c.barePipe(zero, n)},
+		{"NUL gateway", toolBackground(cl, zero, "gateway", "", false, o.pollEvery)},
+		{"NUL node", toolBackground(cl, zero, "node", node.id, false, o.pollEvery)},
+		{"text pipe", c.barePipe(text, n)},
 		{"text gateway", toolBackground(cl, text, "gateway", "", false, o.pollEvery)},
+		{"text node", toolBackground(cl, text, "node", node.id, false, o.pollEvery)},
+		{"NUL pty", c.barePTY(zero, n)},
+		{"NUL gateway pty", toolBackground(cl, zero, "gateway", "", true, o.pollEvery)},
 	}
 	secs := make([][]float64, len(probes))
 	for r := 0; r < o.runs; r++ {
@@ -152,25 +178,23 @@ func benchThroughput(ctx context.Context, c *cluster, node *nodeProc, o *options
 		}
 		o.progress("throughput run %d/%d: %s", r+1, o.runs, strings.Join(parts, ", "))
 	}
-	size := fmt.Sprintf("%s of NUL bytes", humanBytes(n))
-	note := fmt.Sprintf("`%s`, background exec polled every %v until it exits; NUL bytes are shown to agents as \\x00 (4 chars each)", zero, o.pollEvery)
+	nul := humanBytes(n) + " of NUL bytes"
+	txt := humanBytes(n) + " of text"
 	add := func(i int, fig string, base int, baseName, target, note string) {
-		f := figure{
+		res.add(figure{
 			Section: "throughput", Figure: fig,
-			Value: median(secs[i]), Unit: "s", Baseline: median(secs[base]), BaselineName: baseName, Note: note,
-		}
-		if target != "" {
-			f.Target = target
-		}
-		res.add(f)
+			Value: median(secs[i]), Unit: "s", Baseline: median(secs[base]), BaselineName: baseName,
+			Target: target, Note: note,
+		})
 	}
-	add(1, size+", bare Go pipe reader", 0, "to /dev/null", "", "the floor: os/exec copying the pipe into a counting writer, no execmesh")
-	add(2, size+", host=gateway", 0, "to /dev/null", ratioAtMost(1.2), note)
-	add(3, size+", host=node", 0, "to /dev/null", ratioAtMost(1.2), "")
-	add(4, size+", host=gateway pty", 0, "to /dev/null", ratioAtMost(1.2), "")
-	add(5, size+", bare Go PTY reader", 0, "to /dev/null", "", "the PTY floor: the same command on a PTY whose master Go reads and discards")
-	add(7, humanBytes(n)+" of text, host=gateway", 6, "to /dev/null", ratioAtMost(1.2),
+	pipeNote := fmt.Sprintf("`%s` with background:true, polled every %v until it exits, timed from the exec call to the session's endedAt (ms); baseline: os/exec reading the same command's stdout pipe into a counting writer; NUL bytes are shown to agents as \\x00", zero, o.pollEvery)
+	add(1, nul+", host=gateway", 0, "bare Go pipe reader", ratioAtMost(pipeTarget), pipeNote)
+	add(2, nul+", host=node", 0, "bare Go pipe reader", ratioAtMost(pipeTarget), "")
+	add(4, txt+", host=gateway", 3, "bare Go pipe reader", ratioAtMost(pipeTarget),
 		"`yes 'the quick brown fox…' | head -c N`: printable text, the sanitizer's fast path")
+	add(5, txt+", host=node", 3, "bare Go pipe reader", ratioAtMost(pipeTarget), "")
+	add(7, nul+", host=gateway pty", 6, "bare Go PTY reader", ratioAtMost(ptyTarget),
+		"pty:true; baseline: the same command on a PTY (creack/pty) whose master Go reads and discards")
 	return nil
 }
 

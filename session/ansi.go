@@ -270,7 +270,7 @@ func isFormat(r rune) bool {
 // hexPrefix returns how many leading bytes of b are shown as \xNN in the
 // ground state: C0 controls other than ESC, TAB, LF and CR, and DEL.
 func hexPrefix(b []byte) int {
-	j := 0
+	j := zeroPrefix(b)
 	for j < len(b) {
 		// Runs of NUL (padding, /dev/zero) eight at a time.
 		if j+8 <= len(b) && binary.LittleEndian.Uint64(b[j:]) == 0 {
@@ -296,11 +296,39 @@ var hexEscapes = func() (t [256]uint32) {
 	return t
 }()
 
+// zeroBlock is compared against to find NUL runs with the runtime's
+// vectorized memequal; it is never written.
+var zeroBlock [512]byte
+
+// zeroPrefix returns how many leading bytes of b are NUL, to the nearest
+// block of zeroBlock below (the callers finish the count byte by byte).
+func zeroPrefix(b []byte) int {
+	j := 0
+	for j+len(zeroBlock) <= len(b) && bytes.Equal(b[j:j+len(zeroBlock)], zeroBlock[:]) {
+		j += len(zeroBlock)
+	}
+	return j
+}
+
+// allZero reports whether every byte of b is NUL.
+func allZero(b []byte) bool {
+	j := zeroPrefix(b)
+	return bytes.Equal(b[j:], zeroBlock[:len(b)-j])
+}
+
 // appendHexEscapes appends \xNN (lower-case hex) for every byte of src.
+// A run of NULs (padding, /dev/zero) is written by doubling copies.
 func appendHexEscapes(dst, src []byte) []byte {
 	n := len(dst)
 	dst = slices.Grow(dst, 4*len(src))[:n+4*len(src)]
 	out := dst[n:]
+	if len(src) >= 2*len(zeroBlock) && allZero(src) {
+		binary.LittleEndian.PutUint32(out, hexEscapes[0])
+		for k := 4; k < len(out); k *= 2 {
+			copy(out[k:], out[:k])
+		}
+		return dst
+	}
 	for i, c := range src {
 		binary.LittleEndian.PutUint32(out[4*i:], hexEscapes[c])
 	}

@@ -2,6 +2,7 @@ package session
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -257,6 +258,32 @@ func TestSanitizerKeepCutsOnlyWhatTheCapDrops(t *testing.T) {
 		if fb.aggregated() != cb.aggregated() || fd != cd || fdrop != cdrop || fb.total != cb.total || fb.truncated != cb.truncated {
 			t.Fatalf("input %q: buffers differ:\nretained %q\n      vs %q\npending %q\n     vs %q\ntotal %d vs %d, truncated %v vs %v",
 				in, fb.aggregated(), cb.aggregated(), fd, cd, fb.total, cb.total, fb.truncated, cb.truncated)
+		}
+	}
+}
+
+// TestHexEscapesOfNULRuns: the block-wise NUL paths of hexPrefix and
+// appendHexEscapes agree with the byte-by-byte definition for runs of
+// every length around the block size, with and without a different byte
+// at the end.
+func TestHexEscapesOfNULRuns(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 511, 512, 513, 1023, 1024, 1025, 4096, 100_003} {
+		for _, tail := range []byte{0, 1, 'a', 0x1b, 0x7f} {
+			b := append(make([]byte, n), tail)
+			want := n
+			if tail == 0 || tail == 1 || tail == 0x7f {
+				want = n + 1
+			}
+			if got := hexPrefix(b); got != want {
+				t.Fatalf("hexPrefix(%d NULs + %#x) = %d, want %d", n, tail, got, want)
+			}
+			var ref []byte
+			for _, c := range b {
+				ref = fmt.Appendf(ref, `\x%02x`, c)
+			}
+			if got := appendHexEscapes([]byte("pre"), b); string(got) != "pre"+string(ref) {
+				t.Fatalf("appendHexEscapes(%d NULs + %#x): %d bytes, want %d", n, tail, len(got), 3+len(ref))
+			}
 		}
 	}
 }
