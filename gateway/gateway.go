@@ -113,18 +113,21 @@ type Gateway struct {
 	prefix   string
 	replicas int
 	nc       *nats.Conn
-	js       jetstream.JetStream
-	subj     protocol.SubjectSet
-	local    *host.Local
-	localSv  *hostbus.Server // serves the local host to other gateways
-	nodes    *nodes.Registry
-	events   *events.Queue
-	index    *index.Index
-	appr     *approvalstore.Store
-	peers    *peers.Registry
-	notices  notices // Exec running notices of owned approved runs
-	signer   *signer
-	guard    *access.Guard
+	// serverWatch pings the NATS server: calls that wait on it fail
+	// within seconds when it goes silent.
+	serverWatch *bus.ServerWatch
+	js          jetstream.JetStream
+	subj        protocol.SubjectSet
+	local       *host.Local
+	localSv     *hostbus.Server // serves the local host to other gateways
+	nodes       *nodes.Registry
+	events      *events.Queue
+	index       *index.Index
+	appr        *approvalstore.Store
+	peers       *peers.Registry
+	notices     notices // Exec running notices of owned approved runs
+	signer      *signer
+	guard       *access.Guard
 
 	// bg is the root of work that outlives a call (approval runs, exit
 	// event delivery); Close cancels it and waits for bgWG.
@@ -219,6 +222,11 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	}
 	g.guard = access.NewGuard(g.tokens)
 	g.bg, g.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
+	// A frozen NATS server leaves the connection looking connected for
+	// minutes; the watch's pings make calls that wait on it fail within
+	// seconds (issue 17 item 6).
+	g.serverWatch = bus.NewServerWatch(opts.Conn, bus.ServerWatchOptions{Logger: opts.Logger.With("component", "nats")})
+	g.spawn(g.serverWatch.Run)
 	loginPath := opts.LoginShellPath
 	if loginPath == nil {
 		lookup := protocol.EnvMap(opts.Environ)
@@ -272,7 +280,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	if err != nil {
 		return nil, g.abort(err)
 	}
-	g.index = index.New(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log)
+	g.index = index.New(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log, g.serverWatch)
 	ctlCfg, _ := bus.KeyValueConfigFor(cfg.NATS.Prefix, cfg.NATS.Replicas, bus.StreamNamesFor(cfg.NATS.Prefix).Control)
 	g.defaults = bus.NewKVView[SessionExecDefaults](js, ctlCfg, defaultsKeyPrefix, g.log)
 	hostname, _ := os.Hostname()
@@ -290,7 +298,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 		Logger: opts.Logger, Conn: opts.Conn, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
 		Server: opts.Server, PresenceTTL: no.PresenceTTL, GhostTTL: no.GhostTTL, InviteTTL: no.InviteTTL,
 		JoinURLs: g.joinURLs, GatewayKeys: g.gatewayKeys,
-		RequestMargin: no.RequestMargin, CallTimeout: no.CallTimeout,
+		RequestMargin: no.RequestMargin, CallTimeout: no.CallTimeout, ServerWatch: g.serverWatch,
 		OnExit: g.onNodeExit, OnRestart: g.onNodeRestart, OnRejected: g.onNodeRejected,
 	})
 	if err != nil {
@@ -479,6 +487,9 @@ func (g *Gateway) Healthy() error {
 		return errors.New("shutting down")
 	case !g.nc.IsConnected():
 		return errors.New("not connected to NATS")
+	}
+	if err := g.serverWatch.Healthy(); err != nil {
+		return err
 	}
 	if err := g.events.Healthy(); err != nil {
 		return err
