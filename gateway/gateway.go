@@ -497,6 +497,9 @@ func (g *Gateway) Healthy() error {
 	if n := g.backlog.Load(); n > 0 {
 		return fmt.Errorf("%d system event(s) not stored yet", n)
 	}
+	if err := g.nodes.FeedHealthy(); err != nil {
+		return err
+	}
 	return g.index.Healthy()
 }
 

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/execmesh/execmesh/bus"
@@ -148,8 +149,14 @@ func (ix *Index) fail(err error) {
 		ix.failure.Store(nil)
 		return
 	}
-	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		ix.kv.Store(nil) // re-created on next use
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		// The bucket's stream is gone (a wiped store answers its
+		// requests with no responders): open, and so create, it again
+		// on next use.
+		if ix.kv.Swap(nil) != nil {
+			ix.log.Warn("session index bucket lost; creating it again on next use", "err", err)
+		}
 	}
 	e := fmt.Errorf("session index: %w", err)
 	ix.failure.Store(&e)

@@ -547,7 +547,14 @@ func (a *Agent) onExit(ev protocol.ExitEvent) {
 	a.mu.Unlock()
 	go func() {
 		defer a.pubWG.Done()
-		ack, err := bus.PublishExitEvent(a.pubCtx, js, a.cfg.Prefix, ev)
+		ack, err := bus.PublishExitEventNotify(a.pubCtx, js, a.cfg.Prefix, ev, func(attempt int, err error) {
+			// Said once and then now and then: the exit stream may be
+			// lost (a wiped JetStream store) until a gateway creates it
+			// again, or JetStream may be down.
+			if attempt == 1 || attempt%20 == 0 {
+				a.log.Warn("exit event not stored by JetStream yet; retrying until it is", "sessionId", ev.SessionID, "attempt", attempt, "err", err)
+			}
+		})
 		if err != nil {
 			a.log.Warn("exit event not published", "sessionId", ev.SessionID, "err", err)
 			return

@@ -222,6 +222,10 @@ type Registry struct {
 
 	server atomic.Pointer[bus.Server] // the embedded server, nil with an external one
 
+	// feedLost is set while the exit feed's consumer, once consuming, is
+	// lost and not created again yet (FeedHealthy).
+	feedLost atomic.Pointer[error]
+
 	mu       sync.Mutex // guards everything below
 	closing  bool
 	started  time.Time     // when Start ran
