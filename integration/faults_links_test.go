@@ -2,6 +2,7 @@ package integration
 
 import (
 	"net/http"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -117,5 +118,116 @@ func TestFaultHungNATSServer(t *testing.T) {
 	}
 	if !strings.Contains(gw.proc.runLog(), "the NATS server stopped answering") {
 		t.Errorf("the gateway's log does not say the NATS server stopped answering")
+	}
+}
+
+// fltNetFault is a gateway and a NATS server on one machine (network
+// namespace) and a node agent on another, joined by the switch of
+// cluster_netns_harness_test.go, whose link the test cuts.
+type fltNetFault struct {
+	net      *clNet
+	srv, box *clHost
+	nats     *fltNATS
+	gw       *fltDaemon
+	node     *fltNode
+}
+
+func newFltNetFault(t *testing.T, hb time.Duration) *fltNetFault {
+	t.Helper()
+	fltRoot(t, "network namespaces")
+	if _, err := exec.LookPath("tc"); err != nil {
+		clNetnsSkip(t, "the tc command (iproute2) is not installed")
+	}
+	f := &fltNetFault{}
+	f.net = newClNet(t, "srv", "box")
+	f.srv, f.box = f.net.hosts["srv"], f.net.hosts["box"]
+	natsAddr := f.srv.ip + ":4222"
+	gwKey := newFltKey(t, t.TempDir(), "gateway")
+	f.node = newFltNode(t, "alpha", "nats://"+natsAddr, hb, []string{"ip", "netns", "exec", f.box.ns})
+	f.nats = startFltNATS(t, f.srv.ns, natsAddr, gwKey.PublicKey, f.node.publicKey)
+	f.gw = newFltDaemon(t, "gateway", fltDaemonOpts{NATSURL: f.nats.url(), NKeySeedFile: gwKey.SeedFile,
+		Listen: f.srv.ip + ":8420", Prefix: []string{"ip", "netns", "exec", f.srv.ns}, HTTP: f.srv.httpClient(4)})
+	f.node.proc.start()
+	f.gw.pair(f.node.id)
+	return f
+}
+
+// tcBlackhole drops every packet the switch sends to h (the server→node
+// direction only): a pfifo queue of length 0 on its switch port, which
+// every kernel with iproute2's tc has (netem need not be loaded).
+func tcBlackhole(t *testing.T, h *clHost, on bool) {
+	t.Helper()
+	args := []string{"netns", "exec", h.net.sw, "tc", "qdisc", "add", "dev", h.port, "root", "pfifo", "limit", "0"}
+	if !on {
+		args = []string{"netns", "exec", h.net.sw, "tc", "qdisc", "del", "dev", h.port, "root"}
+	}
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %v: %v: %s", args, err, out)
+	}
+}
+
+// fltCallsDuring makes node calls one after another for total, each of
+// which must answer 200 or a retryable 503 within limit, and returns how
+// many of each, and when the first 200 after from came.
+func fltCallsDuring(t *testing.T, d *fltDaemon, key, id string, total, limit time.Duration) (ok, unavailable int, firstOK time.Duration) {
+	t.Helper()
+	start := time.Now()
+	firstOK = -1
+	calls := fltNodeCalls(id)
+	for i := 0; time.Since(start) < total; i++ {
+		c := calls[i%len(calls)]
+		if c.name == "background on the node" {
+			continue // would pile up sessions; exec covers starts
+		}
+		r := d.call(key, c.tool, c.args)
+		switch {
+		case r.Took > limit:
+			t.Errorf("%s at +%s took %s (limit %s): %d %.300s", c.name, time.Since(start).Round(time.Millisecond), r.Took.Round(time.Millisecond), limit, r.Status, r.Raw)
+		case r.Status == 200:
+			ok++
+			if firstOK < 0 && c.name != "list" {
+				firstOK = time.Since(start)
+			}
+		case r.Status == http.StatusServiceUnavailable && r.Error != nil && r.Error.Retryable:
+			unavailable++
+		default:
+			t.Errorf("%s: want 200 or a retryable 503: %d %.300s", c.name, r.Status, r.Raw)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return ok, unavailable, firstOK
+}
+
+// TestFaultPartitionHeals (issue 17 item 7): the node's machine is cut
+// off (both directions) for longer than the presence TTL, and later the
+// server→node direction alone is dropped. During each fault and in the
+// 15 s after it heals, every call to the node answers within a few
+// seconds — 200, or a retryable 503 — and calls work again soon after
+// the heal: liveness is checked in both directions (the gateway's probe
+// must be answered), not judged from the node's heartbeats alone.
+func TestFaultPartitionHeals(t *testing.T) {
+	f := newFltNetFault(t, time.Second)
+	gw := f.gw
+	const key = "agent:f7:main"
+	id := gw.background(key, "node", "echo f7; sleep 600")
+	fltWorksAgain(t, gw, key, 10*time.Second, fltNodeCalls(id))
+
+	for _, fault := range []struct {
+		name     string
+		on, off  func()
+		duration time.Duration
+	}{
+		{"a partition of 6 s", f.box.cut, f.box.restore, 6 * time.Second},
+		{"server→node loss of 6 s", func() { tcBlackhole(t, f.box, true) }, func() { tcBlackhole(t, f.box, false) }, 6 * time.Second},
+	} {
+		fault.on()
+		ok, un, _ := fltCallsDuring(t, gw, key, id, fault.duration, 5*time.Second)
+		fault.off()
+		t.Logf("%s: during it %d answered, %d retryable 503s", fault.name, ok, un)
+		ok, un, firstOK := fltCallsDuring(t, gw, key, id, 12*time.Second, 5*time.Second)
+		t.Logf("%s: in the 12 s after the heal %d answered, %d retryable 503s; the first call that worked %s after the heal", fault.name, ok, un, firstOK.Round(time.Millisecond))
+		if firstOK < 0 || firstOK > 10*time.Second {
+			t.Errorf("%s: calls to the node did not work again within 10 s of the heal (first at %s)", fault.name, firstOK)
+		}
 	}
 }
