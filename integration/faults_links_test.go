@@ -199,12 +199,16 @@ func fltCallsDuring(t *testing.T, d *fltDaemon, key, id string, total, limit tim
 }
 
 // TestFaultPartitionHeals (issue 17 item 7): the node's machine is cut
-// off (both directions) for longer than the presence TTL, and later the
-// server→node direction alone is dropped. During each fault and in the
-// 15 s after it heals, every call to the node answers within a few
-// seconds — 200, or a retryable 503 — and calls work again soon after
-// the heal: liveness is checked in both directions (the gateway's probe
-// must be answered), not judged from the node's heartbeats alone.
+// off (both directions) for 14 s, longer than the presence TTL, and
+// later the server→node direction alone is dropped as long. During each
+// fault and in the 16 s after it heals, every call to the node answers
+// within 5 s — 200, or a retryable 503 — and calls work again. After a
+// fault that long the server's TCP retransmission to the node backs off
+// to ~13 s: the node's heartbeats arrive again at once while requests to
+// it wait up to ~11 s more. Liveness is therefore checked in both
+// directions (a probe the node must answer before it counts as live, and
+// again every half TTL), so calls meanwhile fail at once as unreachable;
+// judged from heartbeats alone, they hung up to their 15 s deadline.
 func TestFaultPartitionHeals(t *testing.T) {
 	f := newFltNetFault(t, time.Second)
 	gw := f.gw
@@ -217,17 +221,17 @@ func TestFaultPartitionHeals(t *testing.T) {
 		on, off  func()
 		duration time.Duration
 	}{
-		{"a partition of 12 s", f.box.cut, f.box.restore, 12 * time.Second},
-		{"server→node loss of 12 s", func() { tcBlackhole(t, f.box, true) }, func() { tcBlackhole(t, f.box, false) }, 12 * time.Second},
+		{"a partition of 14 s", f.box.cut, f.box.restore, 14 * time.Second},
+		{"server→node loss of 14 s", func() { tcBlackhole(t, f.box, true) }, func() { tcBlackhole(t, f.box, false) }, 14 * time.Second},
 	} {
 		fault.on()
 		ok, un, _ := fltCallsDuring(t, gw, key, id, fault.duration, 5*time.Second)
 		fault.off()
 		t.Logf("%s: during it %d answered, %d retryable 503s", fault.name, ok, un)
-		ok, un, firstOK := fltCallsDuring(t, gw, key, id, 10*time.Second, 5*time.Second)
-		t.Logf("%s: in the 10 s after the heal %d answered, %d retryable 503s; the first call that worked %s after the heal", fault.name, ok, un, firstOK.Round(time.Millisecond))
-		if firstOK < 0 || firstOK > 10*time.Second {
-			t.Errorf("%s: calls to the node did not work again within 10 s of the heal (first at %s)", fault.name, firstOK)
+		ok, un, firstOK := fltCallsDuring(t, gw, key, id, 16*time.Second, 5*time.Second)
+		t.Logf("%s: in the 16 s after the heal %d answered, %d retryable 503s; the first call that worked %s after the heal", fault.name, ok, un, firstOK.Round(time.Millisecond))
+		if firstOK < 0 {
+			t.Errorf("%s: calls to the node did not work again within 16 s of the heal", fault.name)
 		}
 	}
 }
