@@ -31,6 +31,7 @@ func (g *Gateway) onLocalExit(ev protocol.ExitEvent) {
 	err := g.handleExit(ctx, ev, "")
 	cancel()
 	if err == nil {
+		g.local.Manager().ExitStored(ev.SessionID)
 		return
 	}
 	g.backlog.Add(1)
@@ -39,6 +40,7 @@ func (g *Gateway) onLocalExit(ev protocol.ExitEvent) {
 		for attempt := 1; ; attempt++ {
 			err := g.handleExit(ctx, ev, "")
 			if err == nil {
+				g.local.Manager().ExitStored(ev.SessionID)
 				return
 			}
 			if ctx.Err() != nil {
@@ -245,7 +247,9 @@ func (g *Gateway) sessionLost(ctx context.Context, id, sessionKey string, starte
 		}
 		startedAt = rec.StartedAt
 		_ = g.index.Update(ctx, id, func(r *index.Record) bool {
-			if r.LostTold {
+			if r.LostTold || r.State == index.StateFinished {
+				// Told already, or its exit event was handled (a
+				// record kept for an unconfirmed exit that was stored).
 				tell = false
 				return false
 			}

@@ -250,6 +250,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	// there.
 	var lost []session.LostSession
 	scfg.OnLost = func(l session.LostSession) { lost = append(lost, l) }
+	// A session's record stays until its exit event is stored: one never
+	// stored (the event store full or failing until shutdown) is
+	// reported lost by the next run instead of vanishing.
+	scfg.ConfirmExits = true
 	if opts.Metrics != nil {
 		scfg.OnOutput = opts.Metrics.AddOutputBytes
 		scfg.OnUsage = opts.Metrics.ObserveUsage

@@ -161,6 +161,9 @@ func New(cfg Config) (*Agent, error) {
 		scfg.StateDir = filepath.Join(cfg.StateDir, "sessions", "node")
 	}
 	scfg.OnLost = func(l session.LostSession) { a.lost = append(a.lost, l) }
+	// A session's record stays until JetStream acknowledged its exit
+	// event: one never published is reported lost by the next run.
+	scfg.ConfirmExits = true
 	h, err := host.NewLocal(host.Config{
 		Logger:      a.log.With("component", "host"),
 		Kind:        host.KindNode,
@@ -560,6 +563,7 @@ func (a *Agent) onExit(ev protocol.ExitEvent) {
 			return
 		}
 		a.counters.exitEventPublished(ack)
+		a.mgr.ExitStored(ev.SessionID)
 		a.log.Debug("exit event published", "sessionId", ev.SessionID, "seq", ack.Sequence, "duplicate", ack.Duplicate)
 	}()
 }
