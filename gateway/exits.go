@@ -247,9 +247,7 @@ func (g *Gateway) sessionLost(ctx context.Context, id, sessionKey string, starte
 		}
 		startedAt = rec.StartedAt
 		_ = g.index.Update(ctx, id, func(r *index.Record) bool {
-			if r.LostTold || r.State == index.StateFinished {
-				// Told already, or its exit event was handled (a
-				// record kept for an unconfirmed exit that was stored).
+			if r.LostTold {
 				tell = false
 				return false
 			}
