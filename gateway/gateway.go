@@ -113,21 +113,22 @@ type Gateway struct {
 	prefix   string
 	replicas int
 	nc       *nats.Conn
+	js       jetstream.JetStream
+	subj     protocol.SubjectSet
+	local    *host.Local
+	localSv  *hostbus.Server // serves the local host to other gateways
+	nodes    *nodes.Registry
+	events   *events.Queue
+	index    *index.Index
+	appr     *approvalstore.Store
+	peers    *peers.Registry
+	notices  notices // Exec running notices of owned approved runs
+	signer   *signer
+	guard    *access.Guard
+
 	// serverWatch pings the NATS server: calls that wait on it fail
 	// within seconds when it goes silent.
 	serverWatch *bus.ServerWatch
-	js          jetstream.JetStream
-	subj        protocol.SubjectSet
-	local       *host.Local
-	localSv     *hostbus.Server // serves the local host to other gateways
-	nodes       *nodes.Registry
-	events      *events.Queue
-	index       *index.Index
-	appr        *approvalstore.Store
-	peers       *peers.Registry
-	notices     notices // Exec running notices of owned approved runs
-	signer      *signer
-	guard       *access.Guard
 
 	// bg is the root of work that outlives a call (approval runs, exit
 	// event delivery); Close cancels it and waits for bgWG.
