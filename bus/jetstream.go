@@ -277,6 +277,13 @@ func ExitMsgID(ev protocol.ExitEvent) string {
 // ctx ends. Retries are safe: the stream stores an id once within
 // ExitDuplicateWindow (the ack then has Duplicate set).
 func PublishExitEvent(ctx context.Context, js jetstream.JetStream, prefix string, ev protocol.ExitEvent) (*jetstream.PubAck, error) {
+	return PublishExitEventNotify(ctx, js, prefix, ev, nil)
+}
+
+// PublishExitEventNotify is PublishExitEvent that calls onRetry (when not
+// nil) with each failed attempt that will be retried, so that a publisher
+// can say it is still trying (the stream lost, JetStream down).
+func PublishExitEventNotify(ctx context.Context, js jetstream.JetStream, prefix string, ev protocol.ExitEvent, onRetry func(attempt int, err error)) (*jetstream.PubAck, error) {
 	if err := validPrefix(prefix); err != nil {
 		return nil, err
 	}
@@ -289,11 +296,11 @@ func PublishExitEvent(ctx context.Context, js jetstream.JetStream, prefix string
 	}
 	subject, id := protocol.Subjects(prefix).ExitEventsOf(ev.NodeID), ExitMsgID(ev)
 	var ack *jetstream.PubAck
-	err = retryJS(ctx, func(ctx context.Context) error {
+	err = retryJSNotify(ctx, func(ctx context.Context) error {
 		a, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(id))
 		ack = a
 		return err
-	})
+	}, onRetry)
 	if err != nil {
 		return nil, fmt.Errorf("bus: publish exit event %s: %w", id, err)
 	}
@@ -303,6 +310,12 @@ func PublishExitEvent(ctx context.Context, js jetstream.JetStream, prefix string
 // retryJS runs op with a per-attempt timeout until it succeeds, fails
 // with a lasting error, or ctx ends.
 func retryJS(ctx context.Context, op func(context.Context) error) error {
+	return retryJSNotify(ctx, op, nil)
+}
+
+// retryJSNotify is retryJS calling onRetry (when not nil) before each
+// retry.
+func retryJSNotify(ctx context.Context, op func(context.Context) error, onRetry func(attempt int, err error)) error {
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, jsAttemptTimeout)
 		err := op(actx)
@@ -315,6 +328,9 @@ func retryJS(ctx context.Context, op func(context.Context) error) error {
 		}
 		if !transientJS(err) {
 			return err
+		}
+		if onRetry != nil {
+			onRetry(attempt, err)
 		}
 		t := time.NewTimer(reconnectDelay(attempt) / 2)
 		select {

@@ -31,6 +31,7 @@ func (g *Gateway) onLocalExit(ev protocol.ExitEvent) {
 	err := g.handleExit(ctx, ev, "")
 	cancel()
 	if err == nil {
+		g.local.Manager().ExitStored(ev.SessionID)
 		return
 	}
 	g.backlog.Add(1)
@@ -39,6 +40,7 @@ func (g *Gateway) onLocalExit(ev protocol.ExitEvent) {
 		for attempt := 1; ; attempt++ {
 			err := g.handleExit(ctx, ev, "")
 			if err == nil {
+				g.local.Manager().ExitStored(ev.SessionID)
 				return
 			}
 			if ctx.Err() != nil {

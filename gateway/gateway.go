@@ -126,6 +126,10 @@ type Gateway struct {
 	signer   *approvalstore.Signer
 	guard    *access.Guard
 
+	// serverWatch pings the NATS server: calls that wait on it fail
+	// within seconds when it goes silent.
+	serverWatch *bus.ServerWatch
+
 	// bg is the root of work that outlives a call (approval runs, exit
 	// event delivery); Close cancels it and waits for bgWG.
 	bg       context.Context
@@ -219,6 +223,11 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	}
 	g.guard = access.NewGuard(g.tokens)
 	g.bg, g.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
+	// A frozen NATS server leaves the connection looking connected for
+	// minutes; the watch's pings make calls that wait on it fail within
+	// seconds (issue 17 item 6).
+	g.serverWatch = bus.NewServerWatch(opts.Conn, bus.ServerWatchOptions{Logger: opts.Logger.With("component", "nats")})
+	g.spawn(g.serverWatch.Run)
 	loginPath := opts.LoginShellPath
 	if loginPath == nil {
 		lookup := protocol.EnvMap(opts.Environ)
@@ -242,6 +251,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	// there.
 	var lost []session.LostSession
 	scfg.OnLost = func(l session.LostSession) { lost = append(lost, l) }
+	// A session's record stays until its exit event is stored: one never
+	// stored (the event store full or failing until shutdown) is
+	// reported lost by the next run instead of vanishing.
+	scfg.ConfirmExits = true
 	if opts.Metrics != nil {
 		scfg.OnOutput = opts.Metrics.AddOutputBytes
 		scfg.OnUsage = opts.Metrics.ObserveUsage
@@ -272,7 +285,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	if err != nil {
 		return nil, g.abort(err)
 	}
-	g.index = index.New(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log)
+	g.index = index.New(js, cfg.NATS.Prefix, cfg.NATS.Replicas, g.log, g.serverWatch)
 	ctlCfg, _ := bus.KeyValueConfigFor(cfg.NATS.Prefix, cfg.NATS.Replicas, bus.StreamNamesFor(cfg.NATS.Prefix).Control)
 	g.defaults = bus.NewKVView[SessionExecDefaults](js, ctlCfg, defaultsKeyPrefix, g.log)
 	hostname, _ := os.Hostname()
@@ -290,7 +303,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 		Logger: opts.Logger, Conn: opts.Conn, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
 		Server: opts.Server, PresenceTTL: no.PresenceTTL, GhostTTL: no.GhostTTL, InviteTTL: no.InviteTTL,
 		JoinURLs: g.joinURLs, GatewayKeys: g.gatewayKeys,
-		RequestMargin: no.RequestMargin, CallTimeout: no.CallTimeout,
+		RequestMargin: no.RequestMargin, CallTimeout: no.CallTimeout, ServerWatch: g.serverWatch,
 		OnExit: g.onNodeExit, OnRestart: g.onNodeRestart, OnRejected: g.onNodeRejected,
 	})
 	if err != nil {
@@ -480,11 +493,17 @@ func (g *Gateway) Healthy() error {
 	case !g.nc.IsConnected():
 		return errors.New("not connected to NATS")
 	}
+	if err := g.serverWatch.Healthy(); err != nil {
+		return err
+	}
 	if err := g.events.Healthy(); err != nil {
 		return err
 	}
 	if n := g.backlog.Load(); n > 0 {
 		return fmt.Errorf("%d system event(s) not stored yet", n)
+	}
+	if err := g.nodes.FeedHealthy(); err != nil {
+		return err
 	}
 	return g.index.Healthy()
 }

@@ -31,6 +31,7 @@ func (g *Gateway) gatewayHost(id string) (host.Host, error) {
 		Watch:         func(ctx context.Context) (context.Context, context.CancelFunc) { return g.peers.Watch(ctx, id) },
 		RequestMargin: no.RequestMargin,
 		CallTimeout:   no.CallTimeout,
+		ServerWatch:   g.serverWatch,
 	}, nil
 }
 

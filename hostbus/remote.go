@@ -64,6 +64,10 @@ type Remote struct {
 	// so that a request the host will never answer fails then instead of
 	// at its deadline. The second result must be called to release it.
 	Watch func(ctx context.Context) (context.Context, context.CancelFunc)
+	// ServerWatch, when set, watches the NATS server itself: a request fails
+	// at once while the server is silent (nothing is sent), and one under
+	// way fails when it goes silent, within seconds, not at its deadline.
+	ServerWatch *bus.ServerWatch
 	// OnUnreachable is called when a request finds nobody listening, so
 	// the caller's view of the host's liveness can follow at once.
 	OnUnreachable func()
@@ -249,6 +253,10 @@ func (r *Remote) call(ctx context.Context, endpoint string, body []byte, hdr nat
 		return nil, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
 			Message: fmt.Sprintf("the gateway is not connected to NATS; %s cannot be reached. Retry later.", r.Label)}
 	}
+	if err := r.ServerWatch.Healthy(); err != nil {
+		return nil, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
+			Message: fmt.Sprintf("%s cannot be reached: %v; nothing was sent. Retry in a few seconds.", r.Label, err)}
+	}
 	rctx, cancel := ctx, context.CancelFunc(func() {})
 	if timeout > 0 {
 		rctx, cancel = context.WithTimeout(ctx, timeout)
@@ -259,6 +267,9 @@ func (r *Remote) call(ctx context.Context, endpoint string, body []byte, hdr nat
 		defer wcancel()
 		rctx = wctx
 	}
+	sctx, scancel := r.ServerWatch.Watch(rctx)
+	defer scancel()
+	rctx = sctx
 	m, err := bus.RequestChunked(rctx, r.Conn, r.Group+"."+endpoint, body, hdr)
 	switch {
 	case errors.Is(err, bus.ErrUnreachable):
@@ -269,6 +280,9 @@ func (r *Remote) call(ctx context.Context, endpoint string, body []byte, hdr nat
 			Message: fmt.Sprintf("%s is unreachable (not connected to NATS); nothing was delivered. Retry when it reconnects.", r.Label)}
 	case err != nil && ctx.Err() != nil:
 		return nil, ctx.Err()
+	case err != nil && errors.Is(context.Cause(rctx), bus.ErrServerSilent):
+		r.log().Warn("request given up: the NATS server stopped answering", "host", r.Label, "endpoint", endpoint)
+		return nil, fmt.Errorf("%w (%s): %w", ErrNoAnswer, timeout, context.Cause(rctx))
 	case err != nil && errors.Is(context.Cause(rctx), ErrSilent):
 		r.log().Info("request given up: the host went silent", "host", r.Label, "endpoint", endpoint)
 		return nil, fmt.Errorf("%w (%s): %w", ErrNoAnswer, timeout, context.Cause(rctx))
@@ -302,6 +316,8 @@ func noAnswer(err error, timeout time.Duration) string {
 	switch {
 	case errors.Is(err, bus.ErrConnectionLost):
 		return "no answer (the gateway's NATS connection dropped while it waited)"
+	case errors.Is(err, bus.ErrServerSilent):
+		return "no answer, and the NATS server stopped answering pings while the gateway waited (frozen or cut off)"
 	case errors.Is(err, ErrSilent):
 		var se *SilentError
 		if errors.As(err, &se) {

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/execmesh/execmesh/bus"
@@ -88,6 +89,7 @@ type Index struct {
 	prefix   string
 	replicas int
 	log      *slog.Logger
+	watch    *bus.ServerWatch
 
 	kv      atomic.Pointer[jetstream.KeyValue]
 	failure atomic.Pointer[error]
@@ -102,8 +104,24 @@ type Index struct {
 // New returns the index of the deployment with subject prefix prefix,
 // its bucket kept with replicas replicas. Run follows the bucket into the
 // cache; the other methods open (or create) the bucket on first use.
-func New(js jetstream.JetStream, prefix string, replicas int, log *slog.Logger) *Index {
-	return &Index{js: js, prefix: prefix, replicas: replicas, log: log.With("component", "index"), cache: map[string]entry{}, loaded: make(chan struct{})}
+// watch, when not nil, makes an operation fail within seconds of the NATS
+// server going silent (at once while it is), not at Timeout.
+func New(js jetstream.JetStream, prefix string, replicas int, log *slog.Logger, watch *bus.ServerWatch) *Index {
+	return &Index{js: js, prefix: prefix, replicas: replicas, log: log.With("component", "index"), watch: watch, cache: map[string]entry{}, loaded: make(chan struct{})}
+}
+
+// watched derives the context of one operation that reaches the bucket;
+// cause replaces an error of it by the server's silence, when that is
+// what ended it.
+func (ix *Index) watched(ctx context.Context) (context.Context, context.CancelFunc) {
+	return ix.watch.Watch(ctx)
+}
+
+func cause(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); err != nil && errors.Is(c, bus.ErrServerSilent) {
+		return c
+	}
+	return err
 }
 
 // errIndexUnavailable: the bucket could not be reached.
@@ -131,8 +149,14 @@ func (ix *Index) fail(err error) {
 		ix.failure.Store(nil)
 		return
 	}
-	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		ix.kv.Store(nil) // re-created on next use
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		// The bucket's stream is gone (a wiped store answers its
+		// requests with no responders): open, and so create, it again
+		// on next use.
+		if ix.kv.Swap(nil) != nil {
+			ix.log.Warn("session index bucket lost; creating it again on next use", "err", err)
+		}
 	}
 	e := fmt.Errorf("session index: %w", err)
 	ix.failure.Store(&e)
@@ -186,9 +210,11 @@ func (ix *Index) apply(e jetstream.KeyValueEntry) {
 // Allocate picks a fresh session id for rec, unique across the fleet: the
 // first readable slug whose key can be created.
 func (ix *Index) Allocate(ctx context.Context, rec Record) (string, error) {
+	ctx, release := ix.watched(ctx)
+	defer release()
 	kv, err := ix.bucket(ctx)
 	if err != nil {
-		return "", errIndexUnavailable(err)
+		return "", errIndexUnavailable(cause(ctx, err))
 	}
 	b, _ := json.Marshal(rec)
 	var lastErr error
@@ -215,6 +241,7 @@ func (ix *Index) Allocate(ctx context.Context, rec Record) (string, error) {
 		}
 	})
 	if lastErr != nil {
+		lastErr = cause(ctx, lastErr)
 		ix.fail(lastErr)
 		return "", errIndexUnavailable(lastErr)
 	}
@@ -225,6 +252,7 @@ func (ix *Index) Allocate(ctx context.Context, rec Record) (string, error) {
 		r, err := kv.Create(actx, id, b)
 		cancel()
 		if err != nil {
+			err = cause(ctx, err)
 			ix.fail(err)
 			return "", errIndexUnavailable(err)
 		}
@@ -268,6 +296,8 @@ func (ix *Index) Lookup(ctx context.Context, id string) (Record, bool) {
 	if ok {
 		return e.rec, true
 	}
+	ctx, release := ix.watched(ctx)
+	defer release()
 	kv, err := ix.bucket(ctx)
 	if err != nil {
 		return Record{}, false
@@ -287,6 +317,8 @@ func (ix *Index) Lookup(ctx context.Context, id string) (Record, bool) {
 
 // Read returns the record of id as the bucket has it now (not the cache).
 func (ix *Index) Read(ctx context.Context, id string) (Record, bool) {
+	ctx, release := ix.watched(ctx)
+	defer release()
 	kv, err := ix.bucket(ctx)
 	if err != nil {
 		return Record{}, false
@@ -308,12 +340,15 @@ func (ix *Index) Read(ctx context.Context, id string) (Record, bool) {
 // Update changes the record of id by compare-and-set; fn returns false
 // for no change. A missing record is left missing.
 func (ix *Index) Update(ctx context.Context, id string, fn func(*Record) bool) error {
+	ctx, release := ix.watched(ctx)
+	defer release()
 	kv, err := ix.bucket(ctx)
 	if err != nil {
-		return err
+		return cause(ctx, err)
 	}
 	rec, rev, changed, err := bus.UpdateKey(ctx, kv, id, func(r *Record, exists bool) bool { return exists && fn(r) })
 	if err != nil {
+		err = cause(ctx, err)
 		if !errors.Is(err, bus.ErrContended) {
 			ix.fail(err)
 		}
@@ -331,6 +366,8 @@ func (ix *Index) Update(ctx context.Context, id string, fn func(*Record) bool) e
 
 // Remove forgets id.
 func (ix *Index) Remove(ctx context.Context, id string) {
+	ctx, release := ix.watched(ctx)
+	defer release()
 	kv, err := ix.bucket(ctx)
 	if err != nil {
 		return

@@ -3,7 +3,9 @@ package integration
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,4 +181,93 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestFaultJetStreamStoreLost (issue 17 item 4): the NATS server is
+// killed (SIGKILL), its JetStream store wiped and the server started
+// again, empty, while node sessions run. Neither the gateway nor the node
+// agent is restarted: they create the streams, buckets and consumers
+// again, the node stays paired and usable, the exit events of the
+// sessions that ended after the loss arrive exactly once, and so do
+// those of sessions started afterwards. The loss is logged.
+func TestFaultJetStreamStoreLost(t *testing.T) {
+	e := newFltExternal(t, 500*time.Millisecond, nil, "alpha")
+	gw, node := e.gw, e.nodes[0]
+	const key = "agent:f4:main"
+	first := gw.startMany(key, "node", "echo f4-first-%d", 2)
+	gw.tally(key, first, 20*time.Second, 0, protocol.EventExecExit).exact(t, "before the loss")
+
+	across := gw.startMany(key, "node", "sleep 6; echo f4-across-%d", 3)
+	gwLocal := gw.startMany(key, "gateway", "sleep 6; echo f4-gw-%d", 2)
+	e.nats.proc.kill()
+	if err := os.RemoveAll(e.nats.store); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	e.nats.start()
+	lostAt := time.Now()
+	// /healthz while the store is being re-created.
+	seen := map[string]bool{}
+	var seenMu sync.Mutex
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			if st, body := gw.healthz(); st != 200 {
+				seenMu.Lock()
+				seen[body] = true
+				seenMu.Unlock()
+			}
+		}
+	}()
+
+	c := gw.tally(key, append(append([]string{}, across...), gwLocal...), 30*time.Second, 2*time.Second, protocol.EventExecExit, protocol.EventExecLost)
+	c.exact(t, "sessions that ended after the store was lost")
+	took := time.Since(lostAt)
+	t.Logf("after the loss: %s in %s", c, took.Round(time.Millisecond))
+	// The sessions end about 5 s after the server is back; their events
+	// wait no longer than it takes to notice the store is empty.
+	if took > 15*time.Second {
+		t.Errorf("the exit events of the sessions that ended after the loss took %s (want ≤ 15 s)", took.Round(time.Millisecond))
+	}
+	close(stopWatch)
+	<-watched
+	storeSeen := false
+	for body := range seen {
+		t.Logf("/healthz after the server came back: %s", body)
+		if strings.Contains(body, "exit feed") || strings.Contains(body, "session index") || strings.Contains(body, "event store") {
+			storeSeen = true
+		}
+	}
+	if !storeSeen {
+		t.Errorf("/healthz never said the store was lost")
+	}
+	if log := gw.proc.runLog(); !strings.Contains(log, "lost; creating it again") {
+		t.Errorf("the gateway did not log the loss of the store")
+	}
+	gw.waitNode(node.id, "connected", 20*time.Second)
+	for _, n := range gw.nodes() {
+		if n["id"] == node.id && n["pairing"] != "paired" {
+			t.Errorf("node %s after the store was lost: pairing %v", node.id, n["pairing"])
+		}
+	}
+	after := gw.startMany(key, "node", "echo f4-after-%d", 3)
+	gw.tally(key, after, 30*time.Second, 2*time.Second, protocol.EventExecExit).exact(t, "sessions started after the store came back")
+	if st, body := gw.healthz(); st != 200 {
+		t.Errorf("/healthz after the store came back: %d %s", st, body)
+	}
+	for _, p := range []*fltProc{gw.proc, node.proc} {
+		if !p.running() {
+			t.Errorf("%s exited: %v", p.name, p.err)
+		}
+		if b, _ := os.ReadFile(p.log); strings.Count(string(b), "=== start") > 1 {
+			t.Errorf("%s was restarted", p.name)
+		}
+	}
 }

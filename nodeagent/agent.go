@@ -161,6 +161,9 @@ func New(cfg Config) (*Agent, error) {
 		scfg.StateDir = filepath.Join(cfg.StateDir, "sessions", "node")
 	}
 	scfg.OnLost = func(l session.LostSession) { a.lost = append(a.lost, l) }
+	// A session's record stays until JetStream acknowledged its exit
+	// event: one never published is reported lost by the next run.
+	scfg.ConfirmExits = true
 	h, err := host.NewLocal(host.Config{
 		Logger:      a.log.With("component", "host"),
 		Kind:        host.KindNode,
@@ -547,12 +550,20 @@ func (a *Agent) onExit(ev protocol.ExitEvent) {
 	a.mu.Unlock()
 	go func() {
 		defer a.pubWG.Done()
-		ack, err := bus.PublishExitEvent(a.pubCtx, js, a.cfg.Prefix, ev)
+		ack, err := bus.PublishExitEventNotify(a.pubCtx, js, a.cfg.Prefix, ev, func(attempt int, err error) {
+			// Said once and then now and then: the exit stream may be
+			// lost (a wiped JetStream store) until a gateway creates it
+			// again, or JetStream may be down.
+			if attempt == 1 || attempt%20 == 0 {
+				a.log.Warn("exit event not stored by JetStream yet; retrying until it is", "sessionId", ev.SessionID, "attempt", attempt, "err", err)
+			}
+		})
 		if err != nil {
 			a.log.Warn("exit event not published", "sessionId", ev.SessionID, "err", err)
 			return
 		}
 		a.counters.exitEventPublished(ack)
+		a.mgr.ExitStored(ev.SessionID)
 		a.log.Debug("exit event published", "sessionId", ev.SessionID, "seq", ack.Sequence, "duplicate", ack.Duplicate)
 	}()
 }

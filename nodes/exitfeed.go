@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -27,8 +28,9 @@ const (
 	// exitRetryDelay is the redelivery delay after OnExit failed.
 	exitRetryDelay = 2 * time.Second
 	// feedCheck is how often the feed checks that its consumer still
-	// exists (a lost store is re-created when it comes back).
-	feedCheck = 15 * time.Second
+	// exists (a lost store is re-created when it comes back): one
+	// JetStream API request per gateway, and no exit event waits longer.
+	feedCheck = 3 * time.Second
 )
 
 // exitConsumerName is the durable consumer of the exit stream:
@@ -89,6 +91,7 @@ func (r *Registry) runExitFeed(ctx context.Context) {
 		}
 		r.consumer = cc
 		r.mu.Unlock()
+		r.feedLost.Store(nil)
 		if attempt > 1 {
 			r.log.Info("consuming node exit events again", "stream", stream)
 		} else {
@@ -104,8 +107,19 @@ func (r *Registry) runExitFeed(ctx context.Context) {
 		}
 		r.mu.Unlock()
 		cc.Stop()
+		lostErr := fmt.Errorf("node exit feed: the consumer of stream %s was lost (JetStream store lost?); creating it again", stream)
+		r.feedLost.Store(&lostErr)
 		r.log.Warn("exit feed consumer lost; creating it again", "stream", stream)
 	}
+}
+
+// FeedHealthy returns nil, or why the exit feed, which consumed before,
+// does not consume now.
+func (r *Registry) FeedHealthy() error {
+	if p := r.feedLost.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // superviseFeed waits until the consumer is lost (true) or ctx ends

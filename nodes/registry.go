@@ -89,6 +89,9 @@ type Options struct {
 	// RequestMargin and CallTimeout tune the Remote hosts (hostbus).
 	RequestMargin time.Duration
 	CallTimeout   time.Duration
+	// ServerWatch, when set, makes calls to nodes fail within seconds of
+	// the NATS server going silent (hostbus.Remote.ServerWatch).
+	ServerWatch *bus.ServerWatch
 	// OnExit receives each exit event a paired node published, with the
 	// node's registry entry. A nil error acknowledges it; an error has it
 	// redelivered later (it must not be lost).
@@ -218,6 +221,10 @@ type Registry struct {
 	wg     sync.WaitGroup
 
 	server atomic.Pointer[bus.Server] // the embedded server, nil with an external one
+
+	// feedLost is set while the exit feed's consumer, once consuming, is
+	// lost and not created again yet (FeedHealthy).
+	feedLost atomic.Pointer[error]
 
 	mu       sync.Mutex // guards everything below
 	closing  bool
@@ -641,6 +648,7 @@ func (r *Registry) Host(n Node) *hostbus.Remote {
 		OnUnreachable: func() { r.markDown(id) },
 		RequestMargin: r.opts.RequestMargin,
 		CallTimeout:   r.opts.CallTimeout,
+		ServerWatch:   r.opts.ServerWatch,
 	}
 }
 

@@ -66,6 +66,13 @@ type Config struct {
 	// exec.lost events for the session's agent. It is called on
 	// NewManager's goroutine, so it must not call the Manager.
 	OnLost func(LostSession)
+	// ConfirmExits (with StateDir) keeps the record of a background
+	// session whose exit event went to OnExit until ExitStored confirms
+	// the event was stored: a daemon stopped or killed before that (its
+	// event store full or failing) leaves the record to the next
+	// Manager, which reports the session lost (OnLost) with its exit
+	// status, instead of nothing.
+	ConfirmExits bool
 }
 
 // ExecRequest is one exec call as the session core sees it: host

@@ -320,6 +320,7 @@ func (m *Manager) unregister(s *session) {
 // started publishes a spawned session and starts its goroutines.
 func (m *Manager) started(s *session) {
 	m.writeRecord(s, false)
+	m.holdRecord(s.id, s.treeName)
 	m.mu.Lock()
 	delete(m.reserved, s.id)
 	m.sessions[s.id] = s
@@ -427,7 +428,13 @@ func (m *Manager) finishSession(s *session, st exitStatus, cause error) {
 	close(s.done)
 	s.mu.Unlock()
 	if backgrounded {
+		m.markExitPending(s)
 		m.emitExit(s)
+		if m.cfg.OnExit == nil {
+			m.settleExit(s.id)
+		}
+	} else {
+		m.settleExit(s.id) // no exit event
 	}
 }
 
@@ -553,7 +560,7 @@ func (m *Manager) treeGone(name string) {
 	m.mu.Lock()
 	delete(m.leftovers, name)
 	m.mu.Unlock()
-	m.removeRecord(name)
+	m.treeRecordGone(name)
 }
 
 // Has reports whether the process tool of scopeKey can see sessionID

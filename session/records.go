@@ -53,6 +53,11 @@ type record struct {
 	// Exited is set when the leader's exit was recorded (and reported)
 	// while processes it started still ran.
 	Exited bool `json:"exited,omitempty"`
+	// ExitPending is set (with ConfirmExits) once the session ended and
+	// its exit event went out, until the event is confirmed stored;
+	// ExitStatus says how it ended.
+	ExitPending bool   `json:"exitPending,omitempty"`
+	ExitStatus  string `json:"exitStatus,omitempty"`
 }
 
 // LostSession is a session of an earlier run of a Manager on the same
@@ -79,6 +84,16 @@ type recordSlots struct {
 	next  int                   // number of the next new slot
 	free  []recordSlot          // blank slots
 	inUse map[string]recordSlot // tree name → its slot
+	// held are the trees (by session id) whose record waits for
+	// ExitStored (Config.ConfirmExits).
+	held map[string]*heldRecord
+}
+
+// heldRecord is a record kept until its session's exit event is stored.
+type heldRecord struct {
+	tree     string
+	exitOpen bool // the exit event is not confirmed stored yet
+	gone     bool // the tree's processes are gone
 }
 
 // recordSlot is one file and the number of bytes it holds.
@@ -177,6 +192,37 @@ func writeSlot(path string, b []byte, size int) (int, error) {
 	return max(size, len(b)), nil
 }
 
+// markExitPending rewrites a held record to say the session ended and
+// its exit event is not stored yet (best effort: a full disk may keep the
+// record as it was, which the next Manager reports as lost too).
+func (m *Manager) markExitPending(s *session) {
+	rs := &m.records
+	rs.mu.Lock()
+	_, held := rs.held[s.id]
+	rs.mu.Unlock()
+	if !held {
+		return
+	}
+	s.mu.Lock()
+	status := s.res.status
+	if s.res.code != nil {
+		status += fmt.Sprintf(", exit code %d", *s.res.code)
+	} else if s.res.signal != "" {
+		status += ", signal " + s.res.signal
+	}
+	s.mu.Unlock()
+	r := record{SessionID: s.id, SessionKey: s.scopeKey, Command: s.command, PID: s.pid, PIDStart: s.leaderStart,
+		StartedAt: s.startedAt.UnixMilli(), ExitPending: true, ExitStatus: status}
+	s.tree.where(&r)
+	b, err := json.Marshal(r)
+	if err == nil {
+		err = m.storeRecord(s.treeName, b)
+	}
+	if err != nil {
+		s.log.Debug("cannot mark the session's exit pending in its record", "err", err)
+	}
+}
+
 // removeRecord blanks the record of a tree whose processes are gone and
 // keeps its slot for the next session (or removes the file when enough
 // blank slots are kept).
@@ -210,6 +256,61 @@ func (m *Manager) removeRecord(name string) {
 		m.log.Warn("cannot remove a session record", "err", err)
 	}
 }
+
+// holdRecord keeps the record of session id (tree name) until its exit
+// event is settled (Config.ConfirmExits).
+func (m *Manager) holdRecord(id, name string) {
+	if !m.cfg.ConfirmExits || m.cfg.StateDir == "" || name == "" {
+		return
+	}
+	rs := &m.records
+	rs.mu.Lock()
+	if rs.held == nil {
+		rs.held = map[string]*heldRecord{}
+	}
+	rs.held[id] = &heldRecord{tree: name, exitOpen: true}
+	rs.mu.Unlock()
+}
+
+// treeRecordGone removes the record of a tree whose processes are gone,
+// unless it is held for its exit event.
+func (m *Manager) treeRecordGone(name string) {
+	rs := &m.records
+	rs.mu.Lock()
+	for _, h := range rs.held {
+		if h.tree == name && h.exitOpen {
+			h.gone = true
+			rs.mu.Unlock()
+			return
+		}
+	}
+	rs.mu.Unlock()
+	m.removeRecord(name)
+}
+
+// settleExit ends the hold of session id's record, and removes the
+// record when its tree is gone too.
+func (m *Manager) settleExit(id string) {
+	rs := &m.records
+	rs.mu.Lock()
+	h := rs.held[id]
+	if h == nil {
+		rs.mu.Unlock()
+		return
+	}
+	delete(rs.held, id)
+	gone, name := h.gone, h.tree
+	rs.mu.Unlock()
+	if gone {
+		m.removeRecord(name)
+	}
+}
+
+// ExitStored confirms that the exit event of session id (given to
+// OnExit) is stored where its agent will get it: with ConfirmExits its
+// record is removed now (once its processes are gone). Unknown ids are
+// ignored.
+func (m *Manager) ExitStored(id string) { m.settleExit(id) }
 
 // removeFreeSlots removes the blank slots (Close).
 func (m *Manager) removeFreeSlots() {
@@ -284,7 +385,17 @@ func (m *Manager) recoverRecords() ([]LostSession, error) {
 			ended = m.endRecordedGroup(r, snap)
 		}
 		m.log.Info("ended what a previous run left of a session", "session", r.SessionID, "processes", ended, "exited", r.Exited)
-		if !r.Exited {
+		if r.ExitPending {
+			reason := "it ended"
+			if r.ExitStatus != "" {
+				reason += " (" + r.ExitStatus + ")"
+			}
+			reason += ", but execmesh stopped before its exit event was stored (the event store was full or failing), so its output is gone"
+			lost = append(lost, LostSession{
+				SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
+				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: reason,
+			})
+		} else if !r.Exited {
 			reason := "the execmesh process that ran this session ended before the session did (crash or kill -9)"
 			if ended > 0 {
 				reason += "; " + strconv.Itoa(ended) + " of its processes still ran and were ended when it restarted"

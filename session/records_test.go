@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/execmesh/execmesh/protocol"
 )
 
 // TestRecordSlotsReused: sessions one after another reuse one record
@@ -95,5 +97,53 @@ func TestRecoverySkipsBlankSlots(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("state dir after recovery: %v", ents)
+	}
+}
+
+// TestConfirmExitsKeepsRecord: with ConfirmExits the record of a finished
+// background session stays until ExitStored (and says the exit is
+// pending); a next Manager reports one never confirmed as lost with its
+// exit status; a confirmed one leaves nothing.
+func TestConfirmExitsKeepsRecord(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	exits := make(chan protocol.ExitEvent, 4)
+	m := newManager(t, func(c *Config) {
+		c.StateDir = dir
+		c.ConfirmExits = true
+		c.OnExit = func(ev protocol.ExitEvent) { exits <- ev }
+	})
+	unconfirmed := startBackground(t, m, ExecRequest{Command: "exit 3", ScopeKey: "agent:a:main"})
+	confirmed := startBackground(t, m, ExecRequest{Command: "true", ScopeKey: "agent:a:main"})
+	for range 2 {
+		select {
+		case ev := <-exits:
+			if ev.SessionID == confirmed {
+				m.ExitStored(confirmed)
+			}
+		case <-time.After(waitLimit):
+			t.Fatal("no exit event")
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the trees are gone
+	var held []record
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		var r record
+		if strings.TrimSpace(string(b)) != "" && jsonUnmarshal(b, &r) == nil {
+			held = append(held, r)
+		}
+	}
+	if len(held) != 1 || held[0].SessionID != unconfirmed || !held[0].ExitPending {
+		t.Fatalf("records after the exits: %+v, want only %s's, exit pending", held, unconfirmed)
+	}
+	var lost []LostSession
+	newManager(t, func(c *Config) {
+		c.StateDir = dir
+		c.OnLost = func(l LostSession) { lost = append(lost, l) }
+	})
+	if len(lost) != 1 || lost[0].SessionID != unconfirmed || !strings.Contains(lost[0].Reason, "exit code 3") || !strings.Contains(lost[0].Reason, "before its exit event was stored") {
+		t.Fatalf("lost: %+v", lost)
 	}
 }

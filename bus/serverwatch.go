@@ -1,0 +1,168 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ServerWatch defaults.
+const (
+	// DefaultServerPingInterval is how often a ServerWatch pings the
+	// server.
+	DefaultServerPingInterval = time.Second
+	// DefaultServerPingTimeout is how long a ping may wait for the
+	// server's answer before the server counts as hung.
+	DefaultServerPingTimeout = 2 * time.Second
+)
+
+// ErrServerSilent is the cause of a call given up because the NATS server
+// stopped answering pings on a connection that still looks connected (a
+// frozen server process, a link that silently drops everything): the
+// client library would notice only after minutes of missed pings.
+var ErrServerSilent = errors.New("the NATS server stopped answering")
+
+// ServerSilentError is ErrServerSilent with how long the ping waited.
+type ServerSilentError struct {
+	// Timeout is how long the unanswered ping waited.
+	Timeout time.Duration
+}
+
+func (e *ServerSilentError) Error() string {
+	return fmt.Sprintf("the NATS server did not answer a ping within %s (frozen or cut off)", e.Timeout)
+}
+
+// Is makes a ServerSilentError match ErrServerSilent.
+func (e *ServerSilentError) Is(target error) bool { return target == ErrServerSilent }
+
+// ServerWatchOptions configure a ServerWatch; zero durations take the
+// defaults.
+type ServerWatchOptions struct {
+	Logger   *slog.Logger
+	Interval time.Duration
+	Timeout  time.Duration
+}
+
+// ServerWatch checks that the NATS server of one connection answers: it
+// pings it (a PING/PONG round trip, nc.FlushTimeout) every Interval, and
+// a ping unanswered for Timeout marks the server silent until one is
+// answered again. Calls that wait on the server derive their context from
+// Watch, so they fail within seconds of the server going silent instead
+// of at their own deadline. A connection that is not connected is left to
+// the client library (its calls fail at once as not connected). Build it
+// with NewServerWatch and run Run.
+type ServerWatch struct {
+	nc   *nats.Conn
+	log  *slog.Logger
+	opts ServerWatchOptions
+
+	mu      sync.Mutex
+	silent  error // non-nil while the server is silent
+	since   time.Time
+	waiters map[*serverWaiter]struct{}
+}
+
+type serverWaiter struct{ cancel context.CancelCauseFunc }
+
+// NewServerWatch returns a watch of nc's server.
+func NewServerWatch(nc *nats.Conn, opts ServerWatchOptions) *ServerWatch {
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultServerPingInterval
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultServerPingTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &ServerWatch{nc: nc, log: opts.Logger, opts: opts, waiters: map[*serverWaiter]struct{}{}}
+}
+
+// Run pings the server until ctx ends.
+func (w *ServerWatch) Run(ctx context.Context) {
+	t := time.NewTicker(w.opts.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !w.nc.IsConnected() {
+			// Not connected: calls fail at once as such; a new
+			// connection starts with a clean record.
+			w.set(nil)
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, w.opts.Timeout)
+		err := w.nc.FlushWithContext(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			w.set(nil)
+		case errors.Is(err, context.DeadlineExceeded) && w.nc.IsConnected():
+			w.set(&ServerSilentError{Timeout: w.opts.Timeout})
+		}
+	}
+}
+
+// set records the server's state and, when it went silent, ends the
+// waiting calls.
+func (w *ServerWatch) set(silent error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case silent == nil && w.silent != nil:
+		w.log.Warn("the NATS server answers again", "silentFor", time.Since(w.since).Round(time.Millisecond))
+		w.silent = nil
+	case silent != nil && w.silent == nil:
+		w.log.Error("the NATS server stopped answering; calls that wait on it fail", "server", ConnectedServer(w.nc), "err", silent)
+		w.silent, w.since = silent, time.Now()
+		for wt := range w.waiters {
+			wt.cancel(silent)
+		}
+		clear(w.waiters)
+	}
+}
+
+// Healthy returns nil, or why the server counts as silent now.
+func (w *ServerWatch) Healthy() error {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.silent
+}
+
+// Watch derives from ctx a context that ends with a cause matching
+// ErrServerSilent when the server goes silent (at once when it is silent
+// now). The second result must be called to release it. A nil watch
+// returns ctx as it is.
+func (w *ServerWatch) Watch(ctx context.Context) (context.Context, context.CancelFunc) {
+	if w == nil {
+		return ctx, func() {}
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	wt := &serverWaiter{cancel: cancel}
+	w.mu.Lock()
+	if w.silent != nil {
+		cancel(w.silent)
+	} else {
+		w.waiters[wt] = struct{}{}
+	}
+	w.mu.Unlock()
+	return cctx, func() {
+		w.mu.Lock()
+		delete(w.waiters, wt)
+		w.mu.Unlock()
+		cancel(context.Canceled)
+	}
+}

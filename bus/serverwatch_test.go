@@ -1,0 +1,139 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/bus/bustest"
+)
+
+// freezeProxy forwards TCP to a server and, while frozen, holds every
+// byte (as a SIGSTOPped server or a link that drops everything would:
+// the connection stays open, nothing comes back).
+type freezeProxy struct {
+	ln     net.Listener
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezeProxy(t *testing.T, target string) *freezeProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &freezeProxy{ln: ln}
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go p.pipe(c, s)
+			go p.pipe(s, c)
+		}
+	}()
+	return p
+}
+
+func (p *freezeProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for p.frozen.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				dst.Close()
+			}
+			return
+		}
+	}
+}
+
+// TestServerWatch: a server that stops answering is noticed within the
+// ping's timeout; a call waiting on it ends with ErrServerSilent, a new
+// one at once, and Healthy says so until the server answers again.
+func TestServerWatch(t *testing.T) {
+	s := bustest.StartServer(t, bustest.WithoutJetStream())
+	p := newFreezeProxy(t, s.ListenAddr())
+	nc := bustest.Connect(t, s, bus.ClientConfig{URLs: []string{"nats://" + p.ln.Addr().String()}})
+	w := bus.NewServerWatch(nc, bus.ServerWatchOptions{Interval: 100 * time.Millisecond, Timeout: 300 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go w.Run(ctx)
+
+	time.Sleep(300 * time.Millisecond)
+	if err := w.Healthy(); err != nil {
+		t.Fatalf("healthy server: %v", err)
+	}
+	wctx, release := w.Watch(t.Context())
+	defer release()
+	p.frozen.Store(true)
+	start := time.Now()
+	select {
+	case <-wctx.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("a call waiting on a frozen server was not ended")
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("noticed after %s", took)
+	}
+	if !errors.Is(context.Cause(wctx), bus.ErrServerSilent) || !errors.Is(w.Healthy(), bus.ErrServerSilent) {
+		t.Fatalf("cause %v, healthy %v", context.Cause(wctx), w.Healthy())
+	}
+	now, release2 := w.Watch(t.Context())
+	defer release2()
+	if now.Err() == nil {
+		t.Error("a call made while the server is silent was not ended at once")
+	}
+	p.frozen.Store(false)
+	deadline := time.Now().Add(3 * time.Second)
+	for w.Healthy() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("still silent after the server answers again")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	again, release3 := w.Watch(t.Context())
+	defer release3()
+	if again.Err() != nil {
+		t.Error("a call after the server came back was ended")
+	}
+	var nilWatch *bus.ServerWatch
+	if c, r := nilWatch.Watch(t.Context()); c != t.Context() || nilWatch.Healthy() != nil {
+		t.Error("a nil watch must change nothing")
+	} else {
+		r()
+	}
+}
