@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -61,12 +60,8 @@ func (s *Signer) Run(ctx context.Context) {
 			return
 		}
 		s.log.Warn("approval signing key not available; retrying", "attempt", attempt, "err", err)
-		t := time.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, 10*time.Second))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !bus.Backoff(ctx, attempt) {
 			return
-		case <-t.C:
 		}
 	}
 }

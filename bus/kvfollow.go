@@ -42,13 +42,22 @@ func RetryForever(ctx context.Context, log *slog.Logger, what string, f func(ctx
 			return
 		}
 		log.Warn(what+"; retrying", "attempt", attempt, "err", err)
-		t := time.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, 10*time.Second))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !Backoff(ctx, attempt) {
 			return
-		case <-t.C:
 		}
+	}
+}
+
+// Backoff sleeps before retry number attempt (1, 2, …): 500 ms per
+// attempt so far, at most 10 s. It returns false when ctx ended first.
+func Backoff(ctx context.Context, attempt int) bool {
+	t := time.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, 10*time.Second))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

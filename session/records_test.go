@@ -43,13 +43,35 @@ func TestRecordSlotsReused(t *testing.T) {
 			if strings.TrimSpace(string(b)) != "" {
 				return fmt.Errorf("slot still holds %.80q after the kill", b)
 			}
+			// Blanked first, then handed back for reuse.
+			m.records.mu.Lock()
+			free := len(m.records.free)
+			m.records.mu.Unlock()
+			if free == 0 {
+				return fmt.Errorf("blank slot not back in the free list yet")
+			}
 			return nil
 		})
 	}
 	killSession(t, m, "", id)
 	blank()
+	// A foreground session's record goes once its exit is handled, a
+	// moment after the call answered: each run waits for its slot to be
+	// blank and free again, so that all of them share slot 0.
+	settled := func() {
+		t.Helper()
+		checkFor(t, waitLimit, 5*time.Millisecond, func() error {
+			m.records.mu.Lock()
+			defer m.records.mu.Unlock()
+			if len(m.records.inUse) > 0 || len(m.records.free) == 0 {
+				return fmt.Errorf("%d records in use, %d free", len(m.records.inUse), len(m.records.free))
+			}
+			return nil
+		})
+	}
 	for range 20 {
 		mustExec(t, m, ExecRequest{Command: "true"})
+		settled()
 	}
 	short := "sleep " + token()
 	id = startBackground(t, m, ExecRequest{Command: short})
