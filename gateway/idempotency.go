@@ -62,8 +62,7 @@ func (c *call) execOnce(ctx context.Context, key string, args protocol.ExecArgs)
 	}
 	sum := sha256.Sum256([]byte(c.sessionKey + "\x00" + key))
 	k := hex.EncodeToString(sum[:20])
-	first, _ := json.Marshal(idemRecord{State: "started", Gateway: g.id})
-	rev, err := kv.Create(ctx, k, first)
+	st, err := c.claim(ctx, kv, k, 0, "", "")
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
@@ -71,7 +70,25 @@ func (c *call) execOnce(ctx context.Context, key string, args protocol.ExecArgs)
 		}
 		return c.execRetried(ctx, kv, k, args)
 	}
-	return c.execKeyed(ctx, &idemStarter{kv: kv, key: k, gateway: g.id, rev: rev}, args)
+	return c.execKeyed(ctx, st, args)
+}
+
+// claim makes the key's record this gateway's start: created when rev is
+// 0, else replaced by compare-and-set at rev (a takeover; reuseID and
+// node name the session a dead gateway had started). It fails when
+// another writer got there first.
+func (c *call) claim(ctx context.Context, kv jetstream.KeyValue, k string, rev uint64, reuseID, node string) (*idemStarter, error) {
+	b, _ := json.Marshal(idemRecord{State: "started", Gateway: c.g.id, SessionID: reuseID})
+	var err error
+	if rev == 0 {
+		rev, err = kv.Create(ctx, k, b)
+	} else {
+		rev, err = kv.Update(ctx, k, b, rev)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &idemStarter{kv: kv, key: k, gateway: c.g.id, rev: rev, reuseID: reuseID, node: node}, nil
 }
 
 // execKeyed runs the start st holds the key's record of, and keeps its
@@ -155,9 +172,8 @@ func (c *call) execRetried(ctx context.Context, kv jetstream.KeyValue, k string,
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			// The first call failed before it ran anything: start it.
-			first, _ := json.Marshal(idemRecord{State: "started", Gateway: c.g.id})
-			if rev, err := kv.Create(ctx, k, first); err == nil {
-				return c.execKeyed(ctx, &idemStarter{kv: kv, key: k, gateway: c.g.id, rev: rev}, args)
+			if st, err := c.claim(ctx, kv, k, 0, "", ""); err == nil {
+				return c.execKeyed(ctx, st, args)
 			}
 		}
 		if err == nil && json.Unmarshal(e.Value(), &rec) == nil {
@@ -174,10 +190,9 @@ func (c *call) execRetried(ctx context.Context, kv jetstream.KeyValue, k string,
 				if !ok || ir.Host != index.HostNode || ir.SessionKey != c.sessionKey || ir.State == index.StateLost {
 					return c.process(ctx, protocol.ProcessArgs{Action: "poll", SessionID: rec.SessionID})
 				}
-				mine, _ := json.Marshal(idemRecord{State: "started", Gateway: c.g.id, SessionID: rec.SessionID})
-				if rev, err := kv.Update(ctx, k, mine, e.Revision()); err == nil {
+				if st, err := c.claim(ctx, kv, k, e.Revision(), rec.SessionID, ir.HostID); err == nil {
 					c.g.log.Info("taking over an exec start whose gateway is gone", "gateway", rec.Gateway, "sessionId", rec.SessionID, "node", ir.HostID)
-					return c.execKeyed(ctx, &idemStarter{kv: kv, key: k, gateway: c.g.id, rev: rev, reuseID: rec.SessionID, node: ir.HostID}, args)
+					return c.execKeyed(ctx, st, args)
 				}
 				continue
 			case rec.SessionID != "" && (rec.State == "done" || !c.g.peers.Alive(rec.Gateway)):
@@ -185,10 +200,9 @@ func (c *call) execRetried(ctx context.Context, kv jetstream.KeyValue, k string,
 				// state is the answer.
 				return c.process(ctx, protocol.ProcessArgs{Action: "poll", SessionID: rec.SessionID})
 			case rec.SessionID == "" && rec.State == "started" && rec.Gateway != c.g.id && !c.g.peers.Alive(rec.Gateway):
-				mine, _ := json.Marshal(idemRecord{State: "started", Gateway: c.g.id})
-				if rev, err := kv.Update(ctx, k, mine, e.Revision()); err == nil {
+				if st, err := c.claim(ctx, kv, k, e.Revision(), "", ""); err == nil {
 					c.g.log.Info("taking over an exec start whose gateway is gone", "gateway", rec.Gateway)
-					return c.execKeyed(ctx, &idemStarter{kv: kv, key: k, gateway: c.g.id, rev: rev}, args)
+					return c.execKeyed(ctx, st, args)
 				}
 			}
 		}

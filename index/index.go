@@ -296,16 +296,8 @@ func (ix *Index) Lookup(ctx context.Context, id string) (Record, bool) {
 	if ok {
 		return e.rec, true
 	}
-	ctx, release := ix.watched(ctx)
-	defer release()
-	kv, err := ix.bucket(ctx)
-	if err != nil {
-		return Record{}, false
-	}
-	actx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	kve, err := kv.Get(actx, id)
-	if err != nil {
+	kve, ok := ix.get(ctx, id)
+	if !ok {
 		return Record{}, false
 	}
 	ix.apply(kve)
@@ -315,18 +307,24 @@ func (ix *Index) Lookup(ctx context.Context, id string) (Record, bool) {
 	return e.rec, ok
 }
 
-// Read returns the record of id as the bucket has it now (not the cache).
-func (ix *Index) Read(ctx context.Context, id string) (Record, bool) {
+// get reads the entry of id from the bucket.
+func (ix *Index) get(ctx context.Context, id string) (jetstream.KeyValueEntry, bool) {
 	ctx, release := ix.watched(ctx)
 	defer release()
 	kv, err := ix.bucket(ctx)
 	if err != nil {
-		return Record{}, false
+		return nil, false
 	}
 	actx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	e, err := kv.Get(actx, id)
-	if err != nil {
+	return e, err == nil
+}
+
+// Read returns the record of id as the bucket has it now (not the cache).
+func (ix *Index) Read(ctx context.Context, id string) (Record, bool) {
+	e, ok := ix.get(ctx, id)
+	if !ok {
 		return Record{}, false
 	}
 	var rec Record

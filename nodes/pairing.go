@@ -150,10 +150,8 @@ func hasNKey(s *bus.Server, pub string) bool {
 // awaitKV returns the registry bucket once it was read, waiting up to
 // readyWait (JetStream starting).
 func (r *Registry) awaitKV(ctx context.Context) (jetstream.KeyValue, error) {
-	wctx, cancel := context.WithTimeout(ctx, readyWait)
-	defer cancel()
-	if r.Ready(wctx) != nil {
-		return nil, errNotReady
+	if err := r.awaitReady(ctx); err != nil {
+		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
