@@ -224,8 +224,9 @@ func (g *Gateway) startApproved(ctx context.Context, rec approvalRecord, req pro
 			return protocol.Result{}, err
 		}
 		req.SessionID = id
-		reply, err := g.nodes.Host(n).Exec(ctx, req)
-		return c.started(ctx, id, req, reply, err, &n)
+		h := g.nodes.Host(n)
+		reply, err := h.Exec(ctx, req)
+		return c.started(ctx, startID{id: id, rec: recd, committed: true}, h, req, reply, err, &n)
 	}
 	recd := index.Record{SessionKey: rec.SessionKey, Host: index.HostGateway, HostID: g.id, Instance: g.local.Instance(),
 		Command: rec.Command, StartedAt: time.Now().UnixMilli(), State: index.StateRunning, RunID: rec.ID}
@@ -238,7 +239,7 @@ func (g *Gateway) startApproved(ctx context.Context, rec approvalRecord, req pro
 	if _, ok := host.AsApprovalNeeded(err); ok {
 		err = protocol.Errorf(protocol.ErrDenied, "the approved run needs approval again")
 	}
-	return c.started(ctx, id, req, reply, err, nil)
+	return c.started(ctx, startID{id: id, rec: recd, committed: true}, g.local, req, reply, err, nil)
 }
 
 // notice sends the Exec running event of a run still going after the

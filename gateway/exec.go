@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -93,17 +94,50 @@ func (c *call) policy(d SessionExecDefaults, args protocol.ExecArgs) (security, 
 func (c *call) execLocal(ctx context.Context, req protocol.ExecRequest) (protocol.Result, error) {
 	rec := index.Record{SessionKey: c.sessionKey, Host: index.HostGateway, HostID: c.g.id, Instance: c.g.local.Instance(),
 		Command: req.Args.Command, StartedAt: time.Now().UnixMilli(), State: index.StateRunning}
-	id, err := c.g.index.Allocate(ctx, rec)
+	sid, err := c.g.takeID(ctx, rec, req)
 	if err != nil {
 		return protocol.Result{}, err
 	}
-	req.SessionID = id
-	if err := startedSession(ctx, id); err != nil {
-		c.g.forget(id)
+	req.SessionID = sid.id
+	if err := startedSession(ctx, sid.id); err != nil {
+		c.g.forgetStart(sid)
 		return protocol.Result{}, err
 	}
 	reply, err := c.g.local.Exec(ctx, req)
-	return c.started(ctx, id, req, reply, err, nil)
+	return c.started(ctx, sid, c.g.local, req, reply, err, nil)
+}
+
+// startID is the session id of a start: a reservation of the index
+// (index.Take) that becomes the session's record only when the call
+// leaves a session running, before it answers; a foreground run that
+// ended gives it back unwritten. committed: the record is written (a
+// start that must be found before it runs, an approved run, a start
+// taken over from a dead gateway).
+type startID struct {
+	id        string
+	res       index.Reservation
+	rec       index.Record
+	committed bool
+}
+
+// takeID takes the session id of a start of req, whose record is rec. A
+// keyed start (an Idempotency-Key: a retry through another gateway must
+// find its session even while it runs) and a background start (its exit
+// event may come before the answer) have the record written at once.
+func (g *Gateway) takeID(ctx context.Context, rec index.Record, req protocol.ExecRequest) (startID, error) {
+	res, err := g.index.Take(ctx)
+	if err != nil {
+		return startID{}, err
+	}
+	sid := startID{id: res.ID, res: res, rec: rec}
+	if starterOf(ctx) != nil || (req.Args.Background && !req.Sync) {
+		if err := g.index.Commit(ctx, res, rec); err != nil {
+			g.spawn(func(ctx context.Context) { g.index.Drop(ctx, res) })
+			return startID{}, err
+		}
+		sid.committed = true
+	}
+	return sid, nil
 }
 
 // execNode runs a host=node call on the node it selects (spec §19.1).
@@ -143,52 +177,84 @@ func (c *call) execNode(ctx context.Context, req protocol.ExecRequest, requested
 	}
 	rec := index.Record{SessionKey: c.sessionKey, Host: index.HostNode, HostID: n.ID, Instance: n.Instance,
 		Command: req.Args.Command, StartedAt: time.Now().UnixMilli(), State: index.StateRunning}
-	var id string
+	var sid startID
 	if st != nil && st.reuseID != "" {
-		id = st.reuseID // its index record is the dead gateway's
-	} else if id, err = c.g.index.Allocate(ctx, rec); err != nil {
+		sid = startID{id: st.reuseID, rec: rec, committed: true} // its index record is the dead gateway's
+	} else if sid, err = c.g.takeID(ctx, rec, req); err != nil {
 		return protocol.Result{}, err
 	}
-	req.SessionID = id
+	req.SessionID = sid.id
 	if st != nil {
 		req.IdempotencyKey = st.nodeKey()
 	}
-	if err := startedSession(ctx, id); err != nil {
-		c.g.forget(id)
+	if err := startedSession(ctx, sid.id); err != nil {
+		c.g.forgetStart(sid)
 		return protocol.Result{}, err
 	}
 	h := c.g.nodes.Host(n)
 	reply, err := h.Exec(ctx, req)
-	return c.started(ctx, id, req, reply, err, &n)
+	return c.started(ctx, sid, h, req, reply, err, &n)
 }
 
-// started settles the index entry of a start: a session that runs keeps
-// it (with the instance of the host that holds it), anything else gives
-// its id back; a run that needs an approval becomes a pending approval.
-func (c *call) started(ctx context.Context, id string, req protocol.ExecRequest, reply protocol.ExecReply, err error, n *nodes.Node) (protocol.Result, error) {
+// started settles the index entry of a start on host h: a session that
+// runs keeps it (with the instance of the host that holds it, written
+// before the call answers), anything else gives its id back; a run that
+// needs an approval becomes a pending approval.
+func (c *call) started(ctx context.Context, sid startID, h host.Host, req protocol.ExecRequest, reply protocol.ExecReply, err error, n *nodes.Node) (protocol.Result, error) {
+	g := c.g
 	if err != nil {
 		if a, ok := host.AsApprovalNeeded(err); ok {
-			c.g.forget(id)
-			return c.g.requestApproval(ctx, c, req, n, a.Request)
+			g.giveBack(sid) // nothing ran under it
+			return g.requestApproval(ctx, c, req, n, a.Request)
 		}
 		// A start whose outcome is unknown keeps its id: the command may
 		// run, and the index is how the agent reaches it.
-		if !errors.Is(err, hostbus.ErrNoAnswer) && !isOutcomeUnknown(err) {
-			c.g.forget(id)
+		if errors.Is(err, hostbus.ErrNoAnswer) || isOutcomeUnknown(err) {
+			if !sid.committed {
+				if cerr := g.index.Commit(context.WithoutCancel(ctx), sid.res, sid.rec); cerr != nil {
+					g.log.Warn("session of a start without an answer not recorded", "sessionId", sid.id, "err", cerr)
+				}
+			}
+		} else {
+			g.forgetStart(sid)
 		}
 		return protocol.Result{}, err
 	}
 	res := reply.Result
 	if res.Status() != protocol.StatusRunning {
-		c.g.forget(id)
+		g.giveBack(sid)
 		return res, nil
 	}
+	inst := ""
 	if n != nil && reply.Instance != "" && reply.Instance != n.Instance {
-		inst := reply.Instance
-		_ = c.g.index.Update(ctx, id, func(r *index.Record) bool { r.Instance = inst; return true })
+		inst = reply.Instance
 	}
-	if cwd := res.Details.Cwd.Value(); cwd != "" {
-		_ = c.g.index.Update(ctx, id, func(r *index.Record) bool { r.Cwd = cwd; return true })
+	cwd := res.Details.Cwd.Value()
+	if !sid.committed {
+		rec := sid.rec
+		if inst != "" {
+			rec.Instance = inst
+		}
+		if cwd != "" {
+			rec.Cwd = cwd
+		}
+		if cerr := g.index.Commit(context.WithoutCancel(ctx), sid.res, rec); cerr != nil {
+			// Unreachable but through this call's answer, which cannot be
+			// given: the session is stopped.
+			g.log.Warn("session not recorded in the index; stopping it", "sessionId", sid.id, "err", cerr)
+			_, _ = h.Process(context.WithoutCancel(ctx), protocol.ProcessRequest{SessionKey: c.sessionKey,
+				Args: protocol.ProcessArgs{Action: "kill", SessionID: sid.id}})
+			g.forgetStart(sid)
+			return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
+				Message: fmt.Sprintf("the session could not be recorded in the session index (%v); it was stopped. Retry.", cerr)}
+		}
+		return res, nil
+	}
+	if inst != "" {
+		_ = g.index.Update(ctx, sid.id, func(r *index.Record) bool { r.Instance = inst; return true })
+	}
+	if cwd != "" {
+		_ = g.index.Update(ctx, sid.id, func(r *index.Record) bool { r.Cwd = cwd; return true })
 	}
 	return res, nil
 }
@@ -196,6 +262,28 @@ func (c *call) started(ctx context.Context, id string, req protocol.ExecRequest,
 // forget gives a session id back, off the call's path.
 func (g *Gateway) forget(id string) {
 	g.spawn(func(ctx context.Context) { g.index.Remove(ctx, id) })
+}
+
+// forgetStart gives the id of a start back, off the call's path: its
+// record removed, or its reservation deleted (the id may be unfit for
+// another call: the host may hold it).
+func (g *Gateway) forgetStart(sid startID) {
+	if sid.committed {
+		g.forget(sid.id)
+		return
+	}
+	g.spawn(func(ctx context.Context) { g.index.Drop(ctx, sid.res) })
+}
+
+// giveBack gives back the id of a start that left no session: a
+// reservation returns to the pool (no write), a written record is
+// removed.
+func (g *Gateway) giveBack(sid startID) {
+	if sid.committed {
+		g.forget(sid.id)
+		return
+	}
+	g.index.Release(g.bg, sid.res)
 }
 
 // isOutcomeUnknown reports a retryable error that says the start may

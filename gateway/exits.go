@@ -87,6 +87,11 @@ func (g *Gateway) handleExit(ctx context.Context, ev protocol.ExitEvent, nodeID 
 		if err := g.index.Healthy(); err != nil {
 			return err // cannot tell: try again later
 		}
+		if !ok && g.index.Reserved(ctx, ev.SessionID) {
+			// The call that backgrounded it has not written its record
+			// yet (it does before it answers): try again later.
+			return fmt.Errorf("exit event of session %s before its index record", ev.SessionID)
+		}
 		g.log.Warn("exit event for a session the host does not run dropped", "host", wantID, "sessionId", ev.SessionID, "sessionKey", ev.SessionKey)
 		return nil
 	}

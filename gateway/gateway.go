@@ -335,6 +335,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	}
 	g.routes = append(g.routes, g.nodeRoutes()...)
 	g.spawn(g.index.Run)
+	g.spawn(g.index.Reserver(g.id, g.local.Instance()))
 	g.spawn(g.defaults.Run)
 	g.spawn(g.appr.Run)
 	g.spawn(g.signer.Run)

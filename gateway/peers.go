@@ -36,8 +36,8 @@ func (g *Gateway) gatewayHost(id string) (host.Host, error) {
 }
 
 // onPeerGone handles a gateway that stopped heart-beating: the sessions
-// of its host are lost (it ends them when it starts again), and its
-// approvals are taken over.
+// of its host are lost (it ends them when it starts again), its session
+// id reservations deleted, and its approvals taken over.
 func (g *Gateway) onPeerGone(ctx context.Context, id string) {
 	reason := fmt.Sprintf("gateway %s, whose host ran it, is gone", id)
 	for _, sid := range g.index.OfHost(index.HostGateway, id) {
@@ -47,5 +47,7 @@ func (g *Gateway) onPeerGone(ctx context.Context, id string) {
 		}
 		g.sessionLost(ctx, sid, rec.SessionKey, rec.StartedAt, reason, index.HostGateway, id)
 	}
+	// The ids it held for calls to come: none became a session.
+	g.index.DropReservations(ctx, id, "")
 	g.appr.ClaimOrphans(ctx)
 }

@@ -8,6 +8,14 @@
 // (an entry written an instant ago by another gateway) reads the bucket.
 // Records are changed by compare-and-set, so gateways that race settle on
 // one outcome.
+//
+// A gateway keeps a pool of reservations (reserve.go): keys it created
+// ahead of the calls, each holding a record that says so and nothing
+// else. A call takes one, and its id becomes a session's only when the
+// call backgrounds a session (Commit, before its answer); a foreground run
+// that ended gives it back to the pool, so an exec that finishes in its
+// yield window writes nothing to the bucket. Reservations are no sessions:
+// Lookup, Read, Scope, OfHost and Update do not see them.
 package index
 
 import (
@@ -25,7 +33,6 @@ import (
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/protocol"
-	"github.com/execmesh/execmesh/session"
 )
 
 // Host kinds in the index.
@@ -39,6 +46,9 @@ const (
 	StateRunning  = "running"
 	StateFinished = "finished"
 	StateLost     = "lost"
+	// StateReserved: an id a gateway holds for a call to come (see
+	// Reserve), not a session.
+	StateReserved = "reserved"
 )
 
 // Exit notice states (Record.Notice).
@@ -99,6 +109,11 @@ type Index struct {
 
 	mu    sync.RWMutex
 	cache map[string]entry // session id → record
+	// reserved holds the reservations in the bucket, of every gateway
+	// (id → the reservation record).
+	reserved map[string]entry
+
+	pool pool // this gateway's reservations
 }
 
 // New returns the index of the deployment with subject prefix prefix,
@@ -107,7 +122,8 @@ type Index struct {
 // watch, when not nil, makes an operation fail within seconds of the NATS
 // server going silent (at once while it is), not at Timeout.
 func New(js jetstream.JetStream, prefix string, replicas int, log *slog.Logger, watch *bus.ServerWatch) *Index {
-	return &Index{js: js, prefix: prefix, replicas: replicas, log: log.With("component", "index"), watch: watch, cache: map[string]entry{}, loaded: make(chan struct{})}
+	return &Index{js: js, prefix: prefix, replicas: replicas, log: log.With("component", "index"), watch: watch, cache: map[string]entry{}, reserved: map[string]entry{}, loaded: make(chan struct{}),
+		pool: pool{kick: make(chan struct{}, 1)}}
 }
 
 // watched derives the context of one operation that reaches the bucket;
@@ -191,79 +207,45 @@ func (ix *Index) Run(ctx context.Context) {
 func (ix *Index) apply(e jetstream.KeyValueEntry) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	cur, ok := ix.cache[e.Key()]
-	if ok && cur.revision >= e.Revision() {
+	ix.applyLocked(e.Key(), e.Revision(), e.Operation() != jetstream.KeyValuePut, e.Value(), nil)
+}
+
+// applyLocked takes revision rev of key into the cache or the
+// reservations: a delete when deleted, else the record rec (decoded
+// from value when nil). Caller holds ix.mu.
+func (ix *Index) applyLocked(key string, rev uint64, deleted bool, value []byte, rec *Record) {
+	if cur, ok := ix.cache[key]; ok && cur.revision >= rev {
 		return
 	}
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(ix.cache, e.Key())
+	if cur, ok := ix.reserved[key]; ok && cur.revision >= rev {
 		return
 	}
-	var rec Record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		ix.log.Warn("malformed index entry ignored", "sessionId", e.Key(), "err", err)
+	delete(ix.cache, key)
+	delete(ix.reserved, key)
+	if deleted {
 		return
 	}
-	ix.cache[e.Key()] = entry{rec: rec, revision: e.Revision()}
+	if rec == nil {
+		rec = new(Record)
+		if err := json.Unmarshal(value, rec); err != nil {
+			ix.log.Warn("malformed index entry ignored", "sessionId", key, "err", err)
+			return
+		}
+	}
+	if rec.State == StateReserved {
+		ix.reserved[key] = entry{rec: *rec, revision: rev}
+		return
+	}
+	ix.cache[key] = entry{rec: *rec, revision: rev}
 }
 
 // Allocate picks a fresh session id for rec, unique across the fleet: the
 // first readable slug whose key can be created.
 func (ix *Index) Allocate(ctx context.Context, rec Record) (string, error) {
-	ctx, release := ix.watched(ctx)
-	defer release()
-	kv, err := ix.bucket(ctx)
+	id, _, err := ix.createRecord(ctx, rec)
 	if err != nil {
-		return "", errIndexUnavailable(cause(ctx, err))
+		return "", errIndexUnavailable(err)
 	}
-	b, _ := json.Marshal(rec)
-	var lastErr error
-	var rev uint64
-	id := session.NewSessionID(func(candidate string) bool {
-		if lastErr != nil {
-			return false // stop trying; the error is reported below
-		}
-		if ix.cached(candidate) {
-			return true
-		}
-		actx, cancel := context.WithTimeout(ctx, Timeout)
-		defer cancel()
-		r, err := kv.Create(actx, candidate, b)
-		switch {
-		case err == nil:
-			rev = r
-			return false
-		case errors.Is(err, jetstream.ErrKeyExists):
-			return true
-		default:
-			lastErr = err
-			return false
-		}
-	})
-	if lastErr != nil {
-		lastErr = cause(ctx, lastErr)
-		ix.fail(lastErr)
-		return "", errIndexUnavailable(lastErr)
-	}
-	if rev == 0 {
-		// The fallback id of NewSessionID was never tried against the
-		// bucket (every candidate was taken): create it now.
-		actx, cancel := context.WithTimeout(ctx, Timeout)
-		r, err := kv.Create(actx, id, b)
-		cancel()
-		if err != nil {
-			err = cause(ctx, err)
-			ix.fail(err)
-			return "", errIndexUnavailable(err)
-		}
-		rev = r
-	}
-	ix.fail(nil)
-	ix.mu.Lock()
-	if cur, ok := ix.cache[id]; !ok || cur.revision < rev {
-		ix.cache[id] = entry{rec: rec, revision: rev}
-	}
-	ix.mu.Unlock()
 	return id, nil
 }
 
@@ -280,11 +262,14 @@ func (ix *Index) Await(ctx context.Context) {
 	}
 }
 
+// cached reports whether id is known to be taken: a session or a
+// reservation.
 func (ix *Index) cached(id string) bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	_, ok := ix.cache[id]
-	return ok
+	_, r := ix.reserved[id]
+	return ok || r
 }
 
 // Lookup returns the record of id: from the cache, else (an entry another
@@ -332,6 +317,9 @@ func (ix *Index) Read(ctx context.Context, id string) (Record, bool) {
 		return Record{}, false
 	}
 	ix.apply(e)
+	if rec.State == StateReserved {
+		return Record{}, false // no session (yet)
+	}
 	return rec, true
 }
 
@@ -344,7 +332,9 @@ func (ix *Index) Update(ctx context.Context, id string, fn func(*Record) bool) e
 	if err != nil {
 		return cause(ctx, err)
 	}
-	rec, rev, changed, err := bus.UpdateKey(ctx, kv, id, func(r *Record, exists bool) bool { return exists && fn(r) })
+	rec, rev, changed, err := bus.UpdateKey(ctx, kv, id, func(r *Record, exists bool) bool {
+		return exists && r.State != StateReserved && fn(r)
+	})
 	if err != nil {
 		err = cause(ctx, err)
 		if !errors.Is(err, bus.ErrContended) {
@@ -354,9 +344,7 @@ func (ix *Index) Update(ctx context.Context, id string, fn func(*Record) bool) e
 	}
 	if changed {
 		ix.mu.Lock()
-		if cur, ok := ix.cache[id]; !ok || cur.revision < rev {
-			ix.cache[id] = entry{rec: rec, revision: rev}
-		}
+		ix.applyLocked(id, rev, false, nil, &rec)
 		ix.mu.Unlock()
 	}
 	return nil
@@ -377,6 +365,7 @@ func (ix *Index) Remove(ctx context.Context, id string) {
 	}
 	ix.mu.Lock()
 	delete(ix.cache, id)
+	delete(ix.reserved, id)
 	ix.mu.Unlock()
 }
 
