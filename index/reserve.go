@@ -64,7 +64,7 @@ func (ix *Index) reserve(ctx context.Context) {
 	p.mu.Lock()
 	owner, instance := p.owner, p.instance
 	p.mu.Unlock()
-	defer ix.closePool()
+	defer ix.closePool(ctx)
 	select {
 	case <-ix.loaded:
 	case <-ctx.Done():
@@ -97,7 +97,7 @@ func (ix *Index) topUp(ctx context.Context) {
 			return // the next Take tries again
 		}
 		if !ix.keep(r) {
-			ix.drop(context.WithoutCancel(ctx), r)
+			ix.drop(ctx, r)
 		}
 	}
 }
@@ -116,13 +116,13 @@ func (ix *Index) keep(r Reservation) bool {
 
 // closePool deletes the reservations not handed out; those handed out
 // are deleted when given back.
-func (ix *Index) closePool() {
+func (ix *Index) closePool(ctx context.Context) {
 	p := &ix.pool
 	p.mu.Lock()
 	free := p.free
 	p.free, p.closed = nil, true
 	p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), Timeout)
 	defer cancel()
 	for _, r := range free {
 		ix.drop(ctx, r)
@@ -216,7 +216,9 @@ func (ix *Index) Commit(ctx context.Context, r Reservation, rec Record) error {
 // from its host), or deleted when the pool is full or stopped.
 func (ix *Index) Release(ctx context.Context, r Reservation) {
 	if !ix.keep(r) {
-		ix.drop(ctx, r)
+		// Also when ctx ended (a gateway shutting down gives back what
+		// its last calls held).
+		ix.drop(context.WithoutCancel(ctx), r)
 	}
 }
 

@@ -271,13 +271,21 @@ func TestReservationsOfGoneGateway(t *testing.T) {
 func TestReserverCleansUp(t *testing.T) {
 	js, kv := testBucket(t)
 	a, stop := testIndex(t, js, "gw-a", "run-1")
-	if _, err := a.Take(t.Context()); err != nil {
+	held, err := a.Take(t.Context())
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "reservations", func() bool { return reservationsOf(t, kv, "gw-a") >= poolFill })
 	stop()
 	if n := reservationsOf(t, kv, "gw-a"); n != 1 {
 		t.Fatalf("%d reservations left after a clean stop, want the 1 handed out", n)
+	}
+	// Given back after the stop, by a call that outlived it.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	a.Release(ctx, held)
+	if n := reservationsOf(t, kv, "gw-a"); n != 0 {
+		t.Fatalf("%d reservations left after the last one was given back", n)
 	}
 
 	// A crashed run: its pool left in the bucket.
