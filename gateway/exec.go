@@ -250,11 +250,23 @@ func (c *call) started(ctx context.Context, sid startID, h host.Host, req protoc
 		}
 		return res, nil
 	}
-	if inst != "" {
-		_ = g.index.Update(ctx, sid.id, func(r *index.Record) bool { r.Instance = inst; return true })
-	}
-	if cwd != "" {
-		_ = g.index.Update(ctx, sid.id, func(r *index.Record) bool { r.Cwd = cwd; return true })
+	switch {
+	case inst != "":
+		// Before the answer: a record naming the node's earlier run would
+		// make the next call take the session for lost.
+		_ = g.index.Update(ctx, sid.id, func(r *index.Record) bool {
+			r.Instance = inst
+			if cwd != "" {
+				r.Cwd = cwd
+			}
+			return true
+		})
+	case cwd != "":
+		// Only shown in lists: off the call's path.
+		id := sid.id
+		g.spawn(func(ctx context.Context) {
+			_ = g.index.Update(ctx, id, func(r *index.Record) bool { r.Cwd = cwd; return true })
+		})
 	}
 	return res, nil
 }
