@@ -19,12 +19,18 @@ import (
 
 func TestYieldedSessionRecordedBeforeAnswer(t *testing.T) {
 	a, b := startPair(t, nil)
+	agent := a.pairAgent(testAgentConfig(t, a.srv, "n1"))
+	b.waitNode(agent.ID(), "connected", "paired")
+	const cmd = "echo id=$EXECMESH_SESSION; sleep 30"
 	for _, tt := range []struct {
-		name string
-		args map[string]any
+		name         string
+		args         map[string]any
+		host, hostID string
 	}{
-		{"yield window", map[string]any{"command": "echo started; sleep 30", "yieldMs": 100}},
-		{"background", map[string]any{"command": "sleep 30", "background": true}},
+		{"yield window", map[string]any{"command": cmd, "yieldMs": 300}, index.HostGateway, a.g.ID()},
+		{"background", map[string]any{"command": cmd, "background": true}, index.HostGateway, a.g.ID()},
+		{"node yield window", map[string]any{"command": cmd, "yieldMs": 300, "host": "node"}, index.HostNode, agent.ID()},
+		{"node background", map[string]any{"command": cmd, "background": true, "host": "node"}, index.HostNode, agent.ID()},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			res := a.invoke("exec", tt.args, "")
@@ -35,10 +41,17 @@ func TestYieldedSessionRecordedBeforeAnswer(t *testing.T) {
 			// The bucket itself, read at once: no watch lag can hide a
 			// record written after the answer.
 			rec, ok := b.g.index.Read(t.Context(), id)
-			if !ok || rec.State != index.StateRunning || rec.Host != index.HostGateway || rec.HostID != a.g.ID() ||
-				rec.SessionKey != DefaultSessionKey || rec.Instance != a.g.local.Instance() {
+			if !ok || rec.State != index.StateRunning || rec.Host != tt.host || rec.HostID != tt.hostID ||
+				rec.SessionKey != DefaultSessionKey || rec.Instance == "" {
 				t.Fatalf("record of %s right after the answer: %+v %v", id, rec, ok)
 			}
+			// The id the command saw is the one the agent got.
+			checkFor(t, 10*time.Second, func() error {
+				if p := b.invoke("process", map[string]any{"action": "log", "sessionId": id}, ""); !strings.Contains(p.Text(), "id="+id+"\n") && !strings.HasSuffix(strings.TrimSpace(p.Text()), "id="+id) {
+					return fmt.Errorf("log through B: %q, want id=%s", p.Text(), id)
+				}
+				return nil
+			})
 			// The working directory (shown in lists) follows; a yielded
 			// session's record has it at once.
 			if tt.args["background"] == nil && rec.Cwd == "" {
