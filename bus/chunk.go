@@ -201,15 +201,15 @@ func RequestChunked(ctx context.Context, nc *nats.Conn, subject string, data []b
 	if !nc.IsConnected() {
 		return nil, fmt.Errorf("bus: request %s: %w", subject, ErrConnectionLost)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	lost, done := make(chan struct{}), make(chan struct{})
+	defer close(done)
 	go func() {
 		select {
 		case _, ok := <-status:
 			if ok {
-				cancel(ErrConnectionLost)
+				close(lost)
 			}
-		case <-ctx.Done():
+		case <-done:
 		}
 	}()
 
@@ -228,16 +228,22 @@ func RequestChunked(ctx context.Context, nc *nats.Conn, subject string, data []b
 	if err := nc.PublishMsg(req); err != nil {
 		return nil, fmt.Errorf("bus: request %s: %w", subject, err)
 	}
+	return receive(ctx, nc, subject, inbox, ch, lost, func() error { return ErrConnectionLost })
+}
 
+// receive reads the reply parts of a request sent with reply subject
+// inbox from ch until the reply is complete, acknowledging parts for
+// RespondChunked's flow control. It gives up when ctx ends or fail is
+// closed, with why() as the cause.
+func receive(ctx context.Context, nc *nats.Conn, subject, inbox string, ch <-chan *nats.Msg, fail <-chan struct{}, why func() error) (*nats.Msg, error) {
 	var asm assembler
 	for {
 		var m *nats.Msg
 		select {
 		case m = <-ch:
+		case <-fail:
+			return nil, fmt.Errorf("bus: request %s: %w (%d of %d parts)", subject, why(), asm.got, asm.n)
 		case <-ctx.Done():
-			if cause := context.Cause(ctx); errors.Is(cause, ErrConnectionLost) {
-				return nil, fmt.Errorf("bus: request %s: %w (%d of %d parts)", subject, cause, asm.got, asm.n)
-			}
 			return nil, fmt.Errorf("bus: request %s: %w (%d of %d parts)", subject, ctx.Err(), asm.got, asm.n)
 		}
 		if m == nil {

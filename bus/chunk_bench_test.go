@@ -14,7 +14,8 @@ import (
 // BenchmarkRequestChunked: one request and its one-part reply through an
 // embedded server (requester in-process, responder over TCP, as the
 // gateway and a node agent), against nats.go's own Request, which shares
-// one subscription per connection (sub-benchmark "baseline"). `make
+// one subscription per connection (sub-benchmark "baseline"), and
+// through a Requester ("one-part-shared"). `make
 // bench` runs it; alone:
 //
 //	go test -run '^$' -bench 'BenchmarkRequestChunked' -benchmem ./bus
@@ -37,12 +38,26 @@ func BenchmarkRequestChunked(b *testing.B) {
 			}
 		}
 	})
-	b.Run("one-part/baseline", func(b *testing.B) {
+	baseline := func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := req.Request("svc", []byte("ping"), 10*time.Second); err != nil {
 				b.Fatal(err)
 			}
 		}
+	}
+	b.Run("one-part/baseline", baseline)
+	// The same through a Requester: one reply subscription shared by
+	// every request, as the gateway calls nodes.
+	q := bus.NewRequester(req)
+	defer q.Close()
+	b.Run("one-part-shared/execmesh", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := q.Request(ctx, "svc", []byte("ping"), nil); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
+	b.Run("one-part-shared/baseline", baseline)
 }

@@ -129,6 +129,9 @@ type Gateway struct {
 	// serverWatch pings the NATS server: calls that wait on it fail
 	// within seconds when it goes silent.
 	serverWatch *bus.ServerWatch
+	// requests carries the calls to other hosts (nodes, peer gateways)
+	// over one shared reply subscription.
+	requests *bus.Requester
 
 	// bg is the root of work that outlives a call (approval runs, exit
 	// event delivery); Close cancels it and waits for bgWG.
@@ -228,6 +231,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	// seconds (issue 17 item 6).
 	g.serverWatch = bus.NewServerWatch(opts.Conn, bus.ServerWatchOptions{Logger: opts.Logger.With("component", "nats")})
 	g.spawn(g.serverWatch.Run)
+	g.requests = bus.NewRequester(opts.Conn)
 	loginPath := opts.LoginShellPath
 	if loginPath == nil {
 		lookup := protocol.EnvMap(opts.Environ)
@@ -303,7 +307,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 		Logger: opts.Logger, Conn: opts.Conn, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
 		Server: opts.Server, PresenceTTL: no.PresenceTTL, GhostTTL: no.GhostTTL, InviteTTL: no.InviteTTL,
 		JoinURLs: g.joinURLs, GatewayKeys: g.gatewayKeys,
-		RequestMargin: no.RequestMargin, CallTimeout: no.CallTimeout, ServerWatch: g.serverWatch,
+		RequestMargin: no.RequestMargin, CallTimeout: no.CallTimeout, ServerWatch: g.serverWatch, Requests: g.requests,
 		OnExit: g.onNodeExit, OnRestart: g.onNodeRestart, OnRejected: g.onNodeRejected,
 	})
 	if err != nil {
@@ -378,6 +382,7 @@ func (g *Gateway) abort(err error) error {
 	}
 	g.bgCancel()
 	g.bgWG.Wait()
+	g.requests.Close()
 	return err
 }
 
@@ -562,6 +567,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	g.flushBacklog(ctx)
 	g.bgCancel()
 	g.bgWG.Wait()
+	g.requests.Close()
 	g.closeErr = errs.ErrorOrNil()
 	return g.closeErr
 }

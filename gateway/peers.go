@@ -32,6 +32,7 @@ func (g *Gateway) gatewayHost(id string) (host.Host, error) {
 		RequestMargin: no.RequestMargin,
 		CallTimeout:   no.CallTimeout,
 		ServerWatch:   g.serverWatch,
+		Requests:      g.requests,
 	}, nil
 }
 

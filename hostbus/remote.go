@@ -68,6 +68,10 @@ type Remote struct {
 	// at once while the server is silent (nothing is sent), and one under
 	// way fails when it goes silent, within seconds, not at its deadline.
 	ServerWatch *bus.ServerWatch
+	// Requests, when set, carries the requests: one reply subscription
+	// shared by every request on Conn (bus.Requester); nil opens one per
+	// request (bus.RequestChunked).
+	Requests *bus.Requester
 	// OnUnreachable is called when a request finds nobody listening, so
 	// the caller's view of the host's liveness can follow at once.
 	OnUnreachable func()
@@ -270,7 +274,13 @@ func (r *Remote) call(ctx context.Context, endpoint string, body []byte, hdr nat
 	sctx, scancel := r.ServerWatch.Watch(rctx)
 	defer scancel()
 	rctx = sctx
-	m, err := bus.RequestChunked(rctx, r.Conn, r.Group+"."+endpoint, body, hdr)
+	var m *nats.Msg
+	var err error
+	if r.Requests != nil {
+		m, err = r.Requests.Request(rctx, r.Group+"."+endpoint, body, hdr)
+	} else {
+		m, err = bus.RequestChunked(rctx, r.Conn, r.Group+"."+endpoint, body, hdr)
+	}
 	switch {
 	case errors.Is(err, bus.ErrUnreachable):
 		if r.OnUnreachable != nil {

@@ -92,6 +92,9 @@ type Options struct {
 	// ServerWatch, when set, makes calls to nodes fail within seconds of
 	// the NATS server going silent (hostbus.Remote.ServerWatch).
 	ServerWatch *bus.ServerWatch
+	// Requests, when set, carries the requests to nodes on Conn over one
+	// shared reply subscription (hostbus.Remote.Requests).
+	Requests *bus.Requester
 	// OnExit receives each exit event a paired node published, with the
 	// node's registry entry. A nil error acknowledges it; an error has it
 	// redelivered later (it must not be lost).
@@ -649,6 +652,7 @@ func (r *Registry) Host(n Node) *hostbus.Remote {
 		RequestMargin: r.opts.RequestMargin,
 		CallTimeout:   r.opts.CallTimeout,
 		ServerWatch:   r.opts.ServerWatch,
+		Requests:      r.opts.Requests,
 	}
 }
 
