@@ -484,8 +484,9 @@ func (g *Gateway) Reload() error {
 }
 
 // Healthy reports what keeps the gateway from serving every call: it is
-// shutting down, its NATS connection is down, or the event store failed
-// (events that could not be stored are being retried).
+// shutting down, its NATS connection is down, the event store failed
+// (events that could not be stored are being retried), or its state dir
+// cannot take session records.
 func (g *Gateway) Healthy() error {
 	switch {
 	case g.closing.Load():
@@ -504,6 +505,9 @@ func (g *Gateway) Healthy() error {
 	}
 	if err := g.nodes.FeedHealthy(); err != nil {
 		return err
+	}
+	if err := g.local.Manager().RecordsHealthy(); err != nil {
+		return err // the state dir is full or read-only: no local start is accepted
 	}
 	return g.index.Healthy()
 }

@@ -11,11 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/execmesh/execmesh/internal/cgroup"
+	"github.com/execmesh/execmesh/protocol"
 )
 
 // Session records. A Manager with a state directory (Config.StateDir)
@@ -87,6 +89,9 @@ type recordSlots struct {
 	// held are the trees (by session id) whose record waits for
 	// ExitStored (Config.ConfirmExits).
 	held map[string]*heldRecord
+	// failure is the error of the last record write, nil once one
+	// succeeds (RecordsHealthy).
+	failure atomic.Pointer[error]
 }
 
 // heldRecord is a record kept until its session's exit event is stored.
@@ -108,11 +113,13 @@ func (m *Manager) recordPath(n int) string {
 }
 
 // writeRecord records a started session, or (exited) that its leader's
-// exit was recorded while processes it started still run; errors are
-// logged, never fatal (the session runs either way).
-func (m *Manager) writeRecord(s *session, exited bool) {
+// exit was recorded while processes it started still run. The error of
+// the first record refuses the session (Manager.started); a later one is
+// logged (the session runs either way), and both make RecordsHealthy
+// fail until a record is written again.
+func (m *Manager) writeRecord(s *session, exited bool) error {
 	if m.cfg.StateDir == "" {
-		return
+		return nil
 	}
 	r := record{
 		SessionID:  s.id,
@@ -128,9 +135,91 @@ func (m *Manager) writeRecord(s *session, exited bool) {
 	if err == nil {
 		err = m.storeRecord(s.treeName, b)
 	}
-	if err != nil {
-		s.log.Warn("cannot record the session in the state dir; a crash would leave it untracked", "err", err)
+	if err != nil && exited {
+		s.log.Warn("cannot record the session's exit in the state dir; a crash would report it lost", "err", err)
 	}
+	return err
+}
+
+// ErrRecords marks a state dir that cannot take session records (full,
+// read-only): no session is started while it cannot.
+var ErrRecords = errors.New("session records")
+
+// recordsUnavailable is the answer of a call that cannot be recorded.
+func recordsUnavailable(err error) error {
+	return &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
+		Message: fmt.Sprintf("the host cannot record sessions in its state dir (%v); nothing was started. Free space in (or make writable) the state dir, then retry.", err)}
+}
+
+// noteRecords keeps the outcome of the last record write for
+// RecordsHealthy.
+func (m *Manager) noteRecords(err error) {
+	if err == nil {
+		if m.records.failure.Load() != nil {
+			m.records.failure.Store(nil)
+		}
+		return
+	}
+	e := fmt.Errorf("%w: %w", ErrRecords, err)
+	m.records.failure.Store(&e)
+}
+
+// RecordsHealthy returns why the state dir cannot take session records
+// (the last record write failed, and a write tried now fails too), or
+// nil: while it fails, Exec refuses new sessions with a retryable error
+// and the host should report itself unhealthy.
+func (m *Manager) RecordsHealthy() error {
+	if m.records.failure.Load() == nil || m.recordsUsable() == nil {
+		return nil
+	}
+	if p := m.records.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// probeSize is what a probe writes into a new slot: more than a record
+// takes, so that the session that gets the slot needs no more room.
+const probeSize = 2048
+
+// recordsUsable is asked before a spawn: nothing while records are
+// written; after a failure, a slot for the next record is written (with
+// blanks, kept free) to see whether the state dir takes records again.
+// Only a failing state dir costs a write here.
+func (m *Manager) recordsUsable() error {
+	if m.cfg.StateDir == "" || m.records.failure.Load() == nil {
+		return nil
+	}
+	rs := &m.records
+	rs.mu.Lock()
+	var sl recordSlot
+	fresh := true
+	if k := len(rs.free); k > 0 {
+		sl, fresh = rs.free[k-1], false
+		rs.free = rs.free[:k-1]
+	} else {
+		sl = recordSlot{n: rs.next}
+		rs.next++
+	}
+	rs.mu.Unlock()
+	size, err := writeSlot(m.recordPath(sl.n), bytes.Repeat([]byte{' '}, max(sl.size, probeSize)), 0)
+	if err != nil {
+		if fresh {
+			_ = os.Remove(m.recordPath(sl.n))
+		} else {
+			rs.mu.Lock()
+			rs.free = append(rs.free, sl)
+			rs.mu.Unlock()
+		}
+		m.noteRecords(err)
+		return recordsUnavailable(err)
+	}
+	sl.size = size
+	rs.mu.Lock()
+	rs.free = append(rs.free, sl)
+	rs.mu.Unlock()
+	m.noteRecords(nil)
+	return nil
 }
 
 // storeRecord writes b into the slot of name, taking a slot when name has
@@ -150,6 +239,7 @@ func (m *Manager) storeRecord(name string, b []byte) error {
 	}
 	rs.mu.Unlock()
 	size, err := writeSlot(m.recordPath(sl.n), b, sl.size)
+	m.noteRecords(err)
 	if err != nil {
 		if !ok {
 			_ = os.Remove(m.recordPath(sl.n)) // not reused: its content is unknown
@@ -251,9 +341,12 @@ func (m *Manager) removeRecord(name string) {
 	}
 	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 		err = errors.Join(err, rerr)
+	} else {
+		err = nil // removed: what the blanking said no longer matters
 	}
 	if err != nil {
-		m.log.Warn("cannot remove a session record", "err", err)
+		m.noteRecords(err)
+		m.log.Warn("cannot remove a session record; the next run will report its session lost", "err", err)
 	}
 }
 
