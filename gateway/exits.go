@@ -64,7 +64,7 @@ func (g *Gateway) onNodeExit(ctx context.Context, n nodes.Node, ev protocol.Exit
 	if ev.Lost != "" {
 		// The node's restarted session core found what its crashed run
 		// left of this session, and ended it.
-		g.sessionLost(ctx, ev.SessionID, ev.SessionKey, ev.StartedAt, ev.Lost, index.HostNode, n.ID)
+		g.hostLost(ctx, ev.SessionID, ev.SessionKey, ev.StartedAt, ev.Lost, index.HostNode, n.ID)
 		return nil
 	}
 	return g.handleExit(ctx, ev, n.ID)
@@ -264,6 +264,20 @@ func (g *Gateway) sessionLost(ctx context.Context, id, sessionKey string, starte
 	}
 	g.emit(ctx, protocol.SystemEvent{SessionKey: sessionKey, ContextKey: "exec:" + id, Kind: protocol.EventExecLost,
 		Text: lostText(id, reason)}, "lost:"+protocol.EncodeSessionKeyToken(sessionKey)+":"+id+":"+strconv.FormatInt(startedAt, 10))
+}
+
+// hostLost is sessionLost for the report of the host's own restarted
+// session core, which found the session's record: a session whose exit
+// the index says was handled is not told lost. Its record outlived the
+// confirmation (the host stopped between the two, or could not remove it
+// from a read-only state dir), and its agent has had the exit.
+func (g *Gateway) hostLost(ctx context.Context, id, sessionKey string, startedAt int64, reason, hostKind, hostID string) {
+	if rec, ok := g.index.Lookup(ctx, id); ok && (rec.State == index.StateFinished || rec.Notice == index.NoticeStored || rec.Polled) &&
+		rec.SessionKey == sessionKey && rec.Host == hostKind && rec.HostID == hostID {
+		g.log.Debug("lost report for a session whose exit was handled dropped", "host", hostID, "sessionId", id)
+		return
+	}
+	g.sessionLost(ctx, id, sessionKey, startedAt, reason, hostKind, hostID)
 }
 
 // lostText is the text of an exec.lost event.

@@ -318,7 +318,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 		g.log.Warn("session lost by an earlier run", "sessionId", l.SessionID, "sessionKey", l.SessionKey,
 			"command", l.Command, "startedAt", l.StartedAt, "ended", l.Ended, "reason", l.Reason)
 		g.spawn(func(ctx context.Context) {
-			g.sessionLost(ctx, l.SessionID, l.SessionKey, l.StartedAt.UnixMilli(), l.Reason, index.HostGateway, g.id)
+			g.hostLost(ctx, l.SessionID, l.SessionKey, l.StartedAt.UnixMilli(), l.Reason, index.HostGateway, g.id)
 		})
 	}
 	opts.Metrics.SetConnectedNodes(func() int {

@@ -489,7 +489,7 @@ func (m *Manager) recoverRecords() ([]LostSession, error) {
 				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: reason,
 			})
 		} else if !r.Exited {
-			reason := "the execmesh process that ran this session ended before the session did (crash or kill -9)"
+			reason := "the execmesh process that ran this session ended before the session's end was recorded (a crash, kill -9, or a state dir it could not write)"
 			if ended > 0 {
 				reason += "; " + strconv.Itoa(ended) + " of its processes still ran and were ended when it restarted"
 			} else {
