@@ -157,7 +157,7 @@ func testStateDirFault(t *testing.T, what string, fault, heal func(*fltMountNS) 
 		t.Errorf("panic in the log")
 	}
 	all := append(append([]string{}, ids...), later...)
-	c := d.tally(key, all, 30*time.Second, 2*time.Second, protocol.EventExecExit, protocol.EventExecLost)
+	c := d.tally(key, all, 30*time.Second, 8*time.Second, protocol.EventExecExit, protocol.EventExecLost)
 	for id, evs := range c.ByID {
 		for _, ev := range evs {
 			t.Logf("%s: %s %q", id, ev.Kind, ev.Text)
