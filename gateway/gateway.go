@@ -317,8 +317,12 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	for _, l := range lost {
 		g.log.Warn("session lost by an earlier run", "sessionId", l.SessionID, "sessionKey", l.SessionKey,
 			"command", l.Command, "startedAt", l.StartedAt, "ended", l.Ended, "reason", l.Reason)
+		// Its record stays until the report is settled (stored, or
+		// nothing to tell), so a stop before that reports it again.
 		g.spawn(func(ctx context.Context) {
-			g.hostLost(ctx, l.SessionID, l.SessionKey, l.StartedAt.UnixMilli(), l.Reason, index.HostGateway, g.id)
+			g.untilStored(ctx, "lost report", func(ctx context.Context) error {
+				return g.hostLost(ctx, l.SessionID, l.SessionKey, l.StartedAt.UnixMilli(), l.Reason, index.HostGateway, g.id)
+			}, func() { g.local.Manager().ExitStored(l.SessionID) })
 		})
 	}
 	opts.Metrics.SetConnectedNodes(func() int {

@@ -60,6 +60,10 @@ type record struct {
 	// ExitStatus says how it ended.
 	ExitPending bool   `json:"exitPending,omitempty"`
 	ExitStatus  string `json:"exitStatus,omitempty"`
+	// LostReason is set on a record a Manager kept after it reported the
+	// session lost (ConfirmExits), until ExitStored: its processes were
+	// ended, and a next Manager reports it again with this reason.
+	LostReason string `json:"lostReason,omitempty"`
 }
 
 // LostSession is a session of an earlier run of a Manager on the same
@@ -463,6 +467,43 @@ func (m *Manager) recoverRecords() ([]LostSession, error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}
+	// With ConfirmExits the record of a lost session is kept, in its
+	// slot, until ExitStored confirms its lost report was stored: a run
+	// that stops before that (the event store still failing) leaves it
+	// to the next one again. New slots are numbered after the kept ones.
+	keep := func(r record, path string) bool {
+		n, ok := slotNumber(filepath.Base(path))
+		if !m.cfg.ConfirmExits || !ok {
+			return false
+		}
+		// Its processes were ended: a next Manager has none to look for.
+		r.PID, r.PIDStart, r.PGID, r.SID, r.Cgroup = 0, 0, 0, 0, ""
+		b, err := json.Marshal(r)
+		if err != nil {
+			return false
+		}
+		var held int
+		if fi, err := os.Stat(path); err == nil {
+			held = int(fi.Size()) // padded over, so nothing of the old record is left
+		}
+		size, err := writeSlot(path, b, held)
+		if err != nil {
+			m.log.Warn("cannot rewrite the record of a lost session; removing it", "file", path, "err", err)
+			return false
+		}
+		rs := &m.records
+		name := "lost-" + r.SessionID
+		if rs.inUse == nil {
+			rs.inUse = map[string]recordSlot{}
+		}
+		if rs.held == nil {
+			rs.held = map[string]*heldRecord{}
+		}
+		rs.inUse[name] = recordSlot{n: n, size: size}
+		rs.held[r.SessionID] = &heldRecord{tree: name, exitOpen: true, gone: true}
+		rs.next = max(rs.next, n+1)
+		return true
+	}
 	var snap *procSnapshot
 	var lost []LostSession
 	for i, r := range recs {
@@ -478,16 +519,18 @@ func (m *Manager) recoverRecords() ([]LostSession, error) {
 			ended = m.endRecordedGroup(r, snap)
 		}
 		m.log.Info("ended what a previous run left of a session", "session", r.SessionID, "processes", ended, "exited", r.Exited)
-		if r.ExitPending {
+		var l *LostSession
+		if r.LostReason != "" {
+			l = &LostSession{SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
+				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: r.LostReason}
+		} else if r.ExitPending {
 			reason := "it ended"
 			if r.ExitStatus != "" {
 				reason += " (" + r.ExitStatus + ")"
 			}
 			reason += ", but execmesh stopped before its exit event was stored (the event store was full or failing), so its output is gone"
-			lost = append(lost, LostSession{
-				SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
-				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: reason,
-			})
+			l = &LostSession{SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
+				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: reason}
 		} else if !r.Exited {
 			reason := "the execmesh process that ran this session ended before the session's end was recorded (a crash, kill -9, or a state dir it could not write)"
 			if ended > 0 {
@@ -495,14 +538,30 @@ func (m *Manager) recoverRecords() ([]LostSession, error) {
 			} else {
 				reason += "; none of its processes was left running"
 			}
-			lost = append(lost, LostSession{
-				SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
-				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: reason,
-			})
+			l = &LostSession{SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
+				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: reason}
 		}
-		_ = os.Remove(files[i])
+		if l == nil {
+			_ = os.Remove(files[i])
+			continue
+		}
+		lost = append(lost, *l)
+		r.LostReason = l.Reason
+		if !keep(r, files[i]) {
+			_ = os.Remove(files[i])
+		}
 	}
 	return lost, nil
+}
+
+// slotNumber returns n of a record file named slot-<n>.json.
+func slotNumber(name string) (int, bool) {
+	digits, ok := strings.CutPrefix(strings.TrimSuffix(name, ".json"), "slot-")
+	if !ok || digits == "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	return n, err == nil && n >= 0
 }
 
 // endRecordedCgroup kills a recorded session group and removes it, with

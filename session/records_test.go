@@ -244,3 +244,63 @@ func TestUnrecordableStartRefused(t *testing.T) {
 		t.Fatal("no exit event once records can be written")
 	}
 }
+
+// TestLostRecordKeptUntilConfirmed: with ConfirmExits the record of a
+// session reported lost stays in its slot (its processes ended, so it
+// names none) until ExitStored confirms the report: a Manager closed
+// before that leaves it to the next, which reports it again with the
+// same reason; new sessions take other slots; once confirmed, nothing is
+// left and no later Manager reports it.
+func TestLostRecordKeptUntilConfirmed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rec := `{"sessionId":"gone-two","sessionKey":"agent:x","command":"true","pid":999999999,"pidStart":1,"pgid":999999999,"startedAt":1}`
+	slot := filepath.Join(dir, "slot-5.json")
+	if err := os.WriteFile(slot, []byte(rec+strings.Repeat(" ", 300)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := func() (*Manager, []LostSession) {
+		t.Helper()
+		var lost []LostSession
+		m := newManager(t, func(c *Config) {
+			c.Containment = ContainmentProcessGroup
+			c.StateDir = dir
+			c.ConfirmExits = true
+			c.OnLost = func(l LostSession) { lost = append(lost, l) }
+		})
+		return m, lost
+	}
+	m1, lost1 := open()
+	if len(lost1) != 1 || lost1[0].SessionID != "gone-two" {
+		t.Fatalf("first run lost: %+v", lost1)
+	}
+	b, err := os.ReadFile(slot)
+	var r record
+	if err == nil {
+		err = jsonUnmarshal(b, &r)
+	}
+	if err != nil || r.SessionID != "gone-two" || r.LostReason != lost1[0].Reason || r.PID != 0 || r.PGID != 0 {
+		t.Fatalf("kept record: %+v, %v", r, err)
+	}
+	id := startBackground(t, m1, ExecRequest{Command: "sleep " + token(), ScopeKey: "agent:x"})
+	if b2, _ := os.ReadFile(slot); string(b2) != string(b) {
+		t.Errorf("a new session (%s) took the kept record's slot: %q", id, b2)
+	}
+	if err := m1.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m2, lost2 := open()
+	if len(lost2) != 1 || lost2[0].SessionID != "gone-two" || lost2[0].Reason != lost1[0].Reason {
+		t.Fatalf("second run lost: %+v, want gone-two again, reason %q", lost2, lost1[0].Reason)
+	}
+	m2.ExitStored("gone-two")
+	if err := m2.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("state dir after the confirmation and Close: %v", ents)
+	}
+	if _, lost3 := open(); len(lost3) != 0 {
+		t.Errorf("third run lost: %+v", lost3)
+	}
+}
