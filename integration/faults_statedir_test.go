@@ -68,11 +68,23 @@ func (m *fltMountNS) in(args ...string) (string, error) {
 // up` (its JetStream store and session records) fills up while
 // gateway-host and node sessions run; see testStateDirFault.
 func TestFaultStateDirFull(t *testing.T) {
-	testStateDirFault(t, "full",
-		func(m *fltMountNS) (string, error) {
-			return m.in("sh", "-c", fmt.Sprintf("dd if=/dev/zero of=%s/fill bs=1M 2>&1; df -h %s", m.state, m.state))
-		},
-		func(m *fltMountNS) (string, error) { return m.in("rm", "-f", filepath.Join(m.state, "fill")) })
+	testStateDirFault(t, "full", fillStateDir, emptyStateDir, false)
+}
+
+// TestFaultStateDirFullOverRestarts (issue 17 item 3): as
+// TestFaultStateDirFull, but the daemon is restarted once more while the
+// state dir is still full, so the reports of what the first run could
+// not store cannot be stored either: they must come after the heal.
+func TestFaultStateDirFullOverRestarts(t *testing.T) {
+	testStateDirFault(t, "full", fillStateDir, emptyStateDir, true)
+}
+
+func fillStateDir(m *fltMountNS) (string, error) {
+	return m.in("sh", "-c", fmt.Sprintf("dd if=/dev/zero of=%s/fill bs=1M 2>&1; df -h %s", m.state, m.state))
+}
+
+func emptyStateDir(m *fltMountNS) (string, error) {
+	return m.in("rm", "-f", filepath.Join(m.state, "fill"))
 }
 
 // TestFaultStateDirReadOnly (issue 17 item 3): the state dir of `execmesh
@@ -88,7 +100,7 @@ func TestFaultStateDirReadOnly(t *testing.T) {
 		func(m *fltMountNS) (string, error) {
 			return m.in("sh", "-c", fmt.Sprintf("mount --bind %[1]q %[1]q && mount -o remount,bind,ro %[1]q && grep %[1]q /proc/self/mounts", m.state))
 		},
-		func(m *fltMountNS) (string, error) { return m.in("umount", m.state) })
+		func(m *fltMountNS) (string, error) { return m.in("umount", m.state) }, false)
 }
 
 // testStateDirFault: a fault of the state dir of `execmesh up` (its
@@ -98,8 +110,9 @@ func TestFaultStateDirReadOnly(t *testing.T) {
 // stored is refused with a retryable error and leaves nothing running,
 // never a silent 200, and once the fault is healed and the daemon
 // restarted, every accepted session's exit arrives exactly once, as its
-// exit or announced lost.
-func testStateDirFault(t *testing.T, what string, fault, heal func(*fltMountNS) (string, error)) {
+// exit or announced lost. With faultyRestart the daemon is also stopped
+// and started again before the heal, the fault lasting.
+func testStateDirFault(t *testing.T, what string, fault, heal func(*fltMountNS) (string, error), faultyRestart bool) {
 	m, prefix := newFltMountNS(t, "64m")
 	d := newFltDaemon(t, "up", fltDaemonOpts{StateDir: m.state, Prefix: prefix})
 	const key = "agent:f3:main"
@@ -145,6 +158,26 @@ func testStateDirFault(t *testing.T, what string, fault, heal func(*fltMountNS) 
 	}
 	if refused == 0 {
 		t.Errorf("no start was refused while the state dir was %s", what)
+	}
+	if faultyRestart {
+		// It may not get healthy: wait until it reported what the first
+		// run left (and failed to store it), then stop it.
+		if err := d.proc.stop(); err != nil {
+			t.Fatal(err)
+		}
+		d.proc.start()
+		clCheckFor(t, "the restarted daemon reports the earlier run's sessions", 60*time.Second, 200*time.Millisecond, func() error {
+			if n := strings.Count(d.proc.runLog(), "session lost by an earlier run"); n < len(ids) {
+				return fmt.Errorf("%d of %d reported", n, len(ids))
+			}
+			return nil
+		})
+		time.Sleep(3 * time.Second) // its attempts to store them fail
+		st, body := d.healthz()
+		t.Logf("/healthz of the run restarted while %s: %d %s", what, st, body)
+		if st == 200 {
+			t.Errorf("/healthz of the run restarted while %s: 200", what)
+		}
 	}
 	if out, err := heal(m); err != nil {
 		t.Fatalf("heal: %v: %s", err, out)

@@ -528,7 +528,7 @@ func (m *Manager) recoverRecords() ([]LostSession, error) {
 			if r.ExitStatus != "" {
 				reason += " (" + r.ExitStatus + ")"
 			}
-			reason += ", but execmesh stopped before its exit event was stored (the event store was full or failing), so its output is gone"
+			reason += ", but execmesh stopped before its exit event was stored (the event store was full or failing)"
 			l = &LostSession{SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
 				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: reason}
 		} else if !r.Exited {
