@@ -145,6 +145,10 @@ func (m *Manager) writeRecord(s *session, exited bool) error {
 	return err
 }
 
+// errUnrecorded ends a session whose state dir record could not be
+// written (Manager.started).
+var errUnrecorded = errors.New("session not recorded in the state dir")
+
 // ErrRecords marks a state dir that cannot take session records (full,
 // read-only): no session is started while it cannot.
 var ErrRecords = errors.New("session records")

@@ -24,15 +24,12 @@ import (
 
 // Why a session's context ended (context.Cause).
 var (
-	errKilled   = errors.New("stopped by request")     // process kill / remove
-	errTimedOut = errors.New("timed out")              // exec timeout
-	errAborted  = errors.New("exec call aborted")      // foreground caller went away
-	errShutdown = errors.New("session manager closed") // Manager.Close
-	errExited   = errors.New("process exited")         // normal end of the session
-	// errUnrecorded ends a session whose state dir record could not be
-	// written (Manager.started).
-	errUnrecorded = errors.New("session not recorded in the state dir")
-	errNotPTY     = errors.New("session has no writable stdin") // internal guard
+	errKilled   = errors.New("stopped by request")            // process kill / remove
+	errTimedOut = errors.New("timed out")                     // exec timeout
+	errAborted  = errors.New("exec call aborted")             // foreground caller went away
+	errShutdown = errors.New("session manager closed")        // Manager.Close
+	errExited   = errors.New("process exited")                // normal end of the session
+	errNotPTY   = errors.New("session has no writable stdin") // internal guard
 )
 
 // exitResult is how a session ended, in OpenClaw's terms (spec §12.1).
@@ -68,12 +65,13 @@ type session struct {
 	notify       bool // exec.exit notifications wanted
 	emptySuccess bool
 	hook         func(protocol.ExitEvent)
+	treeName     string // <seq>-<id>: the name of its cgroup and state dir record
+	limits       protocol.Limits
+	log          *slog.Logger
+
 	// refused: its record could not be written, so it was ended at once
 	// and never published (no exit event, not listed).
-	refused  bool
-	treeName string // <seq>-<id>: the name of its cgroup and state dir record
-	limits   protocol.Limits
-	log      *slog.Logger
+	refused bool
 
 	cmd         *exec.Cmd // PTY sessions only: its process handle is released (see releaseProcess)
 	pid         int
