@@ -64,8 +64,10 @@ func (g *Gateway) onNodeExit(ctx context.Context, n nodes.Node, ev protocol.Exit
 	if ev.Lost != "" {
 		// The node's restarted session core found what its crashed run
 		// left of this session, and ended it.
-		g.sessionLost(ctx, ev.SessionID, ev.SessionKey, ev.StartedAt, ev.Lost, index.HostNode, n.ID)
-		return nil
+		// An error has it redelivered: the node's record of it goes only
+		// once JetStream took the report, and the report only once its
+		// event is stored here.
+		return g.hostLost(ctx, ev.SessionID, ev.SessionKey, ev.StartedAt, ev.Lost, index.HostNode, n.ID)
 	}
 	return g.handleExit(ctx, ev, n.ID)
 }
@@ -173,7 +175,18 @@ func exitDedupe(ev protocol.ExitEvent) string {
 // emit stores a system event, retrying in the background until it is
 // stored (dedupe makes retries harmless).
 func (g *Gateway) emit(ctx context.Context, ev protocol.SystemEvent, dedupe string) {
-	if err := g.events.Push(ctx, ev, dedupe); err == nil {
+	g.untilStored(ctx, "system event "+ev.Kind, func(ctx context.Context) error { return g.events.Push(ctx, ev, dedupe) }, nil)
+}
+
+// untilStored runs store, which stores something and must be harmless to
+// repeat, until it succeeds: once here, then in a tracked goroutine that
+// retries (counted in the backlog /healthz reports) until it succeeds or
+// the gateway shuts down; stored, when set, is called once it did.
+func (g *Gateway) untilStored(ctx context.Context, what string, store func(context.Context) error, stored func()) {
+	if err := store(ctx); err == nil {
+		if stored != nil {
+			stored()
+		}
 		return
 	}
 	g.backlog.Add(1)
@@ -184,15 +197,18 @@ func (g *Gateway) emit(ctx context.Context, ev protocol.SystemEvent, dedupe stri
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				g.log.Error("system event not stored before shutdown", "kind", ev.Kind, "sessionKey", ev.SessionKey)
+				g.log.Error(what+" not stored before shutdown", "attempt", attempt)
 				return
 			case <-t.C:
 			}
-			err := g.events.Push(ctx, ev, dedupe)
+			err := store(ctx)
 			if err == nil {
+				if stored != nil {
+					stored()
+				}
 				return
 			}
-			g.log.Warn("system event not stored yet; retrying", "kind", ev.Kind, "attempt", attempt, "err", err)
+			g.log.Warn(what+" not stored yet; retrying", "attempt", attempt, "err", err)
 		}
 	})
 }
@@ -236,39 +252,74 @@ func (g *Gateway) loseSessions(n nodes.Node, match func(index.Record) bool, reas
 }
 
 // sessionLost records that session id of sessionKey is gone with its
-// host's run and tells its agent once (exec.lost). The index record
-// settles who tells: the host's own report (its restarted session core
-// found what the crash left), a gateway noticing a node's restart, or a
-// gateway noticing a peer gone all come here, and the first to mark the
-// record tells. hostKind and hostID name the host that held the session
-// (index.HostGateway with this gateway's id: its own session core); a
-// host may report only sessions the index says it holds.
+// host's run and tells its agent once (exec.lost), retrying in the
+// background until the event is stored (tellLost).
 func (g *Gateway) sessionLost(ctx context.Context, id, sessionKey string, startedAt int64, reason, hostKind, hostID string) {
-	tell := true
-	if rec, ok := g.index.Lookup(ctx, id); ok {
-		if rec.SessionKey != sessionKey || rec.Host != hostKind || rec.HostID != hostID {
-			g.log.Warn("lost report for a session the host does not hold dropped", "host", hostID, "sessionId", id)
-			return
-		}
+	g.untilStored(ctx, "lost report", func(ctx context.Context) error {
+		return g.tellLost(ctx, id, sessionKey, startedAt, reason, hostKind, hostID)
+	}, nil)
+}
+
+// tellLost tells the agent of session id that it is lost, unless it was
+// told: the host's own report (its restarted session core found what
+// the crash left), a gateway noticing a node's restart, or a gateway
+// noticing a peer gone all come here. The event is stored first, under
+// an identity of the session's (so tellers that race store it once), and
+// the index record is marked told after, so a teller that fails between
+// the two tells again. hostKind and hostID name the host that held the
+// session (index.HostGateway with this gateway's id: its own session
+// core); a host may report only sessions the index says it holds. nil
+// means told (or nothing to tell); an error, that the event may not be
+// stored yet.
+func (g *Gateway) tellLost(ctx context.Context, id, sessionKey string, startedAt int64, reason, hostKind, hostID string) error {
+	rec, known := g.index.Lookup(ctx, id)
+	switch {
+	case known && (rec.SessionKey != sessionKey || rec.Host != hostKind || rec.HostID != hostID):
+		g.log.Warn("lost report for a session the host does not hold dropped", "host", hostID, "sessionId", id)
+		return nil
+	case known && rec.LostTold:
+		return nil
+	case known:
 		startedAt = rec.StartedAt
-		_ = g.index.Update(ctx, id, func(r *index.Record) bool {
-			if r.LostTold {
-				tell = false
-				return false
-			}
-			r.State, r.LostReason, r.LostTold = index.StateLost, reason, true
-			return true
-		})
-	} else if hostKind != index.HostGateway || hostID != g.id {
+	case hostKind != index.HostGateway || hostID != g.id:
+		if err := g.index.Healthy(); err != nil {
+			return err // cannot tell: try again later
+		}
 		// Nothing to check another host's report against.
 		g.log.Warn("lost report for a session the index does not know dropped", "host", hostID, "sessionId", id)
-		return
+		return nil
 	}
-	if !tell || sessionKey == "" {
-		return
+	if sessionKey != "" {
+		ev := protocol.SystemEvent{SessionKey: sessionKey, ContextKey: "exec:" + id, Kind: protocol.EventExecLost, Text: lostText(id, reason)}
+		if err := g.events.Push(ctx, ev, "lost:"+protocol.EncodeSessionKeyToken(sessionKey)+":"+id+":"+strconv.FormatInt(startedAt, 10)); err != nil {
+			return err
+		}
 	}
-	g.emit(ctx, protocol.SystemEvent{SessionKey: sessionKey, ContextKey: "exec:" + id, Kind: protocol.EventExecLost,
-		Text: lostText(id, reason)}, "lost:"+protocol.EncodeSessionKeyToken(sessionKey)+":"+id+":"+strconv.FormatInt(startedAt, 10))
+	if !known {
+		return nil
+	}
+	return g.index.Update(ctx, id, func(r *index.Record) bool {
+		if r.LostTold {
+			return false
+		}
+		r.State, r.LostReason, r.LostTold = index.StateLost, reason, true
+		return true
+	})
+}
+
+// hostLost is tellLost for the report of the host's own restarted session
+// core, which found the session's record: a session whose exit the index
+// says was handled is not told lost. Its record outlived the confirmation
+// (the host stopped between the two, or could not remove it from a
+// read-only state dir), and its agent has had the exit. nil means the
+// report is settled, and the host may forget the record.
+func (g *Gateway) hostLost(ctx context.Context, id, sessionKey string, startedAt int64, reason, hostKind, hostID string) error {
+	if rec, ok := g.index.Lookup(ctx, id); ok && (rec.State == index.StateFinished || rec.Notice == index.NoticeStored || rec.Polled) &&
+		rec.SessionKey == sessionKey && rec.Host == hostKind && rec.HostID == hostID {
+		g.log.Debug("lost report for a session whose exit was handled dropped", "host", hostID, "sessionId", id)
+		return nil
+	}
+	return g.tellLost(ctx, id, sessionKey, startedAt, reason, hostKind, hostID)
 }
 
 // lostText is the text of an exec.lost event.

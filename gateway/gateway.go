@@ -321,8 +321,12 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	for _, l := range lost {
 		g.log.Warn("session lost by an earlier run", "sessionId", l.SessionID, "sessionKey", l.SessionKey,
 			"command", l.Command, "startedAt", l.StartedAt, "ended", l.Ended, "reason", l.Reason)
+		// Its record stays until the report is settled (stored, or
+		// nothing to tell), so a stop before that reports it again.
 		g.spawn(func(ctx context.Context) {
-			g.sessionLost(ctx, l.SessionID, l.SessionKey, l.StartedAt.UnixMilli(), l.Reason, index.HostGateway, g.id)
+			g.untilStored(ctx, "lost report", func(ctx context.Context) error {
+				return g.hostLost(ctx, l.SessionID, l.SessionKey, l.StartedAt.UnixMilli(), l.Reason, index.HostGateway, g.id)
+			}, func() { g.local.Manager().ExitStored(l.SessionID) })
 		})
 	}
 	opts.Metrics.SetConnectedNodes(func() int {
@@ -490,8 +494,9 @@ func (g *Gateway) Reload() error {
 }
 
 // Healthy reports what keeps the gateway from serving every call: it is
-// shutting down, its NATS connection is down, or the event store failed
-// (events that could not be stored are being retried).
+// shutting down, its NATS connection is down, the event store failed
+// (events that could not be stored are being retried), or its state dir
+// cannot take session records.
 func (g *Gateway) Healthy() error {
 	switch {
 	case g.closing.Load():
@@ -510,6 +515,9 @@ func (g *Gateway) Healthy() error {
 	}
 	if err := g.nodes.FeedHealthy(); err != nil {
 		return err
+	}
+	if err := g.local.Manager().RecordsHealthy(); err != nil {
+		return err // the state dir is full or read-only: no local start is accepted
 	}
 	return g.index.Healthy()
 }

@@ -63,7 +63,9 @@ type Config struct {
 	// error refuses the request (a node that is not paired).
 	Ready func() error
 	// OnExit receives the exit event of every background session, in its
-	// own goroutine; RunID is set for approval-gated runs.
+	// own goroutine; RunID is set for approval-gated runs. With
+	// Session.ConfirmExits the session's record stays in the state dir
+	// until OnExit's receiver calls Manager().ExitStored.
 	OnExit func(protocol.ExitEvent)
 }
 
@@ -320,14 +322,14 @@ func SandboxOffError() error {
 // start hands the request to the session core, with the hook that reports
 // its exit.
 func (l *Local) start(ctx context.Context, sreq session.ExecRequest, runID string) (protocol.Result, error) {
-	onExit := l.cfg.OnExit
-	sreq.OnExitHook = func(ev protocol.ExitEvent) {
-		if onExit == nil {
-			return
+	// Without OnExit there is no hook: a hook is a promise that someone
+	// takes the exit event (and confirms it with ExitStored).
+	if onExit := l.cfg.OnExit; onExit != nil {
+		sreq.OnExitHook = func(ev protocol.ExitEvent) {
+			ev.NodeID, ev.RunID = l.cfg.ID, runID
+			ev.Instance = l.instance
+			onExit(ev)
 		}
-		ev.NodeID, ev.RunID = l.cfg.ID, runID
-		ev.Instance = l.instance
-		onExit(ev)
 	}
 	return l.mgr.Exec(ctx, sreq)
 }

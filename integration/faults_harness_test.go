@@ -146,7 +146,7 @@ func (p *fltProc) cleanup() {
 	if err := p.stop(); err != nil {
 		p.t.Logf("%s: %v", p.name, err)
 	}
-	if p.t.Failed() {
+	if p.t.Failed() || os.Getenv("FLT_LOG") != "" {
 		b, _ := os.ReadFile(p.log)
 		if len(b) > 8000 && os.Getenv("FLT_FULL_LOG") == "" {
 			b = append([]byte("…"), b[len(b)-8000:]...)

@@ -71,7 +71,10 @@ type Config struct {
 	// the event was stored: a daemon stopped or killed before that (its
 	// event store full or failing) leaves the record to the next
 	// Manager, which reports the session lost (OnLost) with its exit
-	// status, instead of nothing.
+	// status, instead of nothing. The record of a session reported lost
+	// is kept the same way, until ExitStored(its id) confirms the lost
+	// report was stored, so a run that stops before that leaves it to
+	// the next one again.
 	ConfirmExits bool
 }
 

@@ -178,6 +178,9 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 	if !ok {
 		return unavailableWorkdirResult(cwd, warningText, startedAt), nil
 	}
+	if err := m.recordsUsable(); err != nil {
+		return protocol.Result{}, err
+	}
 
 	s, err := m.register(req, cwd, startedAt)
 	if err != nil {
@@ -198,7 +201,9 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 		s.log.Info("spawn failed", "err", err)
 		return runtimeErrorResult(warningText, "Error: "+err.Error(), cwd, startedAt), nil
 	}
-	m.started(s)
+	if err := m.started(s); err != nil {
+		return protocol.Result{}, err
+	}
 
 	// The settled outcome wins over a yield that fires at the same time.
 	switch {
@@ -317,21 +322,40 @@ func (m *Manager) unregister(s *session) {
 	m.wg.Done()
 }
 
-// started publishes a spawned session and starts its goroutines.
-func (m *Manager) started(s *session) {
-	m.writeRecord(s, false)
-	m.holdRecord(s.id, s.treeName)
+// started publishes a spawned session and starts its goroutines. A
+// session whose record cannot be written to the state dir is not
+// published: it is ended at once, untold, and the error (retryable) is
+// the call's answer, since a session that a crash would leave untracked,
+// and whose exit event a stop would lose, must not be accepted.
+func (m *Manager) started(s *session) error {
+	err := m.writeRecord(s, false)
+	if err == nil {
+		m.holdRecord(s.id, s.treeName)
+	} else {
+		s.refused = true
+	}
 	m.mu.Lock()
 	delete(m.reserved, s.id)
-	m.sessions[s.id] = s
+	if err == nil {
+		m.sessions[s.id] = s
+	}
 	m.mu.Unlock()
-	s.log.Debug("started", "pid", s.pid, "pty", s.pty, "cwd", s.cwd)
+	if err == nil {
+		s.log.Debug("started", "pid", s.pid, "pty", s.pty, "cwd", s.cwd)
+	} else {
+		s.log.Warn("session refused: its record cannot be written to the state dir; ending it", "pid", s.pid, "err", err)
+	}
 	s.stopTerm = context.AfterFunc(s.ctx, func() { m.terminate(s) })
 	s.startReaders(&m.wg)
 	go func() {
 		defer m.wg.Done() // the count taken by register
 		s.run()
 	}()
+	if err != nil {
+		s.cancel(errUnrecorded)
+		return recordsUnavailable(err)
+	}
+	return nil
 }
 
 // takenLocked reports whether an id is in use: running, retained, or
@@ -427,10 +451,13 @@ func (m *Manager) finishSession(s *session, st exitStatus, cause error) {
 	}
 	close(s.done)
 	s.mu.Unlock()
-	if backgrounded {
+	if backgrounded && !s.refused {
 		m.markExitPending(s)
 		m.emitExit(s)
-		if m.cfg.OnExit == nil {
+		if m.cfg.OnExit == nil && s.hook == nil {
+			// Nobody takes the exit event, so nobody confirms it: the
+			// request's hook (host.Local's) is a taker as much as
+			// OnExit, and its record waits for ExitStored.
 			m.settleExit(s.id)
 		}
 	} else {

@@ -11,11 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/execmesh/execmesh/internal/cgroup"
+	"github.com/execmesh/execmesh/protocol"
 )
 
 // Session records. A Manager with a state directory (Config.StateDir)
@@ -58,6 +60,10 @@ type record struct {
 	// ExitStatus says how it ended.
 	ExitPending bool   `json:"exitPending,omitempty"`
 	ExitStatus  string `json:"exitStatus,omitempty"`
+	// LostReason is set on a record a Manager kept after it reported the
+	// session lost (ConfirmExits), until ExitStored: its processes were
+	// ended, and a next Manager reports it again with this reason.
+	LostReason string `json:"lostReason,omitempty"`
 }
 
 // LostSession is a session of an earlier run of a Manager on the same
@@ -87,6 +93,11 @@ type recordSlots struct {
 	// held are the trees (by session id) whose record waits for
 	// ExitStored (Config.ConfirmExits).
 	held map[string]*heldRecord
+	// failure is the error of the last record write, nil once one
+	// succeeds (RecordsHealthy).
+	failure atomic.Pointer[error]
+	// probedAt is when RecordsHealthy last tried a write (unix ns).
+	probedAt atomic.Int64
 }
 
 // heldRecord is a record kept until its session's exit event is stored.
@@ -108,11 +119,13 @@ func (m *Manager) recordPath(n int) string {
 }
 
 // writeRecord records a started session, or (exited) that its leader's
-// exit was recorded while processes it started still run; errors are
-// logged, never fatal (the session runs either way).
-func (m *Manager) writeRecord(s *session, exited bool) {
+// exit was recorded while processes it started still run. The error of
+// the first record refuses the session (Manager.started); a later one is
+// logged (the session runs either way), and both make RecordsHealthy
+// fail until a record is written again.
+func (m *Manager) writeRecord(s *session, exited bool) error {
 	if m.cfg.StateDir == "" {
-		return
+		return nil
 	}
 	r := record{
 		SessionID:  s.id,
@@ -128,9 +141,103 @@ func (m *Manager) writeRecord(s *session, exited bool) {
 	if err == nil {
 		err = m.storeRecord(s.treeName, b)
 	}
-	if err != nil {
-		s.log.Warn("cannot record the session in the state dir; a crash would leave it untracked", "err", err)
+	if err != nil && exited {
+		s.log.Warn("cannot record the session's exit in the state dir; a crash would report it lost", "err", err)
 	}
+	return err
+}
+
+// errUnrecorded ends a session whose state dir record could not be
+// written (Manager.started).
+var errUnrecorded = errors.New("session not recorded in the state dir")
+
+// ErrRecords marks a state dir that cannot take session records (full,
+// read-only): no session is started while it cannot.
+var ErrRecords = errors.New("session records")
+
+// recordsUnavailable is the answer of a call that cannot be recorded.
+func recordsUnavailable(err error) error {
+	return &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
+		Message: fmt.Sprintf("the host cannot record sessions in its state dir (%v); nothing was started. Free space in (or make writable) the state dir, then retry.", err)}
+}
+
+// noteRecords keeps the outcome of the last record write for
+// RecordsHealthy.
+func (m *Manager) noteRecords(err error) {
+	if err == nil {
+		if m.records.failure.Load() != nil {
+			m.records.failure.Store(nil)
+		}
+		return
+	}
+	e := fmt.Errorf("%w: %w", ErrRecords, err)
+	m.records.failure.Store(&e)
+}
+
+// RecordsHealthy returns why the state dir cannot take session records
+// (the last record write failed, and a write tried now fails too), or
+// nil: while it fails, Exec refuses new sessions with a retryable error
+// and the host should report itself unhealthy.
+func (m *Manager) RecordsHealthy() error {
+	if m.records.failure.Load() == nil {
+		return nil
+	}
+	// At most one write a second for a health check, which anyone may
+	// ask for (GET /healthz needs no token).
+	now := time.Now().UnixNano()
+	if last := m.records.probedAt.Load(); now-last >= int64(time.Second) && m.records.probedAt.CompareAndSwap(last, now) {
+		if m.recordsUsable() == nil {
+			return nil
+		}
+	}
+	if p := m.records.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// probeSize is what a probe writes into a new slot: more than a record
+// takes, so that the session that gets the slot needs no more room.
+const probeSize = 2048
+
+// recordsUsable is asked before a spawn: nothing while records are
+// written; after a failure, a slot for the next record is written (with
+// blanks, kept free) to see whether the state dir takes records again.
+// Only a failing state dir costs a write here.
+func (m *Manager) recordsUsable() error {
+	if m.cfg.StateDir == "" || m.records.failure.Load() == nil {
+		return nil
+	}
+	rs := &m.records
+	rs.mu.Lock()
+	var sl recordSlot
+	fresh := true
+	if k := len(rs.free); k > 0 {
+		sl, fresh = rs.free[k-1], false
+		rs.free = rs.free[:k-1]
+	} else {
+		sl = recordSlot{n: rs.next}
+		rs.next++
+	}
+	rs.mu.Unlock()
+	size, err := writeSlot(m.recordPath(sl.n), bytes.Repeat([]byte{' '}, max(sl.size, probeSize)), 0)
+	if err != nil {
+		if fresh {
+			_ = os.Remove(m.recordPath(sl.n))
+		} else {
+			rs.mu.Lock()
+			rs.free = append(rs.free, sl)
+			rs.mu.Unlock()
+		}
+		m.noteRecords(err)
+		return recordsUnavailable(err)
+	}
+	sl.size = size
+	rs.mu.Lock()
+	rs.free = append(rs.free, sl)
+	rs.mu.Unlock()
+	m.noteRecords(nil)
+	return nil
 }
 
 // storeRecord writes b into the slot of name, taking a slot when name has
@@ -150,6 +257,7 @@ func (m *Manager) storeRecord(name string, b []byte) error {
 	}
 	rs.mu.Unlock()
 	size, err := writeSlot(m.recordPath(sl.n), b, sl.size)
+	m.noteRecords(err)
 	if err != nil {
 		if !ok {
 			_ = os.Remove(m.recordPath(sl.n)) // not reused: its content is unknown
@@ -251,9 +359,12 @@ func (m *Manager) removeRecord(name string) {
 	}
 	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 		err = errors.Join(err, rerr)
+	} else {
+		err = nil // removed: what the blanking said no longer matters
 	}
 	if err != nil {
-		m.log.Warn("cannot remove a session record", "err", err)
+		m.noteRecords(err)
+		m.log.Warn("cannot remove a session record; the next run will report its session lost", "err", err)
 	}
 }
 
@@ -370,6 +481,43 @@ func (m *Manager) recoverRecords() ([]LostSession, error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}
+	// With ConfirmExits the record of a lost session is kept, in its
+	// slot, until ExitStored confirms its lost report was stored: a run
+	// that stops before that (the event store still failing) leaves it
+	// to the next one again. New slots are numbered after the kept ones.
+	keep := func(r record, path string) bool {
+		n, ok := slotNumber(filepath.Base(path))
+		if !m.cfg.ConfirmExits || !ok {
+			return false
+		}
+		// Its processes were ended: a next Manager has none to look for.
+		r.PID, r.PIDStart, r.PGID, r.SID, r.Cgroup = 0, 0, 0, 0, ""
+		b, err := json.Marshal(r)
+		if err != nil {
+			return false
+		}
+		var held int
+		if fi, err := os.Stat(path); err == nil {
+			held = int(fi.Size()) // padded over, so nothing of the old record is left
+		}
+		size, err := writeSlot(path, b, held)
+		if err != nil {
+			m.log.Warn("cannot rewrite the record of a lost session; removing it", "file", path, "err", err)
+			return false
+		}
+		rs := &m.records
+		name := "lost-" + r.SessionID
+		if rs.inUse == nil {
+			rs.inUse = map[string]recordSlot{}
+		}
+		if rs.held == nil {
+			rs.held = map[string]*heldRecord{}
+		}
+		rs.inUse[name] = recordSlot{n: n, size: size}
+		rs.held[r.SessionID] = &heldRecord{tree: name, exitOpen: true, gone: true}
+		rs.next = max(rs.next, n+1)
+		return true
+	}
 	var snap *procSnapshot
 	var lost []LostSession
 	for i, r := range recs {
@@ -385,31 +533,49 @@ func (m *Manager) recoverRecords() ([]LostSession, error) {
 			ended = m.endRecordedGroup(r, snap)
 		}
 		m.log.Info("ended what a previous run left of a session", "session", r.SessionID, "processes", ended, "exited", r.Exited)
-		if r.ExitPending {
+		var l *LostSession
+		if r.LostReason != "" {
+			l = &LostSession{SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
+				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: r.LostReason}
+		} else if r.ExitPending {
 			reason := "it ended"
 			if r.ExitStatus != "" {
 				reason += " (" + r.ExitStatus + ")"
 			}
-			reason += ", but execmesh stopped before its exit event was stored (the event store was full or failing), so its output is gone"
-			lost = append(lost, LostSession{
-				SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
-				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: reason,
-			})
+			reason += ", but execmesh stopped before its exit event was stored (the event store was full or failing)"
+			l = &LostSession{SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
+				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: reason}
 		} else if !r.Exited {
-			reason := "the execmesh process that ran this session ended before the session did (crash or kill -9)"
+			reason := "the execmesh process that ran this session ended before the session's end was recorded (a crash, kill -9, or a state dir it could not write)"
 			if ended > 0 {
 				reason += "; " + strconv.Itoa(ended) + " of its processes still ran and were ended when it restarted"
 			} else {
 				reason += "; none of its processes was left running"
 			}
-			lost = append(lost, LostSession{
-				SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
-				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: reason,
-			})
+			l = &LostSession{SessionID: r.SessionID, SessionKey: r.SessionKey, Command: r.Command,
+				StartedAt: time.UnixMilli(r.StartedAt), Ended: ended, Reason: reason}
 		}
-		_ = os.Remove(files[i])
+		if l == nil {
+			_ = os.Remove(files[i])
+			continue
+		}
+		lost = append(lost, *l)
+		r.LostReason = l.Reason
+		if !keep(r, files[i]) {
+			_ = os.Remove(files[i])
+		}
 	}
 	return lost, nil
+}
+
+// slotNumber returns n of a record file named slot-<n>.json.
+func slotNumber(name string) (int, bool) {
+	digits, ok := strings.CutPrefix(strings.TrimSuffix(name, ".json"), "slot-")
+	if !ok || digits == "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	return n, err == nil && n >= 0
 }
 
 // endRecordedCgroup kills a recorded session group and removes it, with

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/internal/testutil"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -125,8 +127,68 @@ func TestRecoverySkipsBlankSlots(t *testing.T) {
 // TestConfirmExitsKeepsRecord: with ConfirmExits the record of a finished
 // background session stays until ExitStored (and says the exit is
 // pending); a next Manager reports one never confirmed as lost with its
-// exit status; a confirmed one leaves nothing.
+// exit status; a confirmed one leaves nothing. The exit event's taker is
+// Config.OnExit or, as host.Local has it, the request's OnExitHook.
 func TestConfirmExitsKeepsRecord(t *testing.T) {
+	t.Parallel()
+	for _, taker := range []string{"OnExit", "OnExitHook"} {
+		t.Run(taker, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			exits := make(chan protocol.ExitEvent, 4)
+			var hook func(protocol.ExitEvent)
+			m := newManager(t, func(c *Config) {
+				c.StateDir = dir
+				c.ConfirmExits = true
+				if taker == "OnExit" {
+					c.OnExit = func(ev protocol.ExitEvent) { exits <- ev }
+				} else {
+					hook = func(ev protocol.ExitEvent) { exits <- ev }
+				}
+			})
+			unconfirmed := startBackground(t, m, ExecRequest{Command: "exit 3", ScopeKey: "agent:a:main", OnExitHook: hook})
+			confirmed := startBackground(t, m, ExecRequest{Command: "true", ScopeKey: "agent:a:main", OnExitHook: hook})
+			for range 2 {
+				select {
+				case ev := <-exits:
+					if ev.SessionID == confirmed {
+						m.ExitStored(confirmed)
+					}
+				case <-time.After(waitLimit):
+					t.Fatal("no exit event")
+				}
+			}
+			time.Sleep(200 * time.Millisecond) // the trees are gone
+			var held []record
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+				var r record
+				if strings.TrimSpace(string(b)) != "" && jsonUnmarshal(b, &r) == nil {
+					held = append(held, r)
+				}
+			}
+			if len(held) != 1 || held[0].SessionID != unconfirmed || !held[0].ExitPending {
+				t.Fatalf("records after the exits: %+v, want only %s's, exit pending", held, unconfirmed)
+			}
+			var lost []LostSession
+			newManager(t, func(c *Config) {
+				c.StateDir = dir
+				c.OnLost = func(l LostSession) { lost = append(lost, l) }
+			})
+			if len(lost) != 1 || lost[0].SessionID != unconfirmed || !strings.Contains(lost[0].Reason, "exit code 3") || !strings.Contains(lost[0].Reason, "before its exit event was stored") {
+				t.Fatalf("lost: %+v", lost)
+			}
+		})
+	}
+}
+
+// TestUnrecordableStartRefused: while the state dir takes no record (here
+// every slot file a record could go to is a directory), a start is
+// refused with a retryable error and leaves nothing: no session listed,
+// no process running, no exit event; RecordsHealthy says why. Once the
+// state dir takes records again, starts succeed and it is healthy.
+func TestUnrecordableStartRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	exits := make(chan protocol.ExitEvent, 4)
@@ -135,37 +197,109 @@ func TestConfirmExitsKeepsRecord(t *testing.T) {
 		c.ConfirmExits = true
 		c.OnExit = func(ev protocol.ExitEvent) { exits <- ev }
 	})
-	unconfirmed := startBackground(t, m, ExecRequest{Command: "exit 3", ScopeKey: "agent:a:main"})
-	confirmed := startBackground(t, m, ExecRequest{Command: "true", ScopeKey: "agent:a:main"})
-	for range 2 {
-		select {
-		case ev := <-exits:
-			if ev.SessionID == confirmed {
-				m.ExitStored(confirmed)
-			}
-		case <-time.After(waitLimit):
-			t.Fatal("no exit event")
+	for i := range 8 {
+		if err := os.Mkdir(filepath.Join(dir, fmt.Sprintf("slot-%d.json", i)), 0o700); err != nil {
+			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // the trees are gone
-	var held []record
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
-		var r record
-		if strings.TrimSpace(string(b)) != "" && jsonUnmarshal(b, &r) == nil {
-			held = append(held, r)
+	marker := token()
+	for attempt := range 3 { // the first is refused after its spawn, the others before
+		_, err := m.Exec(context.Background(), ExecRequest{Command: "sleep " + marker, Background: true, ScopeKey: "agent:a:main"})
+		var perr *protocol.Error
+		if !errors.As(err, &perr) || perr.Type != protocol.ErrUnavailable || !perr.Retryable || !strings.Contains(perr.Message, "nothing was started") {
+			t.Fatalf("start %d while no record can be written: %v, want a retryable unavailable error", attempt, err)
 		}
 	}
-	if len(held) != 1 || held[0].SessionID != unconfirmed || !held[0].ExitPending {
-		t.Fatalf("records after the exits: %+v, want only %s's, exit pending", held, unconfirmed)
+	if err := m.RecordsHealthy(); !errors.Is(err, ErrRecords) {
+		t.Errorf("RecordsHealthy: %v, want ErrRecords", err)
 	}
-	var lost []LostSession
-	newManager(t, func(c *Config) {
-		c.StateDir = dir
-		c.OnLost = func(l LostSession) { lost = append(lost, l) }
+	res := m.Process(context.Background(), "agent:a:main", protocol.ProcessArgs{Action: "list"})
+	if strings.Contains(res.Text(), marker) {
+		t.Errorf("a refused session is listed: %s", res.Text())
+	}
+	checkFor(t, waitLimit, 10*time.Millisecond, func() error {
+		if n := len(testutil.ProcsWith(marker)); n > 0 {
+			return fmt.Errorf("%d processes of a refused start still run", n)
+		}
+		return nil
 	})
-	if len(lost) != 1 || lost[0].SessionID != unconfirmed || !strings.Contains(lost[0].Reason, "exit code 3") || !strings.Contains(lost[0].Reason, "before its exit event was stored") {
-		t.Fatalf("lost: %+v", lost)
+	select {
+	case ev := <-exits:
+		t.Errorf("exit event of a refused start: %+v", ev)
+	case <-time.After(200 * time.Millisecond):
+	}
+	for i := range 8 {
+		_ = os.Remove(filepath.Join(dir, fmt.Sprintf("slot-%d.json", i)))
+	}
+	// It tries a write at most once a second.
+	checkFor(t, 5*time.Second, 100*time.Millisecond, func() error { return m.RecordsHealthy() })
+	id := startBackground(t, m, ExecRequest{Command: "true", ScopeKey: "agent:a:main"})
+	select {
+	case ev := <-exits:
+		if ev.SessionID != id {
+			t.Errorf("exit event of %s, want %s", ev.SessionID, id)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("no exit event once records can be written")
+	}
+}
+
+// TestLostRecordKeptUntilConfirmed: with ConfirmExits the record of a
+// session reported lost stays in its slot (its processes ended, so it
+// names none) until ExitStored confirms the report: a Manager closed
+// before that leaves it to the next, which reports it again with the
+// same reason; new sessions take other slots; once confirmed, nothing is
+// left and no later Manager reports it.
+func TestLostRecordKeptUntilConfirmed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rec := `{"sessionId":"gone-two","sessionKey":"agent:x","command":"true","pid":999999999,"pidStart":1,"pgid":999999999,"startedAt":1}`
+	slot := filepath.Join(dir, "slot-5.json")
+	if err := os.WriteFile(slot, []byte(rec+strings.Repeat(" ", 300)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := func() (*Manager, []LostSession) {
+		t.Helper()
+		var lost []LostSession
+		m := newManager(t, func(c *Config) {
+			c.Containment = ContainmentProcessGroup
+			c.StateDir = dir
+			c.ConfirmExits = true
+			c.OnLost = func(l LostSession) { lost = append(lost, l) }
+		})
+		return m, lost
+	}
+	m1, lost1 := open()
+	if len(lost1) != 1 || lost1[0].SessionID != "gone-two" {
+		t.Fatalf("first run lost: %+v", lost1)
+	}
+	b, err := os.ReadFile(slot)
+	var r record
+	if err == nil {
+		err = jsonUnmarshal(b, &r)
+	}
+	if err != nil || r.SessionID != "gone-two" || r.LostReason != lost1[0].Reason || r.PID != 0 || r.PGID != 0 {
+		t.Fatalf("kept record: %+v, %v", r, err)
+	}
+	id := startBackground(t, m1, ExecRequest{Command: "sleep " + token(), ScopeKey: "agent:x"})
+	if b2, _ := os.ReadFile(slot); string(b2) != string(b) {
+		t.Errorf("a new session (%s) took the kept record's slot: %q", id, b2)
+	}
+	if err := m1.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m2, lost2 := open()
+	if len(lost2) != 1 || lost2[0].SessionID != "gone-two" || lost2[0].Reason != lost1[0].Reason {
+		t.Fatalf("second run lost: %+v, want gone-two again, reason %q", lost2, lost1[0].Reason)
+	}
+	m2.ExitStored("gone-two")
+	if err := m2.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("state dir after the confirmation and Close: %v", ents)
+	}
+	if _, lost3 := open(); len(lost3) != 0 {
+		t.Errorf("third run lost: %+v", lost3)
 	}
 }

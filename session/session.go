@@ -69,6 +69,10 @@ type session struct {
 	limits       protocol.Limits
 	log          *slog.Logger
 
+	// refused: its record could not be written, so it was ended at once
+	// and never published (no exit event, not listed).
+	refused bool
+
 	cmd         *exec.Cmd // PTY sessions only: its process handle is released (see releaseProcess)
 	pid         int
 	leaderStart uint64
