@@ -33,8 +33,13 @@ import (
 // The Reaper takes the exit statuses of session leaders. At every SIGCHLD
 // it peeks at the first child that exited (waitid with WNOWAIT, which
 // leaves it unreaped), collects it with wait4 when it is a leader some
-// Manager registered, and repeats: one system call pair per exit, however
-// many sessions run, no thread and no descriptor per session. A child it
+// Manager registered, and repeats: one system call pair per exit, no
+// thread and no descriptor per session. The kernel walks every child for
+// such a peek, so with thousands of sessions a burst of exits would cost
+// O(sessions) each: full passes are held to a tenth of the time (at most
+// 10 ms apart), and meanwhile the leaders that are known to be ending
+// (their tree was signalled, their output reached its end: hintExit) are
+// collected by pid, O(1) each. A child it
 // did not register (an os/exec child of other code in the process, waited
 // for by its owner) stops the peek; only then are the process's children
 // listed, to collect the leaders behind it. When the process is a child
@@ -64,6 +69,16 @@ type Reaper struct {
 	leaders map[int]chan<- exitStatus
 	zombies map[int]time.Time // non-leader zombie children: when first seen
 	closed  bool
+	// hinted are leaders that have probably exited or are about to (their
+	// output reached its end, or their tree was signalled); each pass
+	// collects them by pid, O(1) each. A hint stays until its leader is
+	// collected; a weak one (output end: the leader may live on) also
+	// goes with the next full pass that began after it.
+	hinted map[int]hint
+	// walks counts the full passes begun (the peek over every child,
+	// under mu); nextWalk is the earliest time for the next (unix ns).
+	walks    uint64
+	nextWalk atomic.Int64
 
 	subreaper bool // a Manager of this Reaper made the process a subreaper
 
@@ -99,6 +114,7 @@ func NewReaper(cfg ReaperConfig) *Reaper {
 		done:    make(chan struct{}),
 		leaders: map[int]chan<- exitStatus{},
 		zombies: map[int]time.Time{},
+		hinted:  map[int]hint{},
 	}
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
 	go r.run()
@@ -133,6 +149,38 @@ func (r *Reaper) spawn() func(pid int, ch chan<- exitStatus) {
 	}
 }
 
+// hint is why a leader is thought to have exited.
+type hint struct {
+	weak bool   // from the end of its output: it may still run
+	walk uint64 // walks begun when the hint came
+}
+
+// hintExit tells the Reaper that leader pid has probably exited or is
+// about to: its output reached its end (weak), or its tree was signalled
+// to end. The next passes collect it by pid, so that its exit costs O(1)
+// however many children the process has, while the full pass over every
+// child (the kernel walks them all for a waitid P_ALL peek) is held to a
+// small share of the time. Unknown pids are ignored.
+func (r *Reaper) hintExit(pid int, weak bool) {
+	if weak && time.Now().UnixNano() >= r.nextWalk.Load() {
+		// No full pass is put off: the exit's SIGCHLD brings one.
+		return
+	}
+	r.mu.Lock()
+	if r.leaders[pid] == nil {
+		r.mu.Unlock()
+		return
+	}
+	if h, ok := r.hinted[pid]; !ok || h.weak {
+		r.hinted[pid] = hint{weak: weak, walk: r.walks}
+	}
+	r.mu.Unlock()
+	if weak {
+		// Its SIGCHLD may have come already, during the pause.
+		r.wake()
+	}
+}
+
 func (r *Reaper) wake() {
 	select {
 	case r.kick <- struct{}{}:
@@ -159,9 +207,73 @@ func (r *Reaper) run() {
 	}
 }
 
-// reapAll collects every exited leader; it returns when to look again
-// (orphans still within their grace, or a slow pass put off; 0: no need).
+// reapAll collects every exited leader: the hinted ones by pid, then,
+// unless the last full pass was too recent, every other; it returns when
+// to look again (a full pass put off, orphans still within their grace, a
+// slow pass put off; 0: no need).
 func (r *Reaper) reapAll() time.Duration {
+	r.collectHinted()
+	now := time.Now()
+	if wait := time.Duration(r.nextWalk.Load() - now.UnixNano()); wait > 0 {
+		return wait
+	}
+	r.mu.Lock()
+	r.walks++
+	r.mu.Unlock()
+	next := r.walkAll()
+	r.walked(now)
+	return next
+}
+
+// walkShare bounds the time full passes take, as a share of all time:
+// the next may begin once (1-walkShare)/walkShare times as long as the
+// last one took has passed, and at most maxWalkPause after it. A pass
+// over a few children takes microseconds, so this matters only with
+// thousands, where hinted exits are collected meanwhile.
+const (
+	walkShare    = 0.1
+	maxWalkPause = 10 * time.Millisecond
+)
+
+// walked records a full pass that began at start.
+func (r *Reaper) walked(start time.Time) {
+	end := time.Now()
+	pause := min(time.Duration(float64(end.Sub(start))*(1-walkShare)/walkShare), maxWalkPause)
+	r.nextWalk.Store(end.Add(pause).UnixNano())
+	// Weak hints older than this pass are settled: had their leader
+	// exited, the pass would have collected it.
+	r.mu.Lock()
+	for pid, h := range r.hinted {
+		if h.weak && h.walk < r.walks {
+			delete(r.hinted, pid)
+		}
+	}
+	r.mu.Unlock()
+}
+
+// collectHinted collects the hinted leaders that exited.
+func (r *Reaper) collectHinted() {
+	r.mu.Lock()
+	if len(r.hinted) == 0 {
+		r.mu.Unlock()
+		return
+	}
+	pids := make([]int, 0, len(r.hinted))
+	for pid := range r.hinted {
+		if r.leaders[pid] == nil {
+			delete(r.hinted, pid)
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	r.mu.Unlock()
+	for _, pid := range pids {
+		r.collect(pid)
+	}
+}
+
+// walkAll is the full pass: it peeks at exited children one at a time.
+func (r *Reaper) walkAll() time.Duration {
 	for {
 		pid, ok := peekExited()
 		if !ok {
@@ -207,12 +319,15 @@ func (r *Reaper) collect(pid int) bool {
 	case err != nil:
 		st.err = fmt.Errorf("wait for pid %d: %w", pid, err)
 	case got != pid:
-		// Not exited after all (cannot happen after a peek); keep waiting.
+		// Not exited (yet: a hinted leader); keep waiting.
 		r.mu.Lock()
 		r.leaders[pid] = ch
 		r.mu.Unlock()
 		return false
 	}
+	r.mu.Lock()
+	delete(r.hinted, pid)
+	r.mu.Unlock()
 	ch <- st
 	return true
 }

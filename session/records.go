@@ -85,8 +85,11 @@ type recordSlots struct {
 	free  []recordSlot          // blank slots
 	inUse map[string]recordSlot // tree name → its slot
 	// held are the trees (by session id) whose record waits for
-	// ExitStored (Config.ConfirmExits).
-	held map[string]*heldRecord
+	// ExitStored (Config.ConfirmExits); heldTrees the same by tree name,
+	// so that a tree's end finds its hold without a scan of every
+	// session's.
+	held      map[string]*heldRecord
+	heldTrees map[string]*heldRecord
 }
 
 // heldRecord is a record kept until its session's exit event is stored.
@@ -267,8 +270,11 @@ func (m *Manager) holdRecord(id, name string) {
 	rs.mu.Lock()
 	if rs.held == nil {
 		rs.held = map[string]*heldRecord{}
+		rs.heldTrees = map[string]*heldRecord{}
 	}
-	rs.held[id] = &heldRecord{tree: name, exitOpen: true}
+	h := &heldRecord{tree: name, exitOpen: true}
+	rs.held[id] = h
+	rs.heldTrees[name] = h
 	rs.mu.Unlock()
 }
 
@@ -277,12 +283,10 @@ func (m *Manager) holdRecord(id, name string) {
 func (m *Manager) treeRecordGone(name string) {
 	rs := &m.records
 	rs.mu.Lock()
-	for _, h := range rs.held {
-		if h.tree == name && h.exitOpen {
-			h.gone = true
-			rs.mu.Unlock()
-			return
-		}
+	if h := rs.heldTrees[name]; h != nil && h.exitOpen {
+		h.gone = true
+		rs.mu.Unlock()
+		return
 	}
 	rs.mu.Unlock()
 	m.removeRecord(name)
@@ -299,6 +303,7 @@ func (m *Manager) settleExit(id string) {
 		return
 	}
 	delete(rs.held, id)
+	delete(rs.heldTrees, h.tree)
 	gone, name := h.gone, h.tree
 	rs.mu.Unlock()
 	if gone {

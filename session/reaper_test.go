@@ -1,0 +1,151 @@
+package session
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// startLeader starts argv as a child registered with r as a session
+// leader and returns its pid and the channel its exit status comes on.
+func startLeader(t *testing.T, r *Reaper, argv ...string) (int, <-chan exitStatus) {
+	t.Helper()
+	register := r.spawn()
+	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Sys: &syscall.SysProcAttr{Setpgid: true}})
+	if err != nil {
+		register(0, nil)
+		t.Fatal(err)
+	}
+	ch := make(chan exitStatus, 1)
+	register(pid, ch)
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) })
+	return pid, ch
+}
+
+func newTestReaper(t *testing.T) *Reaper {
+	t.Helper()
+	r := NewReaper(ReaperConfig{})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return r
+}
+
+// awaitExit waits up to within for a leader's exit status.
+func awaitExit(t *testing.T, ch <-chan exitStatus, within time.Duration, what string) exitStatus {
+	t.Helper()
+	select {
+	case st := <-ch:
+		if st.err != nil {
+			t.Fatalf("%s: %v", what, st.err)
+		}
+		return st
+	case <-time.After(within):
+		t.Fatalf("%s: no exit status within %v", what, within)
+	}
+	return exitStatus{}
+}
+
+// awaitZombie waits until pid has exited and is not reaped yet.
+func awaitZombie(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !isZombie(pid); {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d did not become a zombie", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestReaperCollectsHintedExitsWhilePassesPause: while the full pass over
+// every child is put off (as it is after a pass over thousands), a leader
+// whose tree was signalled, or whose output ended, is still collected at
+// once, by pid.
+func TestReaperCollectsHintedExitsWhilePassesPause(t *testing.T) {
+	r := newTestReaper(t)
+	pause := func() { r.nextWalk.Store(time.Now().Add(time.Hour).UnixNano()) }
+
+	pause()
+	pid, ch := startLeader(t, r, "/bin/sleep", "60")
+	r.hintExit(pid, false) // its tree is being signalled
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	st := awaitExit(t, ch, 3*time.Second, "signalled leader")
+	if !st.ws.Signaled() || st.ws.Signal() != unix.SIGKILL {
+		t.Fatalf("status %v, want killed by SIGKILL", st.ws)
+	}
+
+	// A weak hint (the output ended) after the exit and its SIGCHLD.
+	pause()
+	pid, ch = startLeader(t, r, "/bin/sh", "-c", "exit 3")
+	awaitZombie(t, pid)
+	time.Sleep(20 * time.Millisecond) // its SIGCHLD was handled: the pass was put off
+	r.hintExit(pid, true)
+	if st := awaitExit(t, ch, 3*time.Second, "leader whose output ended"); st.ws.ExitStatus() != 3 {
+		t.Fatalf("exit status %d, want 3", st.ws.ExitStatus())
+	}
+}
+
+// TestReaperPausedPassStillCollects: an exit nobody hinted waits for the
+// put-off full pass, but no longer.
+func TestReaperPausedPassStillCollects(t *testing.T) {
+	r := newTestReaper(t)
+	pause := 300 * time.Millisecond
+	r.nextWalk.Store(time.Now().Add(pause).UnixNano())
+	t0 := time.Now()
+	_, ch := startLeader(t, r, "/bin/true")
+	awaitExit(t, ch, pause+3*time.Second, "unhinted leader")
+	if d := time.Since(t0); d < pause/2 {
+		t.Fatalf("collected after %v, before the paused pass (%v)", d, pause)
+	}
+}
+
+// TestReaperWeakHintsSettle: a weak hint of a leader that still runs (its
+// output closed, the process lives on) is dropped by the next full pass;
+// a leader that was signalled stays hinted until collected.
+func TestReaperWeakHintsSettle(t *testing.T) {
+	r := newTestReaper(t)
+	r.nextWalk.Store(time.Now().Add(time.Hour).UnixNano())
+	weak, _ := startLeader(t, r, "/bin/sleep", "60")
+	strong, ch := startLeader(t, r, "/bin/sleep", "60")
+	r.hintExit(weak, true)
+	r.hintExit(strong, false)
+	r.mu.Lock()
+	n := len(r.hinted)
+	r.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d hinted leaders, want 2", n)
+	}
+	r.nextWalk.Store(0)
+	r.wake()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		r.mu.Lock()
+		_, weakLeft := r.hinted[weak]
+		_, strongLeft := r.hinted[strong]
+		r.mu.Unlock()
+		if !weakLeft && strongLeft {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a full pass: weak hint kept %v, strong hint kept %v; want false, true", weakLeft, strongLeft)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = unix.Kill(strong, unix.SIGKILL)
+	awaitExit(t, ch, 3*time.Second, "signalled leader")
+	r.mu.Lock()
+	_, strongLeft := r.hinted[strong]
+	r.mu.Unlock()
+	if strongLeft {
+		t.Fatal("the collected leader is still hinted")
+	}
+}
