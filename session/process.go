@@ -491,6 +491,32 @@ func (m *Manager) list(scopeKey string, args protocol.ProcessArgs) protocol.Resu
 	if err != nil {
 		return protocol.FailedResult(protocol.AsError(err).Message)
 	}
+	entries, total := m.listEntries(scopeKey, page)
+	if page.Paged {
+		return PagedListResult(page, entries, total)
+	}
+	return ListResult(entries)
+}
+
+// List returns the process list entries of scopeKey, newest first: all of
+// them, or with limit > 0 the limit newest, and how many there are in
+// all. It is process list without the text, for hosts that answer a
+// gateway, which merges and renders the lists of every host.
+func (m *Manager) List(scopeKey string, limit int) (entries []protocol.Details, total int) {
+	page := ListPage{}
+	if limit > 0 {
+		page = ListPage{Paged: true, Limit: limit}
+	}
+	entries, total = m.listEntries(scopeKey, page)
+	if limit <= 0 {
+		total = len(entries) // without those swept since they were counted
+	}
+	return entries, total
+}
+
+// listEntries builds the entries of a page of the list (all when not
+// paged) and counts the whole list.
+func (m *Manager) listEntries(scopeKey string, page ListPage) ([]protocol.Details, int) {
 	m.mu.Lock()
 	var candidates []*session
 	for _, s := range m.sessions {
@@ -530,10 +556,7 @@ func (m *Manager) list(scopeKey string, args protocol.ProcessArgs) protocol.Resu
 			entries = append(entries, d)
 		}
 	}
-	if page.Paged {
-		return PagedListResult(page, entries, total)
-	}
-	return ListResult(entries)
+	return entries, total
 }
 
 // listedLocked reports whether process list shows the session: a
@@ -563,7 +586,7 @@ func (s *session) listEntry(now time.Time) (d protocol.Details, ok bool) {
 			Status:    protocol.Some(protocol.StatusRunning),
 			RuntimeMs: protocol.Some(now.Sub(s.startedAt).Milliseconds()),
 			PID:       protocol.Some(s.pid),
-			Usage:     protocol.Some(s.tree.usage(nil)),
+			Usage:     protocol.Some(s.listUsageLocked(now)),
 		}))
 	}
 	d.SessionID = protocol.Some(s.id)
@@ -573,6 +596,22 @@ func (s *session) listEntry(now time.Time) (d protocol.Details, ok bool) {
 	d.Tail = protocol.Some(s.out.tail())
 	d.Truncated = protocol.Some(s.out.truncated)
 	return d, true
+}
+
+// listUsageAge is how old the usage in a running session's list entry may
+// be: reading it costs a file per session (cpu.stat of its cgroup), which
+// was half of what a list of ten thousand sessions cost, and an agent
+// that lists again and again needs no fresher figure. Poll and log read
+// it afresh.
+const listUsageAge = time.Second
+
+// listUsageLocked returns the usage of a running session for its list
+// entry, read again once it is listUsageAge old. Caller holds s.mu.
+func (s *session) listUsageLocked(now time.Time) protocol.Usage {
+	if s.listUsageAt.IsZero() || now.Sub(s.listUsageAt) >= listUsageAge || now.Before(s.listUsageAt) {
+		s.listUsage, s.listUsageAt = s.tree.usage(nil), now
+	}
+	return s.listUsage
 }
 
 // completedDetails is {status: "completed"}.

@@ -110,6 +110,8 @@ type session struct {
 	ackOwed         bool // a terminal poll came before the exit event
 	retained        bool
 	expiresAt       time.Time
+	listUsage       protocol.Usage // the usage list entries show, read at listUsageAt
+	listUsageAt     time.Time
 }
 
 // spawn starts the process in a tree of its own. On success the output
