@@ -744,7 +744,9 @@ func ListText(sessions []protocol.Details) string {
 		return emptyListText
 	}
 	var b strings.Builder
-	for i, d := range sessions {
+	b.Grow(80 * len(sessions))
+	for i := range sessions {
+		d := &sessions[i] // large: not copied
 		if i > 0 {
 			b.WriteByte('\n')
 		}
