@@ -216,9 +216,11 @@ func TestListPageBounds(t *testing.T) {
 	}
 }
 
-// TestListUsageAge: a running session's list entry shows usage read at
-// most listUsageAge ago (a list does not read a file per session each
-// time), while poll reads it afresh.
+// TestListUsageAge: a running session's list entry shows the usage read
+// for an earlier list while it is younger than listUsageAge (a list does
+// not read a file per session each time); an older one is read again in
+// the background, one older than listUsageMaxAge at once. Poll reads it
+// afresh.
 func TestListUsageAge(t *testing.T) {
 	m := newManager(t, nil)
 	id := startBackground(t, m, ExecRequest{Command: "while :; do :; done"})
@@ -244,8 +246,27 @@ func TestListUsageAge(t *testing.T) {
 	if cpu(polled) <= cpu(first) {
 		t.Fatalf("poll usage %+v not fresher than the list's %+v", polled, first)
 	}
+
+	// Older than listUsageAge: read again after the list that found it so.
 	time.Sleep(listUsageAge)
-	if later := usage(); cpu(later) <= cpu(first) {
-		t.Fatalf("list usage not read again after %v: %+v, then %+v", listUsageAge, first, later)
+	usage()
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		if later := usage(); cpu(later) > cpu(first) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("list usage not read again after %v", listUsageAge)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Older than listUsageMaxAge (made so): read by the list itself.
+	s := m.lookup("", id)
+	s.mu.Lock()
+	s.listUsageAt = time.Now().Add(-listUsageMaxAge)
+	s.listUsage = protocol.Usage{Scope: "stale"}
+	s.mu.Unlock()
+	if u := usage(); u.Scope == "stale" {
+		t.Fatalf("list showed usage older than %v: %+v", listUsageMaxAge, u)
 	}
 }

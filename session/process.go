@@ -550,13 +550,50 @@ func (m *Manager) listEntries(scopeKey string, page ListPage) ([]protocol.Detail
 	}
 	now := time.Now()
 	entries := make([]protocol.Details, 0, len(visible))
+	var stale []*session
 	for _, s := range visible {
 		// nil when the session was swept since it was counted.
-		if d, ok := s.listEntry(now); ok {
+		d, ok, old := s.listEntry(now)
+		if ok {
 			entries = append(entries, d)
 		}
+		if old {
+			stale = append(stale, s)
+		}
 	}
+	m.refreshUsage(stale)
 	return entries, total
+}
+
+// refreshUsage reads again, in the background, the list usage of
+// sessions whose figure is older than listUsageAge, unless a refresh is
+// running already.
+func (m *Manager) refreshUsage(stale []*session) {
+	if len(stale) == 0 || !m.usageRefresh.CompareAndSwap(false, true) {
+		return
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.usageRefresh.Store(false)
+		return
+	}
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go func() {
+		defer m.wg.Done()
+		defer m.usageRefresh.Store(false)
+		for _, s := range stale {
+			if m.root.Err() != nil {
+				return
+			}
+			s.mu.Lock()
+			if !s.exited { // the tree is released only after the exit
+				s.listUsage, s.listUsageAt = s.tree.usage(nil), time.Now()
+			}
+			s.mu.Unlock()
+		}
+	}()
 }
 
 // listedLocked reports whether process list shows the session: a
@@ -570,23 +607,25 @@ func (s *session) listedLocked() bool {
 }
 
 // listEntry is the list entry of a session; ok is false when list does
-// not show it.
-func (s *session) listEntry(now time.Time) (d protocol.Details, ok bool) {
+// not show it, stale is set when its usage is to be read again.
+func (s *session) listEntry(now time.Time) (d protocol.Details, ok, stale bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.listedLocked() {
-		return protocol.Details{}, false
+		return protocol.Details{}, false, false
 	}
 	if s.exited {
 		d = s.finishedDetailsLocked()
 		d.RuntimeMs = protocol.Some(s.endedAt.Sub(s.startedAt).Milliseconds())
 		d.EndedAt = protocol.Some(s.endedAt.UnixMilli())
 	} else {
+		var u protocol.Usage
+		u, stale = s.listUsageLocked(now)
 		d = s.nameDetail(s.factsLocked(now).addTo(protocol.Details{
 			Status:    protocol.Some(protocol.StatusRunning),
 			RuntimeMs: protocol.Some(now.Sub(s.startedAt).Milliseconds()),
 			PID:       protocol.Some(s.pid),
-			Usage:     protocol.Some(s.listUsageLocked(now)),
+			Usage:     protocol.Some(u),
 		}))
 	}
 	d.SessionID = protocol.Some(s.id)
@@ -595,23 +634,30 @@ func (s *session) listEntry(now time.Time) (d protocol.Details, ok bool) {
 	d.Command = protocol.Some(s.command)
 	d.Tail = protocol.Some(s.out.tail())
 	d.Truncated = protocol.Some(s.out.truncated)
-	return d, true
+	return d, true, stale
 }
 
-// listUsageAge is how old the usage in a running session's list entry may
-// be: reading it costs a file per session (cpu.stat of its cgroup), which
-// was half of what a list of ten thousand sessions cost, and an agent
-// that lists again and again needs no fresher figure. Poll and log read
-// it afresh.
-const listUsageAge = time.Second
+// The usage in a running session's list entry is read from a file per
+// session (cpu.stat of its cgroup), which was most of what a list of ten
+// thousand sessions cost; an agent that lists again and again needs no
+// fresher figure than a second or so. A list shows the figure it read
+// before while it is younger than listUsageMaxAge, and has figures older
+// than listUsageAge read again in the background (refreshUsage); an older
+// one, or none yet, it reads itself. Poll and log read it afresh.
+const (
+	listUsageAge    = time.Second
+	listUsageMaxAge = 5 * time.Second
+)
 
 // listUsageLocked returns the usage of a running session for its list
-// entry, read again once it is listUsageAge old. Caller holds s.mu.
-func (s *session) listUsageLocked(now time.Time) protocol.Usage {
-	if s.listUsageAt.IsZero() || now.Sub(s.listUsageAt) >= listUsageAge || now.Before(s.listUsageAt) {
+// entry, and whether it is to be read again. Caller holds s.mu.
+func (s *session) listUsageLocked(now time.Time) (u protocol.Usage, stale bool) {
+	age := now.Sub(s.listUsageAt)
+	if s.listUsageAt.IsZero() || age >= listUsageMaxAge || age < 0 {
 		s.listUsage, s.listUsageAt = s.tree.usage(nil), now
+		return s.listUsage, false
 	}
-	return s.listUsage
+	return s.listUsage, age >= listUsageAge
 }
 
 // completedDetails is {status: "completed"}.
