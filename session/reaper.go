@@ -64,6 +64,11 @@ type Reaper struct {
 	// and the registration's wake-up collects it without a slow pass.
 	spawning atomic.Int32
 	deferred int // slow passes put off for spawning, in a row (run's goroutine only)
+	// awaitSpawn is set when a pass found an exited child nobody
+	// registered while starts were in progress: registrations wake the
+	// Reaper then, and only then (a wake-up at every start would cost a
+	// pass over every child per start).
+	awaitSpawn atomic.Bool
 
 	mu      sync.Mutex
 	leaders map[int]chan<- exitStatus
@@ -144,7 +149,12 @@ func (r *Reaper) spawn() func(pid int, ch chan<- exitStatus) {
 				r.mu.Unlock()
 			}
 			r.spawning.Add(-1)
-			r.wake()
+			if r.awaitSpawn.Load() {
+				if pid > 0 {
+					r.hintExit(pid, true)
+				}
+				r.wake()
+			}
 		})
 	}
 }
@@ -274,6 +284,7 @@ func (r *Reaper) collectHinted() {
 
 // walkAll is the full pass: it peeks at exited children one at a time.
 func (r *Reaper) walkAll() time.Duration {
+	r.awaitSpawn.Store(false)
 	for {
 		pid, ok := peekExited()
 		if !ok {
@@ -285,7 +296,12 @@ func (r *Reaper) walkAll() time.Duration {
 		}
 		// A start that is not registered yet (a quick command can end
 		// first) wakes the Reaper when it is: wait for that a little
-		// before listing the children.
+		// before listing the children. A registration that did not see
+		// awaitSpawn set came before it, so the leader is found now.
+		r.awaitSpawn.Store(true)
+		if r.collect(pid) {
+			continue
+		}
 		if r.spawning.Load() > 0 && r.deferred < maxDeferred {
 			r.deferred++
 			return deferWait

@@ -149,3 +149,46 @@ func TestReaperWeakHintsSettle(t *testing.T) {
 		t.Fatal("the collected leader is still hinted")
 	}
 }
+
+// TestReaperStartsDoNotWake: registering a leader wakes the Reaper only
+// when a pass waits for a registration, so that starts do not each cost a
+// pass over every child (the kernel walks them all for the peek).
+func TestReaperStartsDoNotWake(t *testing.T) {
+	r := newTestReaper(t)
+	walks := func() uint64 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.walks
+	}
+	time.Sleep(50 * time.Millisecond)
+	before := walks()
+	const n = 40
+	for range n {
+		startLeader(t, r, "/bin/sleep", "60")
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := walks() - before; got > n/4 {
+		t.Fatalf("%d starts caused %d full passes", n, got)
+	}
+}
+
+// TestReaperLeaderExitedBeforeRegistration: a leader that exits before it
+// is registered is collected once it is.
+func TestReaperLeaderExitedBeforeRegistration(t *testing.T) {
+	r := newTestReaper(t)
+	register := r.spawn()
+	pid, err := syscall.ForkExec("/bin/sh", []string{"/bin/sh", "-c", "exit 7"}, &syscall.ProcAttr{Sys: &syscall.SysProcAttr{Setpgid: true}})
+	if err != nil {
+		register(0, nil)
+		t.Fatal(err)
+	}
+	awaitZombie(t, pid)
+	time.Sleep(30 * time.Millisecond) // its SIGCHLD's pass found it unregistered
+	ch := make(chan exitStatus, 1)
+	t0 := time.Now()
+	register(pid, ch)
+	if st := awaitExit(t, ch, 3*time.Second, "leader registered after its exit"); st.ws.ExitStatus() != 7 {
+		t.Fatalf("exit status %d, want 7", st.ws.ExitStatus())
+	}
+	t.Logf("collected %v after its registration", time.Since(t0))
+}
