@@ -227,7 +227,7 @@ func (s *Server) handleProcess(ctx context.Context, req micro.Request) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(reply)
+	return reply.AppendJSON(make([]byte, 0, 1024)), nil
 }
 
 func (s *Server) handleList(ctx context.Context, req micro.Request) ([]byte, error) {

@@ -136,6 +136,13 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		if want := encodingJSON(t, reply); !bytes.Equal(got, want) {
 			t.Fatalf("case %d: ListReply.AppendJSON\n got %s\nwant %s", i, got, want)
 		}
+		pr := ProcessReply{Result: res, Gone: r.IntN(2) == 0}
+		if r.IntN(2) == 0 {
+			pr.Instance = randomString(r)
+		}
+		if got, want := pr.AppendJSON(nil), encodingJSON(t, pr); !bytes.Equal(got, want) {
+			t.Fatalf("case %d: ProcessReply.AppendJSON\n got %s\nwant %s", i, got, want)
+		}
 		var back ListReply
 		if err := json.Unmarshal(got, &back); err != nil {
 			t.Fatalf("case %d: %v", i, err)
