@@ -527,9 +527,6 @@ func (m *Manager) terminate(s *session) {
 	if err := s.tree.term(); err != nil {
 		s.log.Warn("SIGTERM failed", "err", err)
 	}
-	if s.pid > 0 {
-		m.reaper.hintExit(s.pid, false)
-	}
 	s.log.Debug("SIGTERM sent", "cause", context.Cause(s.ctx))
 	if s.tree.waitGone(deadline, m.hurry) {
 		return

@@ -37,9 +37,9 @@ import (
 // thread and no descriptor per session. The kernel walks every child for
 // such a peek, so with thousands of sessions a burst of exits would cost
 // O(sessions) each: full passes are held to a tenth of the time (at most
-// 10 ms apart), and meanwhile the leaders that are known to be ending
-// (their tree was signalled, their output reached its end: hintExit) are
-// collected by pid, O(1) each. A child it
+// 10 ms apart, and none longer than that), and the leaders that are known
+// to be ending (their output reached its end: hintExit) are collected by
+// pid, O(1) each. A child it
 // did not register (an os/exec child of other code in the process, waited
 // for by its owner) stops the peek; only then are the process's children
 // listed, to collect the leaders behind it. When the process is a child
@@ -74,12 +74,11 @@ type Reaper struct {
 	leaders map[int]chan<- exitStatus
 	zombies map[int]time.Time // non-leader zombie children: when first seen
 	closed  bool
-	// hinted are leaders that have probably exited or are about to (their
-	// output reached its end, or their tree was signalled); each pass
-	// collects them by pid, O(1) each. A hint stays until its leader is
-	// collected; a weak one (output end: the leader may live on) also
-	// goes with the next full pass that began after it.
-	hinted map[int]hint
+	// hinted are leaders whose output reached its end: they have exited
+	// or are about to, or closed their output and live on. Each pass
+	// collects them by pid, O(1) each; a hint goes when its leader is
+	// collected, or with a full pass hintAge after it.
+	hinted map[int]time.Time
 	// walks counts the full passes begun (the peek over every child,
 	// under mu); nextWalk is the earliest time for the next (unix ns).
 	walks    uint64
@@ -119,7 +118,7 @@ func NewReaper(cfg ReaperConfig) *Reaper {
 		done:    make(chan struct{}),
 		leaders: map[int]chan<- exitStatus{},
 		zombies: map[int]time.Time{},
-		hinted:  map[int]hint{},
+		hinted:  map[int]time.Time{},
 	}
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
 	go r.run()
@@ -151,7 +150,7 @@ func (r *Reaper) spawn() func(pid int, ch chan<- exitStatus) {
 			r.spawning.Add(-1)
 			if r.awaitSpawn.Load() {
 				if pid > 0 {
-					r.hintExit(pid, true)
+					r.hintExit(pid)
 				}
 				r.wake()
 			}
@@ -159,37 +158,30 @@ func (r *Reaper) spawn() func(pid int, ch chan<- exitStatus) {
 	}
 }
 
-// hint is why a leader is thought to have exited.
-type hint struct {
-	weak bool   // from the end of its output: it may still run
-	walk uint64 // walks begun when the hint came
-}
-
 // hintExit tells the Reaper that leader pid has probably exited or is
-// about to: its output reached its end (weak), or its tree was signalled
-// to end. The next passes collect it by pid, so that its exit costs O(1)
+// about to: its output reached its end (or it was registered after its
+// exit). The next passes collect it by pid, so that its exit costs O(1)
 // however many children the process has, while the full pass over every
 // child (the kernel walks them all for a waitid P_ALL peek) is held to a
 // small share of the time. Unknown pids are ignored.
-func (r *Reaper) hintExit(pid int, weak bool) {
-	if weak && time.Now().UnixNano() >= r.nextWalk.Load() {
-		// No full pass is put off: the exit's SIGCHLD brings one.
-		return
-	}
+func (r *Reaper) hintExit(pid int) {
 	r.mu.Lock()
 	if r.leaders[pid] == nil {
 		r.mu.Unlock()
 		return
 	}
-	if h, ok := r.hinted[pid]; !ok || h.weak {
-		r.hinted[pid] = hint{weak: weak, walk: r.walks}
-	}
+	r.hinted[pid] = time.Now()
 	r.mu.Unlock()
-	if weak {
-		// Its SIGCHLD may have come already, during the pause.
+	if time.Now().UnixNano() < r.nextWalk.Load() {
+		// Full passes pause, and its SIGCHLD may have come already.
 		r.wake()
 	}
 }
+
+// hintAge is how long a hint is kept for a leader that has not exited
+// (its output may have ended a moment before its exit; or it closed its
+// output and lives on, and only a full pass finds its exit).
+const hintAge = time.Second
 
 func (r *Reaper) wake() {
 	select {
@@ -237,9 +229,11 @@ func (r *Reaper) reapAll() time.Duration {
 
 // walkShare bounds the time full passes take, as a share of all time:
 // the next may begin once (1-walkShare)/walkShare times as long as the
-// last one took has passed, and at most maxWalkPause after it. A pass
-// over a few children takes microseconds, so this matters only with
-// thousands, where hinted exits are collected meanwhile.
+// last one took has passed, and at most maxWalkPause after it; a pass
+// stops after maxWalkPause (exits keep coming in a burst, and each peek
+// walks the children again). A pass over a few children takes
+// microseconds, so this matters only with thousands, where hinted exits
+// are collected meanwhile.
 const (
 	walkShare    = 0.1
 	maxWalkPause = 10 * time.Millisecond
@@ -250,11 +244,11 @@ func (r *Reaper) walked(start time.Time) {
 	end := time.Now()
 	pause := min(time.Duration(float64(end.Sub(start))*(1-walkShare)/walkShare), maxWalkPause)
 	r.nextWalk.Store(end.Add(pause).UnixNano())
-	// Weak hints older than this pass are settled: had their leader
-	// exited, the pass would have collected it.
+	// Hints older than hintAge before this pass are settled: had their
+	// leader exited, the pass would have collected it.
 	r.mu.Lock()
-	for pid, h := range r.hinted {
-		if h.weak && h.walk < r.walks {
+	for pid, at := range r.hinted {
+		if start.Sub(at) > hintAge {
 			delete(r.hinted, pid)
 		}
 	}
@@ -285,7 +279,12 @@ func (r *Reaper) collectHinted() {
 // walkAll is the full pass: it peeks at exited children one at a time.
 func (r *Reaper) walkAll() time.Duration {
 	r.awaitSpawn.Store(false)
+	start := time.Now()
 	for {
+		if time.Since(start) > maxWalkPause {
+			return time.Millisecond // a burst: go on after a pause (walked)
+		}
+		r.collectHinted()
 		pid, ok := peekExited()
 		if !ok {
 			r.deferred = 0

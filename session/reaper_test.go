@@ -66,30 +66,29 @@ func awaitZombie(t *testing.T, pid int) {
 
 // TestReaperCollectsHintedExitsWhilePassesPause: while the full pass over
 // every child is put off (as it is after a pass over thousands), a leader
-// whose tree was signalled, or whose output ended, is still collected at
-// once, by pid.
+// whose output ended is still collected at once, by pid: hinted before
+// its exit, or after it and its SIGCHLD.
 func TestReaperCollectsHintedExitsWhilePassesPause(t *testing.T) {
 	r := newTestReaper(t)
 	pause := func() { r.nextWalk.Store(time.Now().Add(time.Hour).UnixNano()) }
 
 	pause()
 	pid, ch := startLeader(t, r, "/bin/sleep", "60")
-	r.hintExit(pid, false) // its tree is being signalled
+	r.hintExit(pid) // its output ended a moment before it exits
 	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	st := awaitExit(t, ch, 3*time.Second, "signalled leader")
+	st := awaitExit(t, ch, 3*time.Second, "leader hinted before its exit")
 	if !st.ws.Signaled() || st.ws.Signal() != unix.SIGKILL {
 		t.Fatalf("status %v, want killed by SIGKILL", st.ws)
 	}
 
-	// A weak hint (the output ended) after the exit and its SIGCHLD.
 	pause()
 	pid, ch = startLeader(t, r, "/bin/sh", "-c", "exit 3")
 	awaitZombie(t, pid)
 	time.Sleep(20 * time.Millisecond) // its SIGCHLD was handled: the pass was put off
-	r.hintExit(pid, true)
-	if st := awaitExit(t, ch, 3*time.Second, "leader whose output ended"); st.ws.ExitStatus() != 3 {
+	r.hintExit(pid)
+	if st := awaitExit(t, ch, 3*time.Second, "leader hinted after its exit"); st.ws.ExitStatus() != 3 {
 		t.Fatalf("exit status %d, want 3", st.ws.ExitStatus())
 	}
 }
@@ -108,45 +107,46 @@ func TestReaperPausedPassStillCollects(t *testing.T) {
 	}
 }
 
-// TestReaperWeakHintsSettle: a weak hint of a leader that still runs (its
-// output closed, the process lives on) is dropped by the next full pass;
-// a leader that was signalled stays hinted until collected.
-func TestReaperWeakHintsSettle(t *testing.T) {
+// TestReaperHintsSettle: the hint of a leader that lives on (it closed its
+// output) is dropped by a full pass once it is hintAge old, and that of a
+// collected leader at once.
+func TestReaperHintsSettle(t *testing.T) {
 	r := newTestReaper(t)
 	r.nextWalk.Store(time.Now().Add(time.Hour).UnixNano())
-	weak, _ := startLeader(t, r, "/bin/sleep", "60")
-	strong, ch := startLeader(t, r, "/bin/sleep", "60")
-	r.hintExit(weak, true)
-	r.hintExit(strong, false)
-	r.mu.Lock()
-	n := len(r.hinted)
-	r.mu.Unlock()
-	if n != 2 {
-		t.Fatalf("%d hinted leaders, want 2", n)
+	alive, _ := startLeader(t, r, "/bin/sleep", "60")
+	ending, ch := startLeader(t, r, "/bin/sleep", "60")
+	r.hintExit(alive)
+	r.hintExit(ending)
+	hinted := func(pid int) bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		_, ok := r.hinted[pid]
+		return ok
 	}
+	if !hinted(alive) || !hinted(ending) {
+		t.Fatal("hints not recorded")
+	}
+	_ = unix.Kill(ending, unix.SIGKILL)
+	awaitExit(t, ch, 3*time.Second, "hinted leader")
+	if hinted(ending) {
+		t.Fatal("the collected leader is still hinted")
+	}
+	// A full pass keeps a young hint and drops an old one.
 	r.nextWalk.Store(0)
 	r.wake()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		r.mu.Lock()
-		_, weakLeft := r.hinted[weak]
-		_, strongLeft := r.hinted[strong]
-		r.mu.Unlock()
-		if !weakLeft && strongLeft {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a full pass: weak hint kept %v, strong hint kept %v; want false, true", weakLeft, strongLeft)
-		}
-		time.Sleep(5 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	if !hinted(alive) {
+		t.Fatal("a full pass dropped a hint younger than hintAge")
 	}
-	_ = unix.Kill(strong, unix.SIGKILL)
-	awaitExit(t, ch, 3*time.Second, "signalled leader")
 	r.mu.Lock()
-	_, strongLeft := r.hinted[strong]
+	r.hinted[alive] = time.Now().Add(-2 * hintAge)
 	r.mu.Unlock()
-	if strongLeft {
-		t.Fatal("the collected leader is still hinted")
+	r.nextWalk.Store(0)
+	r.wake()
+	for deadline := time.Now().Add(3 * time.Second); hinted(alive); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a full pass kept a hint older than hintAge")
+		}
 	}
 }
 

@@ -347,7 +347,7 @@ func (s *session) readPipe(r *os.File, w *streamWriter) {
 		s.log.Debug("output read ended", "err", err)
 	}
 	if s.readersLeft.Add(-1) == 0 {
-		s.m.reaper.hintExit(s.pid, true)
+		s.m.reaper.hintExit(s.pid)
 		close(s.readersDone)
 	}
 }
@@ -356,7 +356,7 @@ func (s *session) readPipe(r *os.File, w *streamWriter) {
 // the session leader exited) or the master is closed.
 func (s *session) readPTY() {
 	defer close(s.readersDone)
-	defer s.m.reaper.hintExit(s.pid, true)
+	defer s.m.reaper.hintExit(s.pid)
 	var rb readBuffer
 	for {
 		n, err := s.ptmx.Read(rb.next())
