@@ -192,29 +192,52 @@ func (c *call) list(ctx context.Context, args protocol.ProcessArgs) (protocol.Re
 	if err != nil {
 		return protocol.Result{}, err
 	}
-	all := make([]protocol.Details, 0, len(local.Sessions))
-	for _, s := range local.Sessions {
-		all = append(all, s.Details)
-	}
 	total := local.Total
 	remote, remoteTotal := c.remoteEntries(ctx, end)
-	if len(remote) == 0 && !page.Paged {
-		return session.ListResult(all), nil
-	}
-	all = append(all, remote...)
 	total += remoteTotal
+	var all []protocol.Details
+	if len(local.Sessions) == 0 {
+		all = remote // no copy of what may be thousands of entries
+	} else {
+		all = make([]protocol.Details, 0, len(local.Sessions)+len(remote))
+		for _, s := range local.Sessions {
+			all = append(all, s.Details)
+		}
+		all = append(all, remote...)
+	}
 	// Newest first; within a millisecond each host's own order, hosts in
 	// a fixed order, so that every host's first entries are its newest
-	// and pages of any size fit together.
-	slices.SortStableFunc(all, func(a, b protocol.Details) int {
-		return cmp.Compare(b.StartedAt.Value(), a.StartedAt.Value())
-	})
+	// and pages of any size fit together. A list from one host is in that
+	// order already; the entries are large, so a stable sort that finds
+	// nothing to do is skipped, and one that has is done on indices.
+	newestFirst := func(a, b *protocol.Details) int { return cmp.Compare(b.StartedAt.Value(), a.StartedAt.Value()) }
+	for i := 1; i < len(all); i++ {
+		if newestFirst(&all[i-1], &all[i]) > 0 {
+			all = sortedStable(all, newestFirst)
+			break
+		}
+	}
 	if !page.Paged {
 		return session.ListResult(all), nil
 	}
 	lo, hi := page.Bounds(total)
 	lo, hi = min(lo, len(all)), min(hi, len(all))
 	return session.PagedListResult(page, all[lo:hi], total), nil
+}
+
+// sortedStable returns entries stably sorted by cmp, moving each entry
+// once rather than at every swap.
+func sortedStable(entries []protocol.Details, cmp func(a, b *protocol.Details) int) []protocol.Details {
+	order := make([]int, len(entries))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return cmp(&entries[i], &entries[j]) })
+	out := make([]protocol.Details, len(entries))
+	for i, j := range order {
+		out[i] = entries[j]
+	}
+	return out
 }
 
 // remoteEntries lists the sessions of sessionKey on other hosts: each
@@ -229,14 +252,7 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 	if len(recs) == 0 {
 		return nil, 0
 	}
-	byHost := map[string]map[string]index.Record{}
-	for id, r := range recs {
-		k := r.Host + "/" + r.HostID
-		if byHost[k] == nil {
-			byHost[k] = map[string]index.Record{}
-		}
-		byHost[k][id] = r
-	}
+	byHost := recordsByHost(recs)
 	type answer struct {
 		host    string
 		entries []protocol.Details
@@ -260,6 +276,9 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 	}
 	wg.Wait()
 	slices.SortFunc(answers, func(x, y answer) int { return strings.Compare(x.host, y.host) })
+	if len(answers) == 1 {
+		return answers[0].entries, answers[0].total
+	}
 	var out []protocol.Details
 	total := 0
 	for _, a := range answers {
@@ -267,6 +286,36 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 		total += a.total
 	}
 	return out, total
+}
+
+// recordsByHost groups index records by their host ("kind/id"). The
+// common case of one host keeps recs as it is.
+func recordsByHost(recs map[string]index.Record) map[string]map[string]index.Record {
+	key := func(r index.Record) string { return r.Host + "/" + r.HostID }
+	var first index.Record
+	for _, r := range recs {
+		first = r
+		break
+	}
+	one := true
+	for _, r := range recs {
+		if r.Host != first.Host || r.HostID != first.HostID {
+			one = false
+			break
+		}
+	}
+	if one {
+		return map[string]map[string]index.Record{key(first): recs}
+	}
+	byHost := map[string]map[string]index.Record{}
+	for id, r := range recs {
+		k := key(r)
+		if byHost[k] == nil {
+			byHost[k] = map[string]index.Record{}
+		}
+		byHost[k][id] = r
+	}
+	return byHost
 }
 
 // hostEntries lists one host's sessions of the call's sessionKey; recs
@@ -287,10 +336,13 @@ func (c *call) hostEntries(ctx context.Context, recs map[string]index.Record, li
 	if err == nil {
 		reply, lerr := h.List(ctx, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
 		if lerr == nil {
-			listed := map[string]bool{}
+			a.entries = make([]protocol.Details, 0, len(reply.Sessions))
+			known := 0 // listed entries with a record here
 			for _, s := range reply.Sessions {
 				d := s.Details
-				listed[d.SessionID.Value()] = true
+				if _, ok := recs[d.SessionID.Value()]; ok {
+					known++
+				}
 				if n != nil {
 					d.NodeID = protocol.Some(n.ID)
 					if n.Name != "" {
@@ -300,6 +352,13 @@ func (c *call) hostEntries(ctx context.Context, recs map[string]index.Record, li
 				a.entries = append(a.entries, d)
 			}
 			a.total = reply.Total
+			if known == len(recs) {
+				return a // every record's session was listed
+			}
+			listed := make(map[string]bool, len(a.entries))
+			for _, d := range a.entries {
+				listed[d.SessionID.Value()] = true
+			}
 			// Sessions of an earlier run of the node are lost, and the
 			// ones the host no longer has (swept) are forgotten.
 			for id, r := range recs {

@@ -359,16 +359,7 @@ func (l *Local) List(ctx context.Context, req protocol.ListRequest) (protocol.Li
 	if req.Limit < 0 {
 		return protocol.ListReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "list: limit must not be negative")
 	}
-	args := protocol.ProcessArgs{Action: "list"}
-	if req.Limit > 0 {
-		args.Limit = &req.Limit
-	}
-	res := l.mgr.Process(ctx, req.SessionKey, args)
-	entries := res.Details.Sessions.Value()
-	total := len(entries)
-	if req.Limit > 0 {
-		total = res.Details.Total.Value()
-	}
+	entries, total := l.mgr.List(req.SessionKey, req.Limit)
 	out := protocol.ListReply{Instance: l.instance, Sessions: make([]protocol.ListedSession, 0, len(entries)), Total: total, Partial: total > len(entries)}
 	for _, d := range entries {
 		out.Sessions = append(out.Sessions, protocol.ListedSession{SessionKey: req.SessionKey, Details: d})

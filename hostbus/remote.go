@@ -192,7 +192,7 @@ func (r *Remote) List(ctx context.Context, req protocol.ListRequest) (protocol.L
 		return protocol.ListReply{}, err
 	}
 	var reply protocol.ListReply
-	if err := json.Unmarshal(m.Data, &reply); err != nil {
+	if err := protocol.DecodeListReply(m.Data, &reply); err != nil {
 		return protocol.ListReply{}, protocol.Errorf(protocol.ErrInternal, "list on %s: malformed reply: %v", r.Label, err)
 	}
 	return reply, nil

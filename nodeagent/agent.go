@@ -720,7 +720,4 @@ func (a *Agent) announce(ctx context.Context, nc *nats.Conn) {
 }
 
 // sessionCount is the number of sessions the session core holds.
-func (a *Agent) sessionCount() int {
-	running, finished := a.mgr.Counts()
-	return running + finished
-}
+func (a *Agent) sessionCount() int { return a.mgr.Len() }

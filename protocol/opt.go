@@ -85,12 +85,78 @@ func (o *Opt[T]) UnmarshalJSON(b []byte) error {
 		o.v, o.state = zero, optNull
 		return nil
 	}
+	if fastUnmarshal(b, &o.v) {
+		o.state = optSet
+		return nil
+	}
 	var v T
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
 	o.v, o.state = v, optSet
 	return nil
+}
+
+// fastUnmarshal decodes the common scalars of plain form without a second
+// encoding/json pass (which validates b again and decodes by reflection):
+// strings without escapes or non-ASCII bytes, integers of digits only,
+// true and false. It reports false for anything else, which then takes
+// encoding/json's way, with its errors.
+func fastUnmarshal(b []byte, p any) bool {
+	switch p := p.(type) {
+	case *string:
+		if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+			return false
+		}
+		for _, c := range b[1 : len(b)-1] {
+			if c < 0x20 || c == '\\' || c == '"' || c >= utf8.RuneSelf {
+				return false
+			}
+		}
+		*p = string(b[1 : len(b)-1])
+		return true
+	case *int:
+		n, ok := plainInt(b)
+		if ok && int64(int(n)) == n {
+			*p = int(n)
+		}
+		return ok && int64(int(n)) == n
+	case *int64:
+		n, ok := plainInt(b)
+		if ok {
+			*p = n
+		}
+		return ok
+	case *bool:
+		switch string(b) {
+		case "true":
+			*p = true
+			return true
+		case "false":
+			*p = false
+			return true
+		}
+	}
+	return false
+}
+
+// plainInt parses an optional minus and decimal digits (no leading zero
+// but "0"), as JSON writes an integer.
+func plainInt(b []byte) (int64, bool) {
+	digits := b
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 1 && digits[0] == '0' {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	return n, err == nil
 }
 
 // appendJSON appends the JSON of v with HTML characters unescaped. The

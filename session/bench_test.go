@@ -2,7 +2,11 @@ package session
 
 import (
 	"context"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/execmesh/execmesh/protocol"
 )
 
 // BenchmarkExecOutput measures the whole output path (pipe, sanitizer,
@@ -58,4 +62,65 @@ func BenchmarkExecContainment(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkKillAll starts 2000 background `sleep 600` sessions, then kills them all and waits until every one has
+// exited: what the Reaper pays per exit while thousands of children are
+// left (b.N rounds; reported per session: wall time, CPU time of the
+// process, full passes over the children).
+func BenchmarkKillAll(b *testing.B) {
+	const n = 2000
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
+		lim.Cur = lim.Max // two pipes per session
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	m, err := NewManager(testConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	ctx := context.Background()
+	b.ReportAllocs()
+	var killing, cpu time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		ids := make([]string, 0, n)
+		for range n {
+			res, err := m.Exec(ctx, ExecRequest{Command: "sleep 600", Background: true})
+			if err != nil || res.Status() != protocol.StatusRunning {
+				b.Fatalf("start: %v %s", err, res.Text())
+			}
+			ids = append(ids, res.SessionID())
+		}
+		b.StartTimer()
+		t0, cpu0 := time.Now(), processCPU(b)
+		for _, id := range ids {
+			if res := m.Process(ctx, "", protocol.ProcessArgs{Action: "kill", SessionID: id}); res.Status() != protocol.StatusCompleted {
+				b.Fatalf("kill: %s", res.Text())
+			}
+		}
+		for {
+			if running, _ := m.Counts(); running == 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		killing += time.Since(t0)
+		cpu += processCPU(b) - cpu0
+	}
+	m.reaper.mu.Lock()
+	b.ReportMetric(float64(m.reaper.walks)/float64(b.N*n), "passes/session")
+	m.reaper.mu.Unlock()
+	b.ReportMetric(float64(killing.Nanoseconds())/float64(b.N*n), "ns/session")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*n), "cpu-ns/session")
+}
+
+// processCPU is the CPU time (user and system) this process used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

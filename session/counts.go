@@ -22,3 +22,12 @@ func (m *Manager) Counts() (running, finished int) {
 	}
 	return running, finished
 }
+
+// Len returns how many sessions the Manager holds: running ones
+// (foreground too) and retained finished ones, the sum of Counts without
+// a look at each (a node's heartbeat reports it several times a second).
+func (m *Manager) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions)
+}

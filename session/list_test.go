@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/execmesh/execmesh/internal/testutil"
 	"github.com/execmesh/execmesh/protocol"
@@ -212,5 +213,60 @@ func TestListPageBounds(t *testing.T) {
 		if lo, hi := tc.page.Bounds(tc.total); lo != tc.lo || hi != tc.hi {
 			t.Errorf("%+v of %d: Bounds [%d, %d), want [%d, %d)", tc.page, tc.total, lo, hi, tc.lo, tc.hi)
 		}
+	}
+}
+
+// TestListUsageAge: a running session's list entry shows the usage read
+// for an earlier list while it is younger than listUsageAge (a list does
+// not read a file per session each time); an older one is read again in
+// the background, one older than listUsageMaxAge at once. Poll reads it
+// afresh.
+func TestListUsageAge(t *testing.T) {
+	m := newManager(t, nil)
+	id := startBackground(t, m, ExecRequest{Command: "while :; do :; done"})
+	usage := func() protocol.Usage {
+		t.Helper()
+		res := proc(t, m, "", protocol.ProcessArgs{Action: "list"})
+		for _, d := range res.Details.Sessions.Value() {
+			if d.SessionID.Value() == id {
+				return d.Usage.Value()
+			}
+		}
+		t.Fatalf("session %s not listed: %s", id, res.Text())
+		return protocol.Usage{}
+	}
+	cpu := func(u protocol.Usage) int64 { return u.CPUUserMs + u.CPUSystemMs }
+	time.Sleep(200 * time.Millisecond) // some CPU time to show
+	first := usage()
+	time.Sleep(300 * time.Millisecond)
+	if again := usage(); !reflect.DeepEqual(again, first) {
+		t.Fatalf("list usage re-read within %v: %+v, then %+v", listUsageAge, first, again)
+	}
+	polled := proc(t, m, "", protocol.ProcessArgs{Action: "poll", SessionID: id}).Details.Usage.Value()
+	if cpu(polled) <= cpu(first) {
+		t.Fatalf("poll usage %+v not fresher than the list's %+v", polled, first)
+	}
+
+	// Older than listUsageAge: read again after the list that found it so.
+	time.Sleep(listUsageAge)
+	usage()
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		if later := usage(); cpu(later) > cpu(first) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("list usage not read again after %v", listUsageAge)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Older than listUsageMaxAge (made so): read by the list itself.
+	s := m.lookup("", id)
+	s.mu.Lock()
+	s.listUsageAt = time.Now().Add(-listUsageMaxAge)
+	s.listUsage = protocol.Usage{Scope: "stale"}
+	s.mu.Unlock()
+	if u := usage(); u.Scope == "stale" {
+		t.Fatalf("list showed usage older than %v: %+v", listUsageMaxAge, u)
 	}
 }

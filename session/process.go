@@ -491,6 +491,32 @@ func (m *Manager) list(scopeKey string, args protocol.ProcessArgs) protocol.Resu
 	if err != nil {
 		return protocol.FailedResult(protocol.AsError(err).Message)
 	}
+	entries, total := m.listEntries(scopeKey, page)
+	if page.Paged {
+		return PagedListResult(page, entries, total)
+	}
+	return ListResult(entries)
+}
+
+// List returns the process list entries of scopeKey, newest first: all of
+// them, or with limit > 0 the limit newest, and how many there are in
+// all. It is process list without the text, for hosts that answer a
+// gateway, which merges and renders the lists of every host.
+func (m *Manager) List(scopeKey string, limit int) (entries []protocol.Details, total int) {
+	page := ListPage{}
+	if limit > 0 {
+		page = ListPage{Paged: true, Limit: limit}
+	}
+	entries, total = m.listEntries(scopeKey, page)
+	if limit <= 0 {
+		total = len(entries) // without those swept since they were counted
+	}
+	return entries, total
+}
+
+// listEntries builds the entries of a page of the list (all when not
+// paged) and counts the whole list.
+func (m *Manager) listEntries(scopeKey string, page ListPage) ([]protocol.Details, int) {
 	m.mu.Lock()
 	var candidates []*session
 	for _, s := range m.sessions {
@@ -524,16 +550,50 @@ func (m *Manager) list(scopeKey string, args protocol.ProcessArgs) protocol.Resu
 	}
 	now := time.Now()
 	entries := make([]protocol.Details, 0, len(visible))
+	var stale []*session
 	for _, s := range visible {
 		// nil when the session was swept since it was counted.
-		if d, ok := s.listEntry(now); ok {
+		d, ok, old := s.listEntry(now)
+		if ok {
 			entries = append(entries, d)
 		}
+		if old {
+			stale = append(stale, s)
+		}
 	}
-	if page.Paged {
-		return PagedListResult(page, entries, total)
+	m.refreshUsage(stale)
+	return entries, total
+}
+
+// refreshUsage reads again, in the background, the list usage of
+// sessions whose figure is older than listUsageAge, unless a refresh is
+// running already.
+func (m *Manager) refreshUsage(stale []*session) {
+	if len(stale) == 0 || !m.usageRefresh.CompareAndSwap(false, true) {
+		return
 	}
-	return ListResult(entries)
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.usageRefresh.Store(false)
+		return
+	}
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go func() {
+		defer m.wg.Done()
+		defer m.usageRefresh.Store(false)
+		for _, s := range stale {
+			if m.root.Err() != nil {
+				return
+			}
+			s.mu.Lock()
+			if !s.exited { // the tree is released only after the exit
+				s.listUsage, s.listUsageAt = s.tree.usage(nil), time.Now()
+			}
+			s.mu.Unlock()
+		}
+	}()
 }
 
 // listedLocked reports whether process list shows the session: a
@@ -547,23 +607,25 @@ func (s *session) listedLocked() bool {
 }
 
 // listEntry is the list entry of a session; ok is false when list does
-// not show it.
-func (s *session) listEntry(now time.Time) (d protocol.Details, ok bool) {
+// not show it, stale is set when its usage is to be read again.
+func (s *session) listEntry(now time.Time) (d protocol.Details, ok, stale bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.listedLocked() {
-		return protocol.Details{}, false
+		return protocol.Details{}, false, false
 	}
 	if s.exited {
 		d = s.finishedDetailsLocked()
 		d.RuntimeMs = protocol.Some(s.endedAt.Sub(s.startedAt).Milliseconds())
 		d.EndedAt = protocol.Some(s.endedAt.UnixMilli())
 	} else {
+		var u protocol.Usage
+		u, stale = s.listUsageLocked(now)
 		d = s.nameDetail(s.factsLocked(now).addTo(protocol.Details{
 			Status:    protocol.Some(protocol.StatusRunning),
 			RuntimeMs: protocol.Some(now.Sub(s.startedAt).Milliseconds()),
 			PID:       protocol.Some(s.pid),
-			Usage:     protocol.Some(s.tree.usage(nil)),
+			Usage:     protocol.Some(u),
 		}))
 	}
 	d.SessionID = protocol.Some(s.id)
@@ -572,7 +634,30 @@ func (s *session) listEntry(now time.Time) (d protocol.Details, ok bool) {
 	d.Command = protocol.Some(s.command)
 	d.Tail = protocol.Some(s.out.tail())
 	d.Truncated = protocol.Some(s.out.truncated)
-	return d, true
+	return d, true, stale
+}
+
+// The usage in a running session's list entry is read from a file per
+// session (cpu.stat of its cgroup), which was most of what a list of ten
+// thousand sessions cost; an agent that lists again and again needs no
+// fresher figure than a second or so. A list shows the figure it read
+// before while it is younger than listUsageMaxAge, and has figures older
+// than listUsageAge read again in the background (refreshUsage); an older
+// one, or none yet, it reads itself. Poll and log read it afresh.
+const (
+	listUsageAge    = time.Second
+	listUsageMaxAge = 5 * time.Second
+)
+
+// listUsageLocked returns the usage of a running session for its list
+// entry, and whether it is to be read again. Caller holds s.mu.
+func (s *session) listUsageLocked(now time.Time) (u protocol.Usage, stale bool) {
+	age := now.Sub(s.listUsageAt)
+	if s.listUsageAt.IsZero() || age >= listUsageMaxAge || age < 0 {
+		s.listUsage, s.listUsageAt = s.tree.usage(nil), now
+		return s.listUsage, false
+	}
+	return s.listUsage, age >= listUsageAge
 }
 
 // completedDetails is {status: "completed"}.
@@ -705,7 +790,9 @@ func ListText(sessions []protocol.Details) string {
 		return emptyListText
 	}
 	var b strings.Builder
-	for i, d := range sessions {
+	b.Grow(80 * len(sessions))
+	for i := range sessions {
+		d := &sessions[i] // large: not copied
 		if i > 0 {
 			b.WriteByte('\n')
 		}

@@ -33,8 +33,13 @@ import (
 // The Reaper takes the exit statuses of session leaders. At every SIGCHLD
 // it peeks at the first child that exited (waitid with WNOWAIT, which
 // leaves it unreaped), collects it with wait4 when it is a leader some
-// Manager registered, and repeats: one system call pair per exit, however
-// many sessions run, no thread and no descriptor per session. A child it
+// Manager registered, and repeats: one system call pair per exit, no
+// thread and no descriptor per session. The kernel walks every child for
+// such a peek, so with thousands of sessions a burst of exits would cost
+// O(sessions) each: full passes are held to a tenth of the time (at most
+// 10 ms apart, and none longer than that), and the leaders that are known
+// to be ending (their output reached its end: hintExit) are collected by
+// pid, O(1) each. A child it
 // did not register (an os/exec child of other code in the process, waited
 // for by its owner) stops the peek; only then are the process's children
 // listed, to collect the leaders behind it. When the process is a child
@@ -59,11 +64,25 @@ type Reaper struct {
 	// and the registration's wake-up collects it without a slow pass.
 	spawning atomic.Int32
 	deferred int // slow passes put off for spawning, in a row (run's goroutine only)
+	// awaitSpawn is set when a pass found an exited child nobody
+	// registered while starts were in progress: registrations wake the
+	// Reaper then, and only then (a wake-up at every start would cost a
+	// pass over every child per start).
+	awaitSpawn atomic.Bool
 
 	mu      sync.Mutex
 	leaders map[int]chan<- exitStatus
 	zombies map[int]time.Time // non-leader zombie children: when first seen
 	closed  bool
+	// hinted are leaders whose output reached its end: they have exited
+	// or are about to, or closed their output and live on. Each pass
+	// collects them by pid, O(1) each; a hint goes when its leader is
+	// collected, or with a full pass hintAge after it.
+	hinted map[int]time.Time
+	// walks counts the full passes begun (the peek over every child,
+	// under mu); nextWalk is the earliest time for the next (unix ns).
+	walks    uint64
+	nextWalk atomic.Int64
 
 	subreaper bool // a Manager of this Reaper made the process a subreaper
 
@@ -99,6 +118,7 @@ func NewReaper(cfg ReaperConfig) *Reaper {
 		done:    make(chan struct{}),
 		leaders: map[int]chan<- exitStatus{},
 		zombies: map[int]time.Time{},
+		hinted:  map[int]time.Time{},
 	}
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
 	go r.run()
@@ -128,10 +148,40 @@ func (r *Reaper) spawn() func(pid int, ch chan<- exitStatus) {
 				r.mu.Unlock()
 			}
 			r.spawning.Add(-1)
-			r.wake()
+			if r.awaitSpawn.Load() {
+				if pid > 0 {
+					r.hintExit(pid)
+				}
+				r.wake()
+			}
 		})
 	}
 }
+
+// hintExit tells the Reaper that leader pid has probably exited or is
+// about to: its output reached its end (or it was registered after its
+// exit). The next passes collect it by pid, so that its exit costs O(1)
+// however many children the process has, while the full pass over every
+// child (the kernel walks them all for a waitid P_ALL peek) is held to a
+// small share of the time. Unknown pids are ignored.
+func (r *Reaper) hintExit(pid int) {
+	r.mu.Lock()
+	if r.leaders[pid] == nil {
+		r.mu.Unlock()
+		return
+	}
+	r.hinted[pid] = time.Now()
+	r.mu.Unlock()
+	if time.Now().UnixNano() < r.nextWalk.Load() {
+		// Full passes pause, and its SIGCHLD may have come already.
+		r.wake()
+	}
+}
+
+// hintAge is how long a hint is kept for a leader that has not exited
+// (its output may have ended a moment before its exit; or it closed its
+// output and lives on, and only a full pass finds its exit).
+const hintAge = time.Second
 
 func (r *Reaper) wake() {
 	select {
@@ -159,10 +209,82 @@ func (r *Reaper) run() {
 	}
 }
 
-// reapAll collects every exited leader; it returns when to look again
-// (orphans still within their grace, or a slow pass put off; 0: no need).
+// reapAll collects every exited leader: the hinted ones by pid, then,
+// unless the last full pass was too recent, every other; it returns when
+// to look again (a full pass put off, orphans still within their grace, a
+// slow pass put off; 0: no need).
 func (r *Reaper) reapAll() time.Duration {
+	r.collectHinted()
+	now := time.Now()
+	if wait := time.Duration(r.nextWalk.Load() - now.UnixNano()); wait > 0 {
+		return wait
+	}
+	r.mu.Lock()
+	r.walks++
+	r.mu.Unlock()
+	next := r.walkAll()
+	r.walked(now)
+	return next
+}
+
+// walkShare bounds the time full passes take, as a share of all time:
+// the next may begin once (1-walkShare)/walkShare times as long as the
+// last one took has passed, and at most maxWalkPause after it; a pass
+// stops after maxWalkPause (exits keep coming in a burst, and each peek
+// walks the children again). A pass over a few children takes
+// microseconds, so this matters only with thousands, where hinted exits
+// are collected meanwhile.
+const (
+	walkShare    = 0.1
+	maxWalkPause = 10 * time.Millisecond
+)
+
+// walked records a full pass that began at start.
+func (r *Reaper) walked(start time.Time) {
+	end := time.Now()
+	pause := min(time.Duration(float64(end.Sub(start))*(1-walkShare)/walkShare), maxWalkPause)
+	r.nextWalk.Store(end.Add(pause).UnixNano())
+	// Hints older than hintAge before this pass are settled: had their
+	// leader exited, the pass would have collected it.
+	r.mu.Lock()
+	for pid, at := range r.hinted {
+		if start.Sub(at) > hintAge {
+			delete(r.hinted, pid)
+		}
+	}
+	r.mu.Unlock()
+}
+
+// collectHinted collects the hinted leaders that exited.
+func (r *Reaper) collectHinted() {
+	r.mu.Lock()
+	if len(r.hinted) == 0 {
+		r.mu.Unlock()
+		return
+	}
+	pids := make([]int, 0, len(r.hinted))
+	for pid := range r.hinted {
+		if r.leaders[pid] == nil {
+			delete(r.hinted, pid)
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	r.mu.Unlock()
+	for _, pid := range pids {
+		r.collect(pid)
+	}
+}
+
+// walkAll is the full pass: it peeks at exited children one at a time.
+func (r *Reaper) walkAll() time.Duration {
+	r.awaitSpawn.Store(false)
+	start := time.Now()
 	for {
+		if time.Since(start) > maxWalkPause {
+			return time.Millisecond // a burst: go on after a pause (walked)
+		}
+		r.collectHinted()
 		pid, ok := peekExited()
 		if !ok {
 			r.deferred = 0
@@ -173,7 +295,12 @@ func (r *Reaper) reapAll() time.Duration {
 		}
 		// A start that is not registered yet (a quick command can end
 		// first) wakes the Reaper when it is: wait for that a little
-		// before listing the children.
+		// before listing the children. A registration that did not see
+		// awaitSpawn set came before it, so the leader is found now.
+		r.awaitSpawn.Store(true)
+		if r.collect(pid) {
+			continue
+		}
 		if r.spawning.Load() > 0 && r.deferred < maxDeferred {
 			r.deferred++
 			return deferWait
@@ -207,12 +334,15 @@ func (r *Reaper) collect(pid int) bool {
 	case err != nil:
 		st.err = fmt.Errorf("wait for pid %d: %w", pid, err)
 	case got != pid:
-		// Not exited after all (cannot happen after a peek); keep waiting.
+		// Not exited (yet: a hinted leader); keep waiting.
 		r.mu.Lock()
 		r.leaders[pid] = ch
 		r.mu.Unlock()
 		return false
 	}
+	r.mu.Lock()
+	delete(r.hinted, pid)
+	r.mu.Unlock()
 	ch <- st
 	return true
 }

@@ -91,8 +91,11 @@ type recordSlots struct {
 	free  []recordSlot          // blank slots
 	inUse map[string]recordSlot // tree name → its slot
 	// held are the trees (by session id) whose record waits for
-	// ExitStored (Config.ConfirmExits).
-	held map[string]*heldRecord
+	// ExitStored (Config.ConfirmExits); heldTrees the same by tree name,
+	// so that a tree's end finds its hold without a scan of every
+	// session's.
+	held      map[string]*heldRecord
+	heldTrees map[string]*heldRecord
 	// failure is the error of the last record write, nil once one
 	// succeeds (RecordsHealthy).
 	failure atomic.Pointer[error]
@@ -378,8 +381,11 @@ func (m *Manager) holdRecord(id, name string) {
 	rs.mu.Lock()
 	if rs.held == nil {
 		rs.held = map[string]*heldRecord{}
+		rs.heldTrees = map[string]*heldRecord{}
 	}
-	rs.held[id] = &heldRecord{tree: name, exitOpen: true}
+	h := &heldRecord{tree: name, exitOpen: true}
+	rs.held[id] = h
+	rs.heldTrees[name] = h
 	rs.mu.Unlock()
 }
 
@@ -388,12 +394,10 @@ func (m *Manager) holdRecord(id, name string) {
 func (m *Manager) treeRecordGone(name string) {
 	rs := &m.records
 	rs.mu.Lock()
-	for _, h := range rs.held {
-		if h.tree == name && h.exitOpen {
-			h.gone = true
-			rs.mu.Unlock()
-			return
-		}
+	if h := rs.heldTrees[name]; h != nil && h.exitOpen {
+		h.gone = true
+		rs.mu.Unlock()
+		return
 	}
 	rs.mu.Unlock()
 	m.removeRecord(name)
@@ -410,6 +414,7 @@ func (m *Manager) settleExit(id string) {
 		return
 	}
 	delete(rs.held, id)
+	delete(rs.heldTrees, h.tree)
 	gone, name := h.gone, h.tree
 	rs.mu.Unlock()
 	if gone {
@@ -512,9 +517,12 @@ func (m *Manager) recoverRecords() ([]LostSession, error) {
 		}
 		if rs.held == nil {
 			rs.held = map[string]*heldRecord{}
+			rs.heldTrees = map[string]*heldRecord{}
 		}
 		rs.inUse[name] = recordSlot{n: n, size: size}
-		rs.held[r.SessionID] = &heldRecord{tree: name, exitOpen: true, gone: true}
+		h := &heldRecord{tree: name, exitOpen: true, gone: true}
+		rs.held[r.SessionID] = h
+		rs.heldTrees[name] = h
 		rs.next = max(rs.next, n+1)
 		return true
 	}

@@ -114,6 +114,8 @@ type session struct {
 	ackOwed         bool // a terminal poll came before the exit event
 	retained        bool
 	expiresAt       time.Time
+	listUsage       protocol.Usage // the usage list entries show, read at listUsageAt
+	listUsageAt     time.Time
 }
 
 // spawn starts the process in a tree of its own. On success the output
@@ -349,6 +351,7 @@ func (s *session) readPipe(r *os.File, w *streamWriter) {
 		s.log.Debug("output read ended", "err", err)
 	}
 	if s.readersLeft.Add(-1) == 0 {
+		s.m.reaper.hintExit(s.pid)
 		close(s.readersDone)
 	}
 }
@@ -357,6 +360,7 @@ func (s *session) readPipe(r *os.File, w *streamWriter) {
 // the session leader exited) or the master is closed.
 func (s *session) readPTY() {
 	defer close(s.readersDone)
+	defer s.m.reaper.hintExit(s.pid)
 	var rb readBuffer
 	for {
 		n, err := s.ptmx.Read(rb.next())

@@ -64,6 +64,9 @@ func TestRunningSessionsHoldNoThreads(t *testing.T) {
 	if running, _ := m.Counts(); running != n {
 		t.Fatalf("running sessions: %d, want %d", running, n)
 	}
+	if got := m.Len(); got != n {
+		t.Fatalf("Len: %d, want %d", got, n)
+	}
 }
 
 // TestLateOutputIsDrained: a reader that falls behind (starved of CPU,

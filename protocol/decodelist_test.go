@@ -1,0 +1,108 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+)
+
+// listEntry is a running session's list entry as a host writes it.
+func listEntry(i int) Details {
+	return Details{SessionID: Some("nimble-coral"), Status: Some(StatusRunning), RuntimeMs: Some(int64(1234 + i)),
+		PID: Some(4000 + i), Usage: Some(Usage{CPUUserMs: 1, CPUSystemMs: 2, Scope: UsageScopeTree}), StartedAt: Some(int64(1764600000000 + i)),
+		Cwd: Some("/home/u"), Command: Some("sleep 600"), Tail: Some(""), Truncated: Some(false), Name: Some("sleep 600"),
+		StdinWritable: Some(false), WaitingForInput: Some(false), IdleMs: Some(int64(5)), LastOutputAt: Some(int64(1764600000000))}
+}
+
+// decodeBoth decodes b with DecodeListReply and with json.Unmarshal and
+// fails unless they agree (on the value, or on refusing).
+func decodeBoth(t *testing.T, b []byte) {
+	t.Helper()
+	var got, want ListReply
+	gerr := DecodeListReply(b, &got)
+	werr := json.Unmarshal(b, &want)
+	if (gerr == nil) != (werr == nil) {
+		t.Fatalf("%q: DecodeListReply error %v, json.Unmarshal error %v", b, gerr, werr)
+	}
+	if werr == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q:\nDecodeListReply %+v\njson.Unmarshal  %+v", b, got, want)
+	}
+}
+
+// TestDecodeListReplyMatchesEncodingJSON: the parser of the plain form
+// decodes what encoding/json decodes from random replies in both
+// encodings, and from mangled copies of them (cut short, a byte changed,
+// keys in other letter cases), where it must refuse or agree.
+func TestDecodeListReplyMatchesEncodingJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(18, 10000))
+	mangle := []byte(`{}[]",:-.0123456789eEnultrfase\ aXé` + "\x00\xff")
+	for i := range 1500 {
+		reply := ListReply{Instance: randomString(r), Total: r.IntN(100), Partial: r.IntN(2) == 0}
+		if i%9 > 0 {
+			reply.Sessions = []ListedSession{}
+			for j := range r.IntN(4) {
+				d := listEntry(j)
+				if i%3 == 0 {
+					d = randomDetails(t, r, 0)
+				}
+				reply.Sessions = append(reply.Sessions, ListedSession{SessionKey: randomString(r), Details: d})
+			}
+		}
+		marshalled, err := json.Marshal(reply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range [][]byte{reply.AppendJSON(nil), marshalled} {
+			decodeBoth(t, b)
+			var fast ListReply
+			if p := (listParser{b: b}); i%3 != 0 && !(p.listReply(&fast) && p.end()) {
+				t.Fatalf("plain reply not taken by the fast parser: %s", b)
+			}
+			for range 8 {
+				m := bytes.Clone(b)
+				switch r.IntN(3) {
+				case 0:
+					m = m[:r.IntN(len(m))]
+				case 1:
+					m[r.IntN(len(m))] = mangle[r.IntN(len(mangle))]
+				default:
+					m = bytes.Replace(m, []byte(`"sessionId"`), []byte(`"SessionID"`), 1)
+				}
+				decodeBoth(t, m)
+			}
+		}
+	}
+	for _, b := range []string{`null`, ` {} `, `{"sessions":null}`, `{"sessions":[],"sessions":[{}]}`, `{"total":1.0}`, `{"total":1e2}`,
+		`{"total":01}`, `{"instance":"a\u00e9\n"}`, `{"instance":"\ud800"}`, `{"sessions":[{"details":{"usage":{"cpuUserMs":null}}}]}`,
+		`{"sessions":[{"details":{"pid":99999999999999999999}}]}`, `{"sessions":[{"details":{"usage":{"pidsPeak":-1}}}]}`,
+		`{"sessions":[{"details":{"usage":{"pidsPeak":1,"pidsPeak":null}}}]}`, `{"sessions":[{"details":{"tail":"x","tail":null}}]}`,
+		`{"unknown":1}`, `{"total":1}x`, `{"partial":truex}`} {
+		decodeBoth(t, []byte(b))
+	}
+}
+
+func BenchmarkDecodeListReply(b *testing.B) {
+	reply := ListReply{Instance: "i", Total: 10000}
+	for i := range 10000 {
+		reply.Sessions = append(reply.Sessions, ListedSession{SessionKey: "agent:main:main", Details: listEntry(i)})
+	}
+	data := reply.AppendJSON(nil)
+	b.Run("fast", func(b *testing.B) {
+		for b.Loop() {
+			var r ListReply
+			if err := DecodeListReply(data, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			var r ListReply
+			if err := json.Unmarshal(data, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,194 @@
+package session
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// startLeader starts argv as a child registered with r as a session
+// leader and returns its pid and the channel its exit status comes on.
+func startLeader(t *testing.T, r *Reaper, argv ...string) (int, <-chan exitStatus) {
+	t.Helper()
+	register := r.spawn()
+	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Sys: &syscall.SysProcAttr{Setpgid: true}})
+	if err != nil {
+		register(0, nil)
+		t.Fatal(err)
+	}
+	ch := make(chan exitStatus, 1)
+	register(pid, ch)
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) })
+	return pid, ch
+}
+
+func newTestReaper(t *testing.T) *Reaper {
+	t.Helper()
+	r := NewReaper(ReaperConfig{})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return r
+}
+
+// awaitExit waits up to within for a leader's exit status.
+func awaitExit(t *testing.T, ch <-chan exitStatus, within time.Duration, what string) exitStatus {
+	t.Helper()
+	select {
+	case st := <-ch:
+		if st.err != nil {
+			t.Fatalf("%s: %v", what, st.err)
+		}
+		return st
+	case <-time.After(within):
+		t.Fatalf("%s: no exit status within %v", what, within)
+	}
+	return exitStatus{}
+}
+
+// awaitZombie waits until pid has exited and is not reaped yet.
+func awaitZombie(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !isZombie(pid); {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d did not become a zombie", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestReaperCollectsHintedExitsWhilePassesPause: while the full pass over
+// every child is put off (as it is after a pass over thousands), a leader
+// whose output ended is still collected at once, by pid: hinted before
+// its exit, or after it and its SIGCHLD.
+func TestReaperCollectsHintedExitsWhilePassesPause(t *testing.T) {
+	r := newTestReaper(t)
+	pause := func() { r.nextWalk.Store(time.Now().Add(time.Hour).UnixNano()) }
+
+	pause()
+	pid, ch := startLeader(t, r, "/bin/sleep", "60")
+	r.hintExit(pid) // its output ended a moment before it exits
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	st := awaitExit(t, ch, 3*time.Second, "leader hinted before its exit")
+	if !st.ws.Signaled() || st.ws.Signal() != unix.SIGKILL {
+		t.Fatalf("status %v, want killed by SIGKILL", st.ws)
+	}
+
+	pause()
+	pid, ch = startLeader(t, r, "/bin/sh", "-c", "exit 3")
+	awaitZombie(t, pid)
+	time.Sleep(20 * time.Millisecond) // its SIGCHLD was handled: the pass was put off
+	r.hintExit(pid)
+	if st := awaitExit(t, ch, 3*time.Second, "leader hinted after its exit"); st.ws.ExitStatus() != 3 {
+		t.Fatalf("exit status %d, want 3", st.ws.ExitStatus())
+	}
+}
+
+// TestReaperPausedPassStillCollects: an exit nobody hinted waits for the
+// put-off full pass, but no longer.
+func TestReaperPausedPassStillCollects(t *testing.T) {
+	r := newTestReaper(t)
+	pause := 300 * time.Millisecond
+	r.nextWalk.Store(time.Now().Add(pause).UnixNano())
+	t0 := time.Now()
+	_, ch := startLeader(t, r, "/bin/true")
+	awaitExit(t, ch, pause+3*time.Second, "unhinted leader")
+	if d := time.Since(t0); d < pause/2 {
+		t.Fatalf("collected after %v, before the paused pass (%v)", d, pause)
+	}
+}
+
+// TestReaperHintsSettle: the hint of a leader that lives on (it closed its
+// output) is dropped by a full pass once it is hintAge old, and that of a
+// collected leader at once.
+func TestReaperHintsSettle(t *testing.T) {
+	r := newTestReaper(t)
+	r.nextWalk.Store(time.Now().Add(time.Hour).UnixNano())
+	alive, _ := startLeader(t, r, "/bin/sleep", "60")
+	ending, ch := startLeader(t, r, "/bin/sleep", "60")
+	r.hintExit(alive)
+	r.hintExit(ending)
+	hinted := func(pid int) bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		_, ok := r.hinted[pid]
+		return ok
+	}
+	if !hinted(alive) || !hinted(ending) {
+		t.Fatal("hints not recorded")
+	}
+	_ = unix.Kill(ending, unix.SIGKILL)
+	awaitExit(t, ch, 3*time.Second, "hinted leader")
+	if hinted(ending) {
+		t.Fatal("the collected leader is still hinted")
+	}
+	// A full pass keeps a young hint and drops an old one.
+	r.nextWalk.Store(0)
+	r.wake()
+	time.Sleep(50 * time.Millisecond)
+	if !hinted(alive) {
+		t.Fatal("a full pass dropped a hint younger than hintAge")
+	}
+	r.mu.Lock()
+	r.hinted[alive] = time.Now().Add(-2 * hintAge)
+	r.mu.Unlock()
+	r.nextWalk.Store(0)
+	r.wake()
+	for deadline := time.Now().Add(3 * time.Second); hinted(alive); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a full pass kept a hint older than hintAge")
+		}
+	}
+}
+
+// TestReaperStartsDoNotWake: registering a leader wakes the Reaper only
+// when a pass waits for a registration, so that starts do not each cost a
+// pass over every child (the kernel walks them all for the peek).
+func TestReaperStartsDoNotWake(t *testing.T) {
+	r := newTestReaper(t)
+	walks := func() uint64 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.walks
+	}
+	time.Sleep(50 * time.Millisecond)
+	before := walks()
+	const n = 40
+	for range n {
+		startLeader(t, r, "/bin/sleep", "60")
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := walks() - before; got > n/4 {
+		t.Fatalf("%d starts caused %d full passes", n, got)
+	}
+}
+
+// TestReaperLeaderExitedBeforeRegistration: a leader that exits before it
+// is registered is collected once it is.
+func TestReaperLeaderExitedBeforeRegistration(t *testing.T) {
+	r := newTestReaper(t)
+	register := r.spawn()
+	pid, err := syscall.ForkExec("/bin/sh", []string{"/bin/sh", "-c", "exit 7"}, &syscall.ProcAttr{Sys: &syscall.SysProcAttr{Setpgid: true}})
+	if err != nil {
+		register(0, nil)
+		t.Fatal(err)
+	}
+	awaitZombie(t, pid)
+	time.Sleep(30 * time.Millisecond) // its SIGCHLD's pass found it unregistered
+	ch := make(chan exitStatus, 1)
+	t0 := time.Now()
+	register(pid, ch)
+	if st := awaitExit(t, ch, 3*time.Second, "leader registered after its exit"); st.ws.ExitStatus() != 7 {
+		t.Fatalf("exit status %d, want 7", st.ws.ExitStatus())
+	}
+	t.Logf("collected %v after its registration", time.Since(t0))
+}
