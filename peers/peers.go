@@ -257,6 +257,10 @@ func (r *Registry) Alive(id string) bool {
 	return ok
 }
 
+// Loaded is closed once the bucket was read: from then on Alive answers
+// from the keys, not "alive" for every gateway.
+func (r *Registry) Loaded() <-chan struct{} { return r.loaded }
+
 // Watch derives from ctx a context that ends when peer id is gone (at
 // once when it is not alive now).
 func (r *Registry) Watch(ctx context.Context, id string) (context.Context, context.CancelFunc) {
