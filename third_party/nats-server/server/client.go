@@ -7071,7 +7071,7 @@ func (c *client) Warnf(format string, v ...any) {
 func (c *client) RateLimitErrorf(format string, v ...any) {
 	// Do the check before adding the client info to the format...
 	statement := fmt.Sprintf(c.formatNoClientInfo(format), v...)
-	if _, loaded := c.srv.rateLimitLogging.LoadOrStore(statement, time.Now()); loaded {
+	if !c.srv.rateLimitAllow(statement) {
 		return
 	}
 	if s := c.String(); s != _EMPTY_ {
@@ -7084,7 +7084,7 @@ func (c *client) RateLimitErrorf(format string, v ...any) {
 func (c *client) rateLimitFormatWarnf(format string, v ...any) {
 	// Do the check before adding the client info to the format...
 	format = c.formatNoClientInfo(format)
-	if _, loaded := c.srv.rateLimitLogging.LoadOrStore(format, time.Now()); loaded {
+	if !c.srv.rateLimitAllow(format) {
 		return
 	}
 	statement := fmt.Sprintf(format, v...)
@@ -7098,7 +7098,7 @@ func (c *client) rateLimitFormatWarnf(format string, v ...any) {
 func (c *client) RateLimitWarnf(format string, v ...any) {
 	// Do the check before adding the client info to the format...
 	statement := fmt.Sprintf(c.formatNoClientInfo(format), v...)
-	if _, loaded := c.srv.rateLimitLogging.LoadOrStore(statement, time.Now()); loaded {
+	if !c.srv.rateLimitAllow(statement) {
 		return
 	}
 	if s := c.String(); s != _EMPTY_ {
@@ -7111,7 +7111,7 @@ func (c *client) RateLimitWarnf(format string, v ...any) {
 func (c *client) RateLimitDebugf(format string, v ...any) {
 	// Do the check before adding the client info to the format...
 	statement := fmt.Sprintf(c.formatNoClientInfo(format), v...)
-	if _, loaded := c.srv.rateLimitLogging.LoadOrStore(statement, time.Now()); loaded {
+	if !c.srv.rateLimitAllow(statement) {
 		return
 	}
 	if s := c.String(); s != _EMPTY_ {

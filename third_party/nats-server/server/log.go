@@ -18,7 +18,6 @@ import (
 	"io"
 	"os"
 	"sync/atomic"
-	"time"
 
 	srvlog "github.com/nats-io/nats-server/v2/logger"
 )
@@ -223,7 +222,7 @@ func (s *Server) Warnf(format string, v ...any) {
 }
 
 func (s *Server) rateLimitFormatWarnf(format string, v ...any) {
-	if _, loaded := s.rateLimitLogging.LoadOrStore(format, time.Now()); loaded {
+	if !s.rateLimitAllow(format) {
 		return
 	}
 	statement := fmt.Sprintf(format, v...)
@@ -232,7 +231,7 @@ func (s *Server) rateLimitFormatWarnf(format string, v ...any) {
 
 func (s *Server) RateLimitErrorf(format string, v ...any) {
 	statement := fmt.Sprintf(format, v...)
-	if _, loaded := s.rateLimitLogging.LoadOrStore(statement, time.Now()); loaded {
+	if !s.rateLimitAllow(statement) {
 		return
 	}
 	s.Errorf("%s", statement)
@@ -240,7 +239,7 @@ func (s *Server) RateLimitErrorf(format string, v ...any) {
 
 func (s *Server) RateLimitWarnf(format string, v ...any) {
 	statement := fmt.Sprintf(format, v...)
-	if _, loaded := s.rateLimitLogging.LoadOrStore(statement, time.Now()); loaded {
+	if !s.rateLimitAllow(statement) {
 		return
 	}
 	s.Warnf("%s", statement)
@@ -248,7 +247,7 @@ func (s *Server) RateLimitWarnf(format string, v ...any) {
 
 func (s *Server) RateLimitDebugf(format string, v ...any) {
 	statement := fmt.Sprintf(format, v...)
-	if _, loaded := s.rateLimitLogging.LoadOrStore(statement, time.Now()); loaded {
+	if !s.rateLimitAllow(statement) {
 		return
 	}
 	s.Debugf("%s", statement)

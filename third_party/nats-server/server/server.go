@@ -359,6 +359,7 @@ type Server struct {
 	// To limit logging frequency
 	rateLimitLogging   sync.Map
 	rateLimitLoggingCh chan time.Duration
+	rateLimitEvery     atomic.Int64 // the rate limit interval (ns); 0: a second
 
 	// Total outstanding catchup bytes in flight.
 	gcbMu     sync.RWMutex
@@ -4757,20 +4758,48 @@ func (s *Server) updateRemoteSubscription(acc *Account, sub *subscription, delta
 	acc.updateLeafNodes(sub, delta)
 }
 
+// PATCHED for execmesh: a statement is allowed again once the interval
+// passed since it was logged, checked when it comes; the goroutine only
+// forgets old statements, once a minute, instead of waking every second.
+
+// rateLimitPrune is how often statements logged long ago are forgotten.
+const rateLimitPrune = time.Minute
+
+// rateLimitAllow reports whether statement k may be logged now: not
+// logged within the rate limit interval.
+func (s *Server) rateLimitAllow(k string) bool {
+	now := time.Now()
+	v, loaded := s.rateLimitLogging.LoadOrStore(k, now)
+	if !loaded {
+		return true
+	}
+	every := time.Duration(s.rateLimitEvery.Load())
+	if every <= 0 {
+		every = time.Second
+	}
+	if now.Sub(v.(time.Time)) < every {
+		return false
+	}
+	return s.rateLimitLogging.CompareAndSwap(k, v, now)
+}
+
 func (s *Server) startRateLimitLogExpiration() {
-	interval := time.Second
 	s.startGoRoutine(func() {
 		defer s.grWG.Done()
 
-		ticker := time.NewTicker(time.Second)
+		ticker := time.NewTicker(rateLimitPrune)
 		defer ticker.Stop()
 		for {
 			select {
 			case <-s.quitCh:
 				return
-			case interval = <-s.rateLimitLoggingCh:
-				ticker.Reset(interval)
+			case interval := <-s.rateLimitLoggingCh:
+				s.rateLimitEvery.Store(int64(interval))
 			case <-ticker.C:
+				interval := time.Duration(s.rateLimitEvery.Load())
+				if interval <= 0 {
+					interval = time.Second
+				}
 				s.rateLimitLogging.Range(func(k, v any) bool {
 					start := v.(time.Time)
 					if time.Since(start) >= interval {

@@ -21,66 +21,27 @@ import (
 	"time"
 )
 
-// Update every 100ms for gathering access time in unix nano.
+// PATCHED for execmesh: no ticker. The access time is read from the
+// clock when asked (a vDSO call, tens of nanoseconds) instead of from a
+// value a goroutine refreshes ten times a second, which kept every idle
+// process that embeds a server waking ten times a second.
+
+// TickInterval is kept for callers; nothing ticks.
 const TickInterval = 100 * time.Millisecond
 
-var (
-	// Our unix nano time.
-	utime atomic.Int64
-	// How may registered users do we have, controls lifetime of Go routine.
-	refs atomic.Int64
-	// To signal the shutdown of the Go routine.
-	done chan struct{}
-)
-
-func init() {
-	// Initialize our done chan.
-	done = make(chan struct{}, 1)
-}
+// How may registered users do we have (kept for the balance check).
+var refs atomic.Int64
 
 // Register usage. This will happen on filestore creation.
-func Register() {
-	if v := refs.Add(1); v == 1 {
-		// This is the first to register (could also go up and down),
-		// so spin up Go routine and grab initial time.
-		utime.Store(time.Now().UnixNano())
+func Register() { refs.Add(1) }
 
-		go func() {
-			ticker := time.NewTicker(TickInterval)
-			defer ticker.Stop()
-			for {
-				select {
-				case <-ticker.C:
-					utime.Store(time.Now().UnixNano())
-				case <-done:
-					return
-				}
-			}
-		}()
-	}
-}
-
-// Unregister usage. We will shutdown the go routine if no more registered users.
+// Unregister usage.
 func Unregister() {
-	if v := refs.Add(-1); v == 0 {
-		done <- struct{}{}
-	} else if v < 0 {
+	if v := refs.Add(-1); v < 0 {
 		refs.Store(0)
 		panic("unbalanced unregister for access time state")
 	}
 }
 
-// Will load the access time from an atomic.
-// If no one has registered this will return 0 or stale data.
-// It is the responsibility of the user to properly register and unregister.
-func AccessTime() int64 {
-	// Return last updated time.
-	v := utime.Load()
-	if v == 0 {
-		// Always register a time, the worst case is a stale time.
-		// On startup, we can register in parallel and could previously panic.
-		v = time.Now().UnixNano()
-		utime.Store(v)
-	}
-	return v
-}
+// AccessTime returns the time in unix nanoseconds.
+func AccessTime() int64 { return time.Now().UnixNano() }

@@ -17,9 +17,9 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 )
 
 var (
@@ -29,6 +29,7 @@ var (
 	lastSeconds  int64
 	ipcpu        int64
 	pageSize     int64
+	sampleMu     sync.Mutex
 )
 
 const (
@@ -44,6 +45,9 @@ func init() {
 	ticks = 100 // int64(C.sysconf(C._SC_CLK_TCK))
 	procStatFile = fmt.Sprintf("/proc/%d/stat", os.Getpid())
 	pageSize = int64(os.Getpagesize())
+	// PATCHED for execmesh: no periodic sampling (a read of
+	// /proc/self/stat every second in every process that imports the
+	// server); ProcUsage samples when asked.
 	periodic()
 }
 
@@ -84,7 +88,6 @@ func periodic() {
 		atomic.StoreInt64(&ipcpu, (total*1000/ticks)/seconds)
 	}
 
-	time.AfterFunc(1*time.Second, periodic)
 }
 
 // ProcUsage returns CPU usage
@@ -99,8 +102,11 @@ func ProcUsage(pcpu *float64, rss, vss *int64) error {
 	*rss = (parseInt64(fields[rssPos])) * pageSize
 	*vss = parseInt64(fields[vssPos])
 
-	// PCPU
-	// We track this with periodic sampling, so just load and go.
+	// PCPU: over the time since the previous call (PATCHED for execmesh:
+	// sampled here rather than every second).
+	sampleMu.Lock()
+	periodic()
+	sampleMu.Unlock()
 	*pcpu = float64(atomic.LoadInt64(&ipcpu)) / 10.0
 
 	return nil
