@@ -165,6 +165,12 @@ func (w *ServerWatch) wake() {
 		return
 	}
 	w.asked = true
+	w.resched()
+}
+
+// resched has Run work out when the next ping is due again (the first
+// call began to wait: Interval, no longer IdleInterval); w.mu is held.
+func (w *ServerWatch) resched() {
 	select {
 	case w.kick <- struct{}{}:
 	default:
@@ -218,6 +224,9 @@ func (w *ServerWatch) Watch(ctx context.Context) (context.Context, context.Cance
 		cancel(w.silent)
 	} else {
 		w.waiters[wt] = struct{}{}
+		if len(w.waiters) == 1 {
+			w.resched()
+		}
 		w.wake()
 	}
 	w.mu.Unlock()

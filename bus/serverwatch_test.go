@@ -192,6 +192,16 @@ func TestServerWatchPingsOnDemand(t *testing.T) {
 	n = waitPings("a call after a pause", n, 1)
 	waitPings("a call waiting", n, 3)
 	release()
+
+	// A call that begins right after a health check had a ping sent:
+	// no new ping at once, but one every Interval while it waits.
+	time.Sleep(3 * iv)
+	n = p.pings.Load()
+	_ = w.Healthy()
+	n = waitPings("a health check after a pause", n, 1)
+	_, release = w.Watch(t.Context())
+	waitPings("a call waiting after a health check", n, 3)
+	release()
 	time.Sleep(3 * iv) // a ping already timed when the call ended may still go
 	n = p.pings.Load()
 	time.Sleep(8 * iv)
