@@ -48,3 +48,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	mvdan.cc/sh/v3 v3.14.1 // indirect
 )
+
+// The embedded NATS server, with the timers that kept an idle daemon
+// waking twelve times a second removed: third_party/nats-server/PATCHED.md.
+replace github.com/nats-io/nats-server/v2 => ./third_party/nats-server

@@ -101,6 +101,12 @@ type Options struct {
 	// Alive reports whether a gateway is heart-beating; nil counts every
 	// gateway alive (a single gateway never claims).
 	Alive func(gatewayID string) bool
+	// AliveKnown, when set, is closed once Alive answers from what is
+	// known (the gateways bucket was read): the store claims the records
+	// of owners that are gone then. Later it claims when a record of a
+	// gone owner arrives, when ClaimOrphans is called (a peer went) and
+	// once a minute.
+	AliveKnown <-chan struct{}
 	// OnOwned is called, in a goroutine of its own, once per record this
 	// gateway owns that was decided or expired: the owner's work (start
 	// the approved run, or send Exec denied). It is not called again for
@@ -131,6 +137,10 @@ type Store struct {
 	timers  map[string]*time.Timer // expiry of owned pending approvals
 	handled map[string]bool        // owned records handed to OnOwned
 	stopped bool
+
+	// claim asks chores for a ClaimOrphans pass (a record of a gone
+	// owner arrived).
+	claim chan struct{}
 }
 
 // New returns a Store; Run follows the bucket.
@@ -145,7 +155,7 @@ func New(opts Options) *Store {
 		opts.Alive = func(string) bool { return true }
 	}
 	s := &Store{opts: opts, log: opts.Logger.With("component", "approvals"),
-		cache: map[string]entry{}, timers: map[string]*time.Timer{}, handled: map[string]bool{}}
+		cache: map[string]entry{}, timers: map[string]*time.Timer{}, handled: map[string]bool{}, claim: make(chan struct{}, 1)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -180,8 +190,9 @@ func (s *Store) Stop() {
 
 // Run follows the bucket into the cache and acts for the records this
 // gateway owns until ctx ends, again after a failure (the store lost and
-// back). Once a minute it forgets settled records older than Keep; every
-// few seconds it claims the records of owners that are gone.
+// back). Once a minute it forgets settled records older than Keep; it
+// claims the records of owners that are gone when it learns of them
+// (see Options.AliveKnown), and once a minute.
 func (s *Store) Run(ctx context.Context) {
 	s.wg.Add(1)
 	go func() {
@@ -199,30 +210,54 @@ func (s *Store) Run(ctx context.Context) {
 	})
 }
 
-// claimEvery is how often owners are checked for liveness.
-const claimEvery = 3 * time.Second
+const (
+	// choreEvery is how often settled records are swept and, besides
+	// the events that call for it, owners checked for liveness.
+	choreEvery = time.Minute
+	// claimRetry is the pause before claiming again after a claim
+	// failed (a contended record, a JetStream hiccup).
+	claimRetry = 3 * time.Second
+)
 
-// chores sweeps settled records once a minute and claims orphaned ones
-// every few seconds, until ctx ends.
+// chores sweeps settled records and claims orphaned ones once a minute,
+// claims when the peers are known and when asked (s.claim), until ctx
+// ends.
 func (s *Store) chores(ctx context.Context) {
-	sweep := time.NewTicker(time.Minute)
-	defer sweep.Stop()
-	claim := time.NewTicker(claimEvery)
-	defer claim.Stop()
+	t := time.NewTicker(choreEvery)
+	defer t.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	known := s.opts.AliveKnown
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.ctx.Done(): // Stop
 			return
-		case <-sweep.C:
+		case <-known:
+			known = nil
+		case <-s.claim:
+		case <-retry.C:
+		case <-t.C:
 			if kv, err := s.bucket(ctx); err == nil {
 				s.sweep(ctx, kv)
 			}
-		case <-claim.C:
-			s.ClaimOrphans(ctx)
+		}
+		if !s.claimOrphans(ctx) {
+			retry.Reset(claimRetry)
 		}
 	}
+}
+
+// orphan reports whether rec is owned by another gateway that is gone
+// and still needs its owner.
+func (s *Store) orphan(rec Record) bool {
+	switch rec.State {
+	case StatePending, StateDecided, StateExpired, StateRunning:
+		return rec.Owner != s.opts.Owner && !s.opts.Alive(rec.Owner)
+	}
+	return false
 }
 
 // apply takes one bucket change into the cache and reacts to what this
@@ -247,6 +282,12 @@ func (s *Store) apply(e jetstream.KeyValueEntry) {
 	}
 	s.cache[e.Key()] = entry{rec: rec, revision: e.Revision()}
 	s.mu.Unlock()
+	if s.orphan(rec) {
+		select {
+		case s.claim <- struct{}{}:
+		default:
+		}
+	}
 	s.react(rec)
 }
 
@@ -442,39 +483,43 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*Record) bool) er
 // ClaimOrphans makes this gateway the owner of the unsettled records
 // whose owner is gone (Options.Alive): a pending approval's expiry, a
 // decision not acted on yet, and a running approved run's Exec finished
-// event are then this gateway's to handle. Run calls it every few
-// seconds; a gateway that learns of a peer's departure may call it at
+// event are then this gateway's to handle. Run calls it when it learns
+// of such records and once a minute (again after a few seconds when a
+// claim failed); a gateway that learns of a peer's departure calls it at
 // once.
 func (s *Store) ClaimOrphans(ctx context.Context) {
+	s.claimOrphans(ctx)
+}
+
+// claimOrphans is ClaimOrphans; false when a claim failed.
+func (s *Store) claimOrphans(ctx context.Context) bool {
 	s.mu.Lock()
 	var orphans []string
 	for id, e := range s.cache {
-		switch e.rec.State {
-		case StatePending, StateDecided, StateExpired, StateRunning:
-			if e.rec.Owner != s.opts.Owner && !s.opts.Alive(e.rec.Owner) {
-				orphans = append(orphans, id)
-			}
+		if s.orphan(e.rec) {
+			orphans = append(orphans, id)
 		}
 	}
 	s.mu.Unlock()
+	ok := true
 	for _, id := range orphans {
 		var from string
 		err := s.Update(ctx, id, func(r *Record) bool {
-			if r.Owner == s.opts.Owner || s.opts.Alive(r.Owner) {
-				return false
-			}
-			switch r.State {
-			case StatePending, StateDecided, StateExpired, StateRunning:
-			default:
+			if !s.orphan(*r) {
 				return false
 			}
 			from, r.Owner = r.Owner, s.opts.Owner
 			return true
 		})
-		if err == nil && from != "" {
+		switch {
+		case err == nil && from != "":
 			s.log.Info("took over an approval whose gateway is gone", "approval", id, "from", from)
+		case err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrKeyNotFound):
+			s.log.Warn("approval of a gone gateway not taken over yet", "approval", id, "err", err)
+			ok = false
 		}
 	}
+	return ok
 }
 
 // sweep forgets settled approvals after Keep (any gateway may).

@@ -33,6 +33,10 @@ const (
 	reconnectJitter = 1 * time.Second
 )
 
+// Client pings: every 20 s over the network (a dead link is noticed
+// within a minute), every inProcessPingInterval in the same process.
+const inProcessPingInterval = 2 * time.Minute
+
 // ErrNotConnected is returned by Connect when ctx ends before the first
 // connection succeeded. The last connection error is wrapped too.
 var ErrNotConnected = errors.New("bus: not connected")
@@ -381,7 +385,11 @@ func clientOptions(cfg ClientConfig, log *slog.Logger) (string, []nats.Option, e
 		}),
 	}
 	if cfg.InProcess != nil {
-		opts = append(opts, nats.InProcessServer(cfg.InProcess))
+		// Nothing can go stale between a client and a server in one
+		// process: frequent client pings would only wake an idle daemon
+		// (the gateway's ServerWatch still checks that the server
+		// answers).
+		opts = append(opts, nats.InProcessServer(cfg.InProcess), nats.PingInterval(inProcessPingInterval))
 	}
 	if cfg.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(cfg.InboxPrefix))

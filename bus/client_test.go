@@ -146,3 +146,24 @@ func TestReconnectSamePort(t *testing.T) {
 		t.Errorf("no reconnect logged: %q", h.messages())
 	}
 }
+
+// TestClientPingInterval: a client pings its server every 20 s over the
+// network, but seldom in the same process, where no link can go stale
+// and the pings would only wake an idle daemon.
+func TestClientPingInterval(t *testing.T) {
+	s := bustest.StartServer(t, bustest.WithoutJetStream())
+	for _, c := range []struct {
+		name string
+		cfg  bus.ClientConfig
+		want time.Duration
+	}{
+		{"network", bus.ClientConfig{}, 20 * time.Second},
+		{"in process", bus.ClientConfig{InProcess: s}, 2 * time.Minute},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := bustest.Connect(t, s, c.cfg).Opts.PingInterval; got != c.want {
+				t.Errorf("ping interval %s, want %s", got, c.want)
+			}
+		})
+	}
+}

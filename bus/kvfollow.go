@@ -28,7 +28,10 @@ func OpenKeyValue(ctx context.Context, js jetstream.JetStream, prefix string, re
 		}
 		kv, err = EnsureKeyValue(actx, js, cfg)
 	}
-	return kv, err
+	if err != nil {
+		return nil, err
+	}
+	return withConn(kv, js), nil
 }
 
 // RetryForever runs f until ctx ends: f returns when it stops (a watch
@@ -63,8 +66,14 @@ func Backoff(ctx context.Context, attempt int) bool {
 
 // WatchKeyValue hands every value of kv below filter (">" for all), then
 // every change, to apply until ctx ends (nil) or the watch fails; loaded,
-// when set, is called once the current values were handed over.
+// when set, is called once the current values were handed over. A bucket
+// opened by OpenKeyValue (or a KVView) on an in-process connection is
+// watched with a consumer that sends its idle heartbeat once a minute
+// (inProcessWatchHeartbeat), any other with kv.Watch's (5 s).
 func WatchKeyValue(ctx context.Context, kv jetstream.KeyValue, filter string, loaded func(), apply func(jetstream.KeyValueEntry)) error {
+	if nc := inProcessConn(kv); nc != nil {
+		return watchInProcess(ctx, nc, kv, filter, loaded, apply)
+	}
 	w, err := kv.Watch(ctx, filter)
 	if err != nil {
 		return err

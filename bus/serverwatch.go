@@ -14,8 +14,12 @@ import (
 // ServerWatch defaults.
 const (
 	// DefaultServerPingInterval is how often a ServerWatch pings the
-	// server.
+	// server while calls wait on it (or it is silent).
 	DefaultServerPingInterval = time.Second
+	// DefaultServerIdlePingInterval is how often it pings a server
+	// nothing waits on: an idle daemon wakes only for that, and the
+	// first call or health check after a longer pause pings at once.
+	DefaultServerIdlePingInterval = 30 * time.Second
 	// DefaultServerPingTimeout is how long a ping may wait for the
 	// server's answer before the server counts as hung.
 	DefaultServerPingTimeout = 2 * time.Second
@@ -43,28 +47,41 @@ func (e *ServerSilentError) Is(target error) bool { return target == ErrServerSi
 // ServerWatchOptions configure a ServerWatch; zero durations take the
 // defaults.
 type ServerWatchOptions struct {
-	Logger   *slog.Logger
+	Logger *slog.Logger
+	// Interval is the pause between pings while calls wait on the server
+	// or it is silent.
 	Interval time.Duration
-	Timeout  time.Duration
+	// IdleInterval is the pause between pings while nothing waits.
+	IdleInterval time.Duration
+	// Timeout is how long a ping may wait for its answer.
+	Timeout time.Duration
 }
 
 // ServerWatch checks that the NATS server of one connection answers: it
-// pings it (a PING/PONG round trip, nc.FlushTimeout) every Interval, and
-// a ping unanswered for Timeout marks the server silent until one is
-// answered again. Calls that wait on the server derive their context from
-// Watch, so they fail within seconds of the server going silent instead
-// of at their own deadline. A connection that is not connected is left to
-// the client library (its calls fail at once as not connected). Build it
-// with NewServerWatch and run Run.
+// pings it (a PING/PONG round trip, nc.FlushTimeout) every Interval while
+// calls wait on it, every IdleInterval while nothing does, and at once
+// when a call (Watch) or a health check (Healthy) comes more than
+// Interval after the last ping; a ping unanswered for Timeout marks the
+// server silent until one is answered again. Calls that wait on the
+// server derive their context from Watch, so they fail within seconds of
+// the server going silent instead of at their own deadline. A connection
+// that is not connected is left to the client library (its calls fail at
+// once as not connected). Build it with NewServerWatch and run Run.
 type ServerWatch struct {
 	nc   *nats.Conn
 	log  *slog.Logger
 	opts ServerWatchOptions
 
-	mu      sync.Mutex
-	silent  error // non-nil while the server is silent
-	since   time.Time
-	waiters map[*serverWaiter]struct{}
+	// kick asks Run to ping now when the last ping is older than
+	// Interval (a call or a health check came).
+	kick chan struct{}
+
+	mu       sync.Mutex
+	silent   error // non-nil while the server is silent
+	since    time.Time
+	lastPing time.Time // when the last ping was sent
+	asked    bool      // a ping is wanted now (wake)
+	waiters  map[*serverWaiter]struct{}
 }
 
 type serverWaiter struct{ cancel context.CancelCauseFunc }
@@ -74,25 +91,38 @@ func NewServerWatch(nc *nats.Conn, opts ServerWatchOptions) *ServerWatch {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultServerPingInterval
 	}
+	if opts.IdleInterval <= 0 {
+		opts.IdleInterval = DefaultServerIdlePingInterval
+	}
+	opts.IdleInterval = max(opts.IdleInterval, opts.Interval)
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultServerPingTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &ServerWatch{nc: nc, log: opts.Logger, opts: opts, waiters: map[*serverWaiter]struct{}{}}
+	return &ServerWatch{nc: nc, log: opts.Logger, opts: opts, kick: make(chan struct{}, 1), waiters: map[*serverWaiter]struct{}{}}
 }
 
 // Run pings the server until ctx ends.
 func (w *ServerWatch) Run(ctx context.Context) {
-	t := time.NewTicker(w.opts.Interval)
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		if d := w.untilDue(); d > 0 {
+			t.Reset(d)
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.kick:
+				t.Stop()
+				continue // due sooner now, or not yet
+			case <-t.C:
+			}
 		}
+		w.mu.Lock()
+		w.lastPing, w.asked = time.Now(), false
+		w.mu.Unlock()
 		if !w.nc.IsConnected() {
 			// Not connected: calls fail at once as such; a new
 			// connection starts with a clean record.
@@ -110,6 +140,40 @@ func (w *ServerWatch) Run(ctx context.Context) {
 		case errors.Is(err, context.DeadlineExceeded) && w.nc.IsConnected():
 			w.set(&ServerSilentError{Timeout: w.opts.Timeout})
 		}
+	}
+}
+
+// untilDue is how long until the next ping: Interval after the last one
+// while calls wait or the server is silent, IdleInterval otherwise.
+func (w *ServerWatch) untilDue() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.asked {
+		return 0
+	}
+	pause := w.opts.IdleInterval
+	if len(w.waiters) > 0 || w.silent != nil {
+		pause = w.opts.Interval
+	}
+	return pause - time.Since(w.lastPing)
+}
+
+// wake asks Run for a ping when the last one is older than Interval;
+// w.mu is held.
+func (w *ServerWatch) wake() {
+	if w.asked || time.Since(w.lastPing) < w.opts.Interval {
+		return
+	}
+	w.asked = true
+	w.resched()
+}
+
+// resched has Run work out when the next ping is due again (the first
+// call began to wait: Interval, no longer IdleInterval); w.mu is held.
+func (w *ServerWatch) resched() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -132,13 +196,16 @@ func (w *ServerWatch) set(silent error) {
 	}
 }
 
-// Healthy returns nil, or why the server counts as silent now.
+// Healthy returns nil, or why the server counts as silent now. Asked
+// more than Interval after the last ping, it has one sent (the answer
+// counts from the next question on).
 func (w *ServerWatch) Healthy() error {
 	if w == nil {
 		return nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.wake()
 	return w.silent
 }
 
@@ -157,6 +224,10 @@ func (w *ServerWatch) Watch(ctx context.Context) (context.Context, context.Cance
 		cancel(w.silent)
 	} else {
 		w.waiters[wt] = struct{}{}
+		if len(w.waiters) == 1 {
+			w.resched()
+		}
+		w.wake()
 	}
 	w.mu.Unlock()
 	return cctx, func() {

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -20,6 +21,7 @@ import (
 type freezeProxy struct {
 	ln     net.Listener
 	frozen atomic.Bool
+	pings  atomic.Int64 // PINGs seen, either way
 	mu     sync.Mutex
 	conns  []net.Conn
 }
@@ -68,6 +70,7 @@ func (p *freezeProxy) pipe(dst, src net.Conn) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if n > 0 {
+			p.pings.Add(int64(bytes.Count(buf[:n], []byte("PING\r\n"))))
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -135,5 +138,74 @@ func TestServerWatch(t *testing.T) {
 		t.Error("a nil watch must change nothing")
 	} else {
 		r()
+	}
+}
+
+// TestServerWatchPingsOnDemand: an idle watch does not ping every
+// Interval (an idle daemon would wake for nothing), but a health check
+// or a call more than Interval after the last ping has one sent at once,
+// and pings go on every Interval while a call waits.
+func TestServerWatchPingsOnDemand(t *testing.T) {
+	s := bustest.StartServer(t, bustest.WithoutJetStream())
+	p := newFreezeProxy(t, s.ListenAddr())
+	nc := bustest.Connect(t, s, bus.ClientConfig{URLs: []string{"nats://" + p.ln.Addr().String()}})
+	const iv = 100 * time.Millisecond
+	w := bus.NewServerWatch(nc, bus.ServerWatchOptions{Interval: iv, IdleInterval: time.Hour, Timeout: 300 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go w.Run(ctx)
+	settle := func() int64 {
+		time.Sleep(50 * time.Millisecond)
+		return p.pings.Load()
+	}
+	waitPings := func(what string, from, want int64) int64 {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Second)
+		for p.pings.Load()-from < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d ping(s), want %d", what, p.pings.Load()-from, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return p.pings.Load()
+	}
+
+	n := settle() // the first ping, at once
+	time.Sleep(8 * iv)
+	if got := p.pings.Load() - n; got != 0 {
+		t.Errorf("idle for %s: %d ping(s), want none", 8*iv, got)
+	}
+	if err := w.Healthy(); err != nil {
+		t.Fatal(err)
+	}
+	n = waitPings("a health check after a pause", n, 1)
+	n = settle()
+	for range 5 { // asked again within Interval: no more pings
+		_ = w.Healthy()
+	}
+	if got := p.pings.Load() - n; got > 1 {
+		t.Errorf("health checks within %s of a ping: %d pings, want at most 1", iv, got)
+	}
+	time.Sleep(2 * iv)
+	n = p.pings.Load()
+	_, release := w.Watch(t.Context())
+	n = waitPings("a call after a pause", n, 1)
+	waitPings("a call waiting", n, 3)
+	release()
+
+	// A call that begins right after a health check had a ping sent:
+	// no new ping at once, but one every Interval while it waits.
+	time.Sleep(3 * iv)
+	n = p.pings.Load()
+	_ = w.Healthy()
+	n = waitPings("a health check after a pause", n, 1)
+	_, release = w.Watch(t.Context())
+	waitPings("a call waiting after a health check", n, 3)
+	release()
+	time.Sleep(3 * iv) // a ping already timed when the call ended may still go
+	n = p.pings.Load()
+	time.Sleep(8 * iv)
+	if got := p.pings.Load() - n; got > 1 {
+		t.Errorf("idle again for %s: %d ping(s), want at most 1", 8*iv, got)
 	}
 }

@@ -301,7 +301,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	}
 	opts.Metrics.SetGateway(g.id, func() int { return len(g.peers.List()) })
 	g.appr = approvalstore.New(approvalstore.Options{Logger: opts.Logger, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
-		Owner: g.id, Alive: g.peers.Alive, OnOwned: g.actOnApproval})
+		Owner: g.id, Alive: g.peers.Alive, AliveKnown: g.peers.Loaded(), OnOwned: g.actOnApproval})
 	no := nodeOptionsFromEnv(opts.Getenv, g.log)
 	g.nodes, err = nodes.Start(nodes.Options{
 		Logger: opts.Logger, Conn: opts.Conn, JS: js, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,

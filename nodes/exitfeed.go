@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/execmesh/execmesh/bus"
@@ -28,9 +29,16 @@ const (
 	// exitRetryDelay is the redelivery delay after OnExit failed.
 	exitRetryDelay = 2 * time.Second
 	// feedCheck is how often the feed checks that its consumer still
-	// exists (a lost store is re-created when it comes back): one
-	// JetStream API request per gateway, and no exit event waits longer.
+	// exists (a lost store is re-created when it comes back) while it
+	// has reason to doubt it: for feedDoubt after the connection to NATS
+	// came back (a server restarted on an empty store) or the consumer
+	// reported an error (missed heartbeats: a server of a cluster lost
+	// it). One JetStream API request per gateway each time.
 	feedCheck = 3 * time.Second
+	feedDoubt = 30 * time.Second
+	// feedCheckIdle is how often it checks otherwise: an idle gateway
+	// wakes for little, and a loss nothing reports is found this late.
+	feedCheckIdle = 30 * time.Second
 )
 
 // exitConsumerName is the durable consumer of the exit stream:
@@ -61,14 +69,16 @@ func (r *Registry) runExitFeed(ctx context.Context) {
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		cons, err := r.ensureExitConsumer(ctx)
 		var cc jetstream.ConsumeContext
-		lost := make(chan struct{}, 1)
+		lost, doubt := make(chan struct{}, 1), make(chan struct{}, 1)
 		if err == nil {
 			cc, err = cons.Consume(r.onExitMsg, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				ch := doubt
 				if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-					select {
-					case lost <- struct{}{}:
-					default:
-					}
+					ch = lost
+				}
+				select {
+				case ch <- struct{}{}:
+				default:
 				}
 				r.log.Debug("exit feed", "err", err)
 			}))
@@ -98,7 +108,7 @@ func (r *Registry) runExitFeed(ctx context.Context) {
 			r.log.Info("consuming node exit events", "stream", stream, "consumer", exitConsumerName(r.opts.Prefix))
 		}
 		attempt = 0
-		if !r.superviseFeed(ctx, cons, lost) {
+		if !r.superviseFeed(ctx, cons, lost, doubt) {
 			return
 		}
 		r.mu.Lock()
@@ -123,9 +133,15 @@ func (r *Registry) FeedHealthy() error {
 }
 
 // superviseFeed waits until the consumer is lost (true) or ctx ends
-// (false).
-func (r *Registry) superviseFeed(ctx context.Context, cons jetstream.Consumer, lost <-chan struct{}) bool {
-	t := time.NewTicker(feedCheck)
+// (false). It checks that the consumer exists every feedCheckIdle, and
+// every feedCheck for feedDoubt after the connection came back or the
+// consumer reported an error (doubt), the first time at once.
+func (r *Registry) superviseFeed(ctx context.Context, cons jetstream.Consumer, lost, doubt <-chan struct{}) bool {
+	nc := r.opts.JS.Conn()
+	reconnected := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(reconnected)
+	var doubtUntil time.Time
+	t := time.NewTimer(feedCheckIdle)
 	defer t.Stop()
 	for {
 		select {
@@ -133,13 +149,26 @@ func (r *Registry) superviseFeed(ctx context.Context, cons jetstream.Consumer, l
 			return false
 		case <-lost:
 			return true
+		case <-reconnected:
+			doubtUntil = time.Now().Add(feedDoubt)
+			t.Reset(0)
+			continue
+		case <-doubt:
+			doubtUntil = time.Now().Add(feedDoubt)
+			t.Reset(0)
+			continue
 		case <-t.C:
-			cctx, cancel := context.WithTimeout(ctx, kvTimeout)
-			_, err := cons.Info(cctx)
-			cancel()
-			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-				return true
-			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, kvTimeout)
+		_, err := cons.Info(cctx)
+		cancel()
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			return true
+		}
+		if time.Now().Before(doubtUntil) {
+			t.Reset(feedCheck)
+		} else {
+			t.Reset(feedCheckIdle)
 		}
 	}
 }

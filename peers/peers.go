@@ -30,8 +30,12 @@ import (
 
 // Defaults.
 const (
-	// DefaultInterval is how often a gateway writes its key.
-	DefaultInterval = 2 * time.Second
+	// DefaultInterval is how often a gateway writes its key: three
+	// times within the key's lifetime (bus.GatewayPresenceTTL, 10 s), so
+	// two writes may be late or lost before a live gateway counts as
+	// gone. Each write is a JetStream file write and wakes every
+	// gateway's watch, so no more often than that.
+	DefaultInterval = 3 * time.Second
 	// opTimeout bounds one bucket operation.
 	opTimeout = 5 * time.Second
 )
@@ -99,7 +103,7 @@ func Start(opts Options) (*Registry, error) {
 	}
 	// A few writes within the key's lifetime, so that a gateway slowed
 	// down for a moment is not taken for gone.
-	opts.Interval = min(opts.Interval, bus.GatewayPresenceTTL/4)
+	opts.Interval = min(opts.Interval, bus.GatewayPresenceTTL/3)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -256,6 +260,10 @@ func (r *Registry) Alive(id string) bool {
 	_, ok := r.peers[id]
 	return ok
 }
+
+// Loaded is closed once the bucket was read: from then on Alive answers
+// from the keys, not "alive" for every gateway.
+func (r *Registry) Loaded() <-chan struct{} { return r.loaded }
 
 // Watch derives from ctx a context that ends when peer id is gone (at
 // once when it is not alive now).
