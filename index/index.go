@@ -103,6 +103,10 @@ type Index struct {
 
 	kv      atomic.Pointer[jetstream.KeyValue]
 	failure atomic.Pointer[error]
+	// created is when the bucket's stream was created (unix ns), 0 until
+	// known: a bucket created anew after the store was lost numbers its
+	// revisions from 1 again (forgetBucket).
+	created atomic.Int64
 
 	loaded     chan struct{} // closed once the cache holds the bucket
 	loadedOnce sync.Once
@@ -156,8 +160,42 @@ func (ix *Index) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 		ix.fail(err)
 		return nil, err
 	}
+	if st, err := kv.Status(ctx); err == nil {
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+			c := bs.StreamInfo().Created.UnixNano()
+			if old := ix.created.Swap(c); old != 0 && old != c {
+				ix.forgetBucket()
+			}
+		}
+	}
 	ix.kv.Store(&kv)
 	return kv, nil
+}
+
+// forgetBucket drops what the cache knows of a bucket that is gone, now
+// that it was created anew: the revisions of its records (the new
+// bucket's start from 1 again, and a cached higher one would make the
+// cache ignore every later write of the same key), the reservations of
+// every gateway and the pool's own (their keys are gone, so they no
+// longer keep their ids from other gateways). The records themselves stay
+// cached: they still route calls to the sessions their hosts run.
+func (ix *Index) forgetBucket() {
+	ix.log.Warn("session index bucket created anew; cached revisions and reservations dropped")
+	ix.mu.Lock()
+	for k, e := range ix.cache {
+		e.revision = 0
+		ix.cache[k] = e
+	}
+	clear(ix.reserved)
+	ix.mu.Unlock()
+	p := &ix.pool
+	p.mu.Lock()
+	p.free = nil
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (ix *Index) fail(err error) {

@@ -332,3 +332,62 @@ func TestDropOnlyWhileReserved(t *testing.T) {
 		t.Fatal("Drop deleted a committed session")
 	}
 }
+
+// TestBucketCreatedAnew: the store loses the bucket and it is created
+// again, its revisions starting from 1. A reservation taken before the
+// loss still becomes a session the cache routes to (a cached revision of
+// the lost bucket no longer hides every later write of its key: the exit
+// event of such a session waited for its record for ever), and the pool
+// holds no reservation of the lost bucket.
+func TestBucketCreatedAnew(t *testing.T) {
+	js, kv := testBucket(t)
+	ix, _ := testIndex(t, js, "gw-a", "run-1")
+	ctx := t.Context()
+	for i := range 40 {
+		if _, err := ix.Allocate(ctx, Record{SessionKey: "agent:main:main", Host: HostNode, HostID: "n1", State: StateRunning, Command: fmt.Sprint("before ", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var r Reservation
+	for range 100 {
+		var err error
+		if r, err = ix.Take(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r.rev > 40 {
+			break
+		}
+	}
+	if r.rev <= 40 {
+		t.Fatalf("no reservation above revision 40 (last %d)", r.rev)
+	}
+	if err := js.DeleteKeyValue(ctx, kv.Bucket()); err != nil {
+		t.Fatal(err)
+	}
+	// The first operation after the loss fails and forgets the bucket;
+	// a later one creates it anew.
+	rec := Record{SessionKey: "agent:main:main", Host: HostNode, HostID: "n1", State: StateRunning, Command: "after"}
+	waitFor(t, "a commit into the new bucket", func() bool { return ix.Commit(ctx, r, rec) == nil })
+	got, ok := ix.Lookup(ctx, r.ID)
+	if !ok || got.Command != "after" || got.State != StateRunning {
+		t.Fatalf("Lookup(%s) after the bucket came back = %+v, %v; want the committed record", r.ID, got, ok)
+	}
+	if ix.Reserved(ctx, r.ID) {
+		t.Fatalf("%s still taken for a reservation", r.ID)
+	}
+	// Later ones come from the new bucket.
+	nkv, err := js.KeyValue(ctx, kv.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		n, err := ix.Take(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := nkv.Get(ctx, n.ID)
+		if err != nil || e.Revision() != n.rev {
+			t.Fatalf("reservation %s (revision %d) not in the new bucket: %v", n.ID, n.rev, err)
+		}
+	}
+}
