@@ -8,10 +8,40 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/execmesh/execmesh/session"
 )
+
+// leaderlessWait bounds how long a write is tried again while the
+// bucket's stream answers "no responders": a clustered stream does while
+// it elects a leader (a server restarted), for a moment; a stream that
+// is gone keeps answering so and is then reported lost (Index.fail).
+const leaderlessWait = 2 * time.Second
+
+// errTaken: a reserved id that another session holds now.
+var errTaken = errors.New("session index: reserved id taken")
+
+// whileLeaderless runs write, again while its stream has no leader,
+// for leaderlessWait at most. Nothing was stored by a write that got no
+// responders, so it is safe to repeat.
+func whileLeaderless(ctx context.Context, write func() error) error {
+	deadline := time.Now().Add(leaderlessWait)
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		err := write()
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
 
 // Pool sizes: the pool is topped up to poolFill in the background; ids
 // given back by foreground runs are kept up to poolKeep (so a burst of
@@ -190,14 +220,22 @@ func (ix *Index) Commit(ctx context.Context, r Reservation, rec Record) error {
 	if err != nil {
 		return fmt.Errorf("session index: %w", err)
 	}
-	actx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	rev, err := kv.Update(actx, r.ID, b, r.rev)
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound) {
-		rev, err = kv.Create(actx, r.ID, b)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("session index: id %s was reserved and is taken by another session", r.ID)
+	var rev uint64
+	err = whileLeaderless(ctx, func() error {
+		actx, cancel := context.WithTimeout(ctx, Timeout)
+		defer cancel()
+		var err error
+		rev, err = kv.Update(actx, r.ID, b, r.rev)
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound) {
+			rev, err = kv.Create(actx, r.ID, b)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				return errTaken
+			}
 		}
+		return err
+	})
+	if errors.Is(err, errTaken) {
+		return fmt.Errorf("session index: id %s was reserved and is taken by another session", r.ID)
 	}
 	if err != nil {
 		err = cause(ctx, err)
@@ -308,9 +346,14 @@ func (ix *Index) createRecord(ctx context.Context, rec Record) (string, uint64, 
 		if ix.cached(candidate) {
 			return true
 		}
-		actx, cancel := context.WithTimeout(ctx, Timeout)
-		defer cancel()
-		r, err := kv.Create(actx, candidate, b)
+		var r uint64
+		err := whileLeaderless(ctx, func() error {
+			actx, cancel := context.WithTimeout(ctx, Timeout)
+			defer cancel()
+			var err error
+			r, err = kv.Create(actx, candidate, b)
+			return err
+		})
 		switch {
 		case err == nil:
 			rev = r

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/execmesh/execmesh/bus"
@@ -389,5 +390,43 @@ func TestBucketCreatedAnew(t *testing.T) {
 		if err != nil || e.Revision() != n.rev {
 			t.Fatalf("reservation %s (revision %d) not in the new bucket: %v", n.ID, n.rev, err)
 		}
+	}
+}
+
+// TestWhileLeaderless: a write that found no stream leader is tried
+// again (nothing was stored), other outcomes end it at once, and a
+// stream that keeps answering so ends it within leaderlessWait.
+func TestWhileLeaderless(t *testing.T) {
+	other := errors.New("wrong last sequence")
+	for _, tc := range []struct {
+		name    string
+		results []error // what the write returns, call by call; the last repeats
+		want    error
+		calls   int // exact, 0: more than one
+	}{
+		{"leader elected", []error{jetstream.ErrNoStreamResponse, nats.ErrNoResponders, nil}, nil, 3},
+		{"first try", []error{nil}, nil, 1},
+		{"other error", []error{other}, other, 1},
+		{"leaderless then other", []error{jetstream.ErrNoStreamResponse, other}, other, 2},
+		{"no leader for good", []error{jetstream.ErrNoStreamResponse}, jetstream.ErrNoStreamResponse, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			start := time.Now()
+			err := whileLeaderless(t.Context(), func() error {
+				r := tc.results[min(calls, len(tc.results)-1)]
+				calls++
+				return r
+			})
+			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if tc.calls != 0 && calls != tc.calls {
+				t.Fatalf("%d calls, want %d", calls, tc.calls)
+			}
+			if tc.calls == 0 && (calls < 2 || time.Since(start) > leaderlessWait+time.Second) {
+				t.Fatalf("%d calls in %s", calls, time.Since(start))
+			}
+		})
 	}
 }
