@@ -132,7 +132,7 @@ func (g *Gateway) takeID(ctx context.Context, rec index.Record, req protocol.Exe
 	sid := startID{id: res.ID, res: res, rec: rec}
 	if starterOf(ctx) != nil || (req.Args.Background && !req.Sync) {
 		if err := g.index.Commit(ctx, res, rec); err != nil {
-			g.spawn(func(ctx context.Context) { g.index.Drop(ctx, res) })
+			g.forgetStart(sid)
 			return startID{}, err
 		}
 		sid.committed = true

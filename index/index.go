@@ -390,21 +390,27 @@ func (ix *Index) Update(ctx context.Context, id string, fn func(*Record) bool) e
 
 // Remove forgets id.
 func (ix *Index) Remove(ctx context.Context, id string) {
-	ctx, release := ix.watched(ctx)
-	defer release()
-	kv, err := ix.bucket(ctx)
-	if err != nil {
-		return
-	}
-	actx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	if err := kv.Delete(actx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := ix.deleteKey(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		ix.log.Debug("index delete", "sessionId", id, "err", err)
 	}
 	ix.mu.Lock()
 	delete(ix.cache, id)
 	delete(ix.reserved, id)
 	ix.mu.Unlock()
+}
+
+// deleteKey deletes key id from the bucket, under opts (a revision it
+// must be at).
+func (ix *Index) deleteKey(ctx context.Context, id string, opts ...jetstream.KVDeleteOpt) error {
+	ctx, release := ix.watched(ctx)
+	defer release()
+	kv, err := ix.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	return kv.Delete(actx, id, opts...)
 }
 
 // Scope returns the records of sessionKey whose host is matched by want.

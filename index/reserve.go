@@ -266,15 +266,7 @@ func (ix *Index) Drop(ctx context.Context, r Reservation) { ix.drop(ctx, r) }
 
 // drop deletes reservation r, only while it is one (at its revision).
 func (ix *Index) drop(ctx context.Context, r Reservation) {
-	ctx, release := ix.watched(ctx)
-	defer release()
-	kv, err := ix.bucket(ctx)
-	if err != nil {
-		return
-	}
-	actx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	if err := kv.Delete(actx, r.ID, jetstream.LastRevision(r.rev)); err != nil {
+	if err := ix.deleteKey(ctx, r.ID, jetstream.LastRevision(r.rev)); err != nil {
 		ix.log.Debug("reservation delete", "sessionId", r.ID, "err", err)
 		return
 	}
