@@ -154,6 +154,11 @@ func (n *testNode) startBeating() {
 	n.stopBeating()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	// Its stop is set before the first beat: a test that stops it as
+	// soon as the node is heard must find it.
+	n.mu.Lock()
+	n.stop = func() { cancel(); <-done }
+	n.mu.Unlock()
 	go func() {
 		defer close(done)
 		t := time.NewTicker(testBeatEvery)
@@ -167,9 +172,6 @@ func (n *testNode) startBeating() {
 			}
 		}
 	}()
-	n.mu.Lock()
-	n.stop = func() { cancel(); <-done }
-	n.mu.Unlock()
 }
 
 func (n *testNode) stopBeating() {
