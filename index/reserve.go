@@ -18,7 +18,7 @@ import (
 // bucket's stream answers "no responders": a clustered stream does while
 // it elects a leader (a server restarted), for a moment; a stream that
 // is gone keeps answering so and is then reported lost (Index.fail).
-const leaderlessWait = 2 * time.Second
+const leaderlessWait = 5 * time.Second
 
 // errTaken: a reserved id that another session holds now.
 var errTaken = errors.New("session index: reserved id taken")

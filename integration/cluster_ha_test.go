@@ -361,13 +361,23 @@ func (g *haGW) call(sessionKey, tool string, args map[string]any, idem string) c
 	return r
 }
 
+// mustCall makes one call as an agent does: a retryable answer (a 503
+// while a clustered stream elects its leader after a server restart,
+// say) is sent again for up to 30 s; any other failure ends the test.
 func (g *haGW) mustCall(t *testing.T, sessionKey, tool string, args map[string]any) protocol.Result {
 	t.Helper()
-	r := g.call(sessionKey, tool, args, "")
-	if r.Status != 200 || r.Result == nil {
-		t.Fatalf("%s via %s: %d %s", tool, g.name, r.Status, r.Raw)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := g.call(sessionKey, tool, args, "")
+		if r.Status == 200 && r.Result != nil {
+			return *r.Result
+		}
+		if r.Error == nil || !r.Error.Retryable || time.Now().After(deadline) {
+			t.Fatalf("%s via %s: %d %s", tool, g.name, r.Status, r.Raw)
+		}
+		t.Logf("%s via %s: retryable %d %s; sent again", tool, g.name, r.Status, r.Raw)
+		time.Sleep(200 * time.Millisecond)
 	}
-	return *r.Result
 }
 
 // callOnce starts an exec with an Idempotency-Key as a client of an HA
