@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -123,4 +124,14 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkExecBare is BenchmarkExecContainment's baseline: the same
+// command through os/exec with its output captured, in the same process.
+func BenchmarkExecBare(b *testing.B) {
+	for b.Loop() {
+		if out, err := exec.Command("/bin/sh", "-c", "echo hi").Output(); err != nil || string(out) != "hi\n" {
+			b.Fatalf("%q %v", out, err)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -453,6 +454,10 @@ func (m *Manager) finishSession(s *session, st exitStatus, cause error) {
 	}
 	close(s.done)
 	s.mu.Unlock()
+	// The caller waiting on done (a foreground call) is next on this P:
+	// let it answer before the exit's bookkeeping and the tree's release,
+	// which would otherwise hold it back by their whole length.
+	runtime.Gosched()
 	if backgrounded && !s.refused {
 		m.markExitPending(s)
 		m.emitExit(s)

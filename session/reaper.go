@@ -178,6 +178,39 @@ func (r *Reaper) hintExit(pid int) {
 	}
 }
 
+// awaitExit is hintExit for the reader that saw leader pid's output end:
+// the exit follows within moments (the kernel closes a process's files
+// before it turns it into a zombie), so the reader waits for it on a pidfd
+// in the runtime's poller and collects it itself. That takes the exit
+// without the detour through SIGCHLD and os/signal, whose thread has to be
+// woken first (tens of µs on a quiet machine, the largest wait on a short
+// command's path). A leader that lives on after closing its output is
+// left to the hint and the Reaper's passes after hintAge, as is any leader
+// when no pidfd can be had.
+func (r *Reaper) awaitExit(pid int) {
+	r.hintExit(pid)
+	if pid <= 0 || r.collect(pid) {
+		return
+	}
+	// The pid cannot be reused meanwhile: it is our child, not yet waited for.
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd") // non-blocking, so in the poller
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil || f.SetReadDeadline(time.Now().Add(hintAge)) != nil {
+		return
+	}
+	waited := false
+	// A pidfd turns readable when its process exits; the first call only
+	// sends Read to the poller.
+	if rc.Read(func(uintptr) bool { w := waited; waited = true; return w }) == nil {
+		r.collect(pid)
+	}
+}
+
 // hintAge is how long a hint is kept for a leader that has not exited
 // (its output may have ended a moment before its exit; or it closed its
 // output and lives on, and only a full pass finds its exit).

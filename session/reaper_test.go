@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"log/slog"
 	"syscall"
 	"testing"
 	"time"
@@ -191,4 +192,79 @@ func TestReaperLeaderExitedBeforeRegistration(t *testing.T) {
 		t.Fatalf("exit status %d, want 7", st.ws.ExitStatus())
 	}
 	t.Logf("collected %v after its registration", time.Since(t0))
+}
+
+// TestReaperAwaitExit: the reader that saw a leader's output end collects
+// its exit itself, on a pidfd, with no pass of the Reaper (this Reaper
+// has no run loop, so nothing else takes SIGCHLD); a leader that lives on
+// after closing its output is left registered after hintAge.
+func TestReaperAwaitExit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		script  string
+		exits   bool
+		maxWait time.Duration
+	}{
+		{"exit after closing output", "exec >&- 2>&-; sleep 0.1; exit 3", true, hintAge},
+		{"lives on after closing output", "exec >&- 2>&-; sleep 5", false, hintAge + time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Reaper{
+				log:     slog.New(slog.DiscardHandler),
+				kick:    make(chan struct{}, 1),
+				leaders: map[int]chan<- exitStatus{},
+				zombies: map[int]time.Time{},
+				hinted:  map[int]time.Time{},
+			}
+			var p [2]int
+			if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+				t.Fatal(err)
+			}
+			register := r.spawn()
+			pid, err := syscall.ForkExec("/bin/sh", []string{"/bin/sh", "-c", tc.script}, &syscall.ProcAttr{Files: []uintptr{0, uintptr(p[1]), uintptr(p[1])}})
+			_ = unix.Close(p[1])
+			if err != nil {
+				register(0, nil)
+				t.Fatal(err)
+			}
+			ch := make(chan exitStatus, 1)
+			register(pid, ch)
+			t.Cleanup(func() {
+				_ = unix.Kill(pid, unix.SIGKILL)
+				var ws unix.WaitStatus
+				_, _ = wait4(pid, &ws, 0, nil)
+			})
+			var buf [16]byte
+			for {
+				if n, err := unix.Read(p[0], buf[:]); n <= 0 || err != nil {
+					break
+				}
+			}
+			_ = unix.Close(p[0])
+			t0 := time.Now()
+			r.awaitExit(pid)
+			if took := time.Since(t0); took > tc.maxWait {
+				t.Fatalf("awaitExit took %v, want at most %v", took, tc.maxWait)
+			}
+			select {
+			case st := <-ch:
+				if !tc.exits {
+					t.Fatalf("collected a leader that lives on: %+v", st)
+				}
+				if st.err != nil || st.ws.ExitStatus() != 3 {
+					t.Fatalf("exit status %d (%v), want 3", st.ws.ExitStatus(), st.err)
+				}
+			default:
+				if tc.exits {
+					t.Fatal("awaitExit returned without the leader's exit status")
+				}
+				r.mu.Lock()
+				registered := r.leaders[pid] != nil
+				r.mu.Unlock()
+				if !registered {
+					t.Fatal("a leader that lives on is no longer registered")
+				}
+			}
+		})
+	}
 }

@@ -351,16 +351,14 @@ func (s *session) readPipe(r *os.File, w *streamWriter) {
 		s.log.Debug("output read ended", "err", err)
 	}
 	if s.readersLeft.Add(-1) == 0 {
-		s.m.reaper.hintExit(s.pid)
 		close(s.readersDone)
+		s.m.reaper.awaitExit(s.pid)
 	}
 }
 
 // readPTY copies the PTY's output until the terminal hangs up (EIO once
 // the session leader exited) or the master is closed.
 func (s *session) readPTY() {
-	defer close(s.readersDone)
-	defer s.m.reaper.hintExit(s.pid)
 	var rb readBuffer
 	for {
 		n, err := s.ptmx.Read(rb.next())
@@ -377,6 +375,8 @@ func (s *session) readPTY() {
 		}
 	}
 	s.stdout.finish()
+	close(s.readersDone)
+	s.m.reaper.awaitExit(s.pid)
 }
 
 // run owns the session after spawn: it waits for the exit, records it and
