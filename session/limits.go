@@ -108,6 +108,12 @@ const readBufferSize = 64 << 10
 // (F_SETPIPE_SZ), so a fast writer blocks less often on a slow reader.
 const pipeBufferSize = 1 << 20
 
+// floodReadBuffer bounds one gathered read of a flooding pipe: what the
+// kernel buffer holds once a read returns, and whatever arrived while the
+// last was processed, is taken in one piece, so that the cut to the
+// retained window and its copies are paid per few MiB, not per MiB.
+const floodReadBuffer = 4 << 20
+
 // Environment variables: read by ApplyEnv, and set for commands.
 const (
 	envYieldMs          = "OPENCLAW_BASH_YIELD_MS"

@@ -30,6 +30,18 @@ type procInfo struct {
 // Linux architecture.
 const clockTicks = 100
 
+// bootTicks is CLOCK_BOOTTIME in clock ticks, the clock and unit of a
+// process's start time in /proc/<pid>/stat (the kernel takes the boot
+// clock at fork and shows it divided down to USER_HZ; both sides include
+// a time namespace's offset). 0 when the clock cannot be read.
+func bootTicks() uint64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		return 0
+	}
+	return uint64(ts.Nano()) / (uint64(time.Second) / clockTicks)
+}
+
 // procSnapshot is the process table as one read of /proc found it.
 type procSnapshot struct {
 	procs    map[int]procInfo

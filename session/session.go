@@ -193,12 +193,15 @@ func (s *session) startPipes(argv, env []string) (err error) {
 		return err
 	}
 	register := s.m.reaper.spawn()
+	var forked [2]uint64
+	forked[0] = bootTicks()
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Dir:   s.cwd,
 		Env:   env,
 		Files: []uintptr{uintptr(stdin), uintptr(p[0][1]), uintptr(p[1][1])},
 		Sys:   attr,
 	})
+	forked[1] = bootTicks()
 	release()
 	// The child has its copies; ours would keep the pipes open for ever.
 	_ = unix.Close(p[0][1])
@@ -211,7 +214,7 @@ func (s *session) startPipes(argv, env []string) (err error) {
 		return &os.PathError{Op: "fork/exec", Path: path, Err: err}
 	}
 	s.pid = pid
-	s.releaseProcess(register)
+	s.releaseProcess(register, forked)
 	started(s.pid)
 	for i := range p {
 		// Non-blocking, so reads wait in the poller and drainOutput's
@@ -274,14 +277,24 @@ func dedupEnv(env []string) ([]string, error) {
 // commands would hold ten thousand threads (the runtime's limit). PTY
 // sessions let go of os/exec's process handle (and the pidfd it keeps);
 // they never call exec.Cmd.Wait.
-func (s *session) releaseProcess(register func(int, chan<- exitStatus)) {
+//
+// forked is the fork's bracket of boot-clock ticks (bootTicks before and
+// after it): when both fall in one tick, that tick is the leader's start
+// time and /proc is not read, which on a short command's path costs tens
+// of µs (the read competes with the new program's loader).
+func (s *session) releaseProcess(register func(int, chan<- exitStatus), forked [2]uint64) {
 	s.exitCh = make(chan exitStatus, 1)
 	register(s.pid, s.exitCh)
-	// Read after the registration, which the start time must not delay;
-	// the pid stays the leader's until the session takes its status.
-	var buf [512]byte
-	if p, ok := readProcStat(s.pid, buf[:]); ok {
-		s.leaderStart = p.start
+	if forked[0] != 0 && forked[0] == forked[1] {
+		s.leaderStart = forked[0]
+	} else {
+		// Read after the registration, which the start time must not
+		// delay; the pid stays the leader's until the session takes its
+		// status.
+		var buf [512]byte
+		if p, ok := readProcStat(s.pid, buf[:]); ok {
+			s.leaderStart = p.start
+		}
 	}
 	if s.cmd != nil {
 		_ = s.cmd.Process.Release()
@@ -318,7 +331,7 @@ func (s *session) startPTY(argv, env []string) error {
 	}
 	s.pid = cmd.Process.Pid
 	s.cmd = cmd
-	s.releaseProcess(register) // Release sets cmd.Process.Pid to -1
+	s.releaseProcess(register, [2]uint64{}) // Release sets cmd.Process.Pid to -1
 	started(s.pid)
 	// creack/pty used Fd(), which switched the master to blocking mode;
 	// switch it back once, so reads wait in the poller and Close
@@ -362,8 +375,8 @@ func (s *session) readPTY() {
 	var rb readBuffer
 	for {
 		n, err := s.ptmx.Read(rb.next())
-		if n > 0 {
-			s.stdout.consume(rb.filled(n))
+		if rb.fill += n; n > 0 {
+			s.stdout.consume(rb.take())
 		}
 		if err != nil {
 			// EIO is the normal end of a PTY; os.ErrClosed follows our
@@ -615,15 +628,40 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 
 // ReadFrom implements io.ReaderFrom: it reads until EOF or until the pipe
 // is closed (drainOutput).
+//
+// A flooding pipe (readBuffer.flood) is read in batches: reads go on into
+// the batch while it has room, for at most floodBatchWait, and the batch
+// is consumed as one piece. The reader keeps up with a fast writer in
+// small reads (a writer's 8 KiB at a time), and each piece costs its
+// sanitizing, the copy into the buffers and the cut to their caps; one
+// piece per batch pays that once, and only for the newest output the
+// retention cap keeps.
 func (w *streamWriter) ReadFrom(r io.Reader) (int64, error) {
 	var rb readBuffer
 	rb.pipe = r
+	dl, _ := r.(interface{ SetReadDeadline(time.Time) error })
 	var total int64
+	deadline := false // a batch deadline is set on r
 	for {
 		n, err := r.Read(rb.next())
-		if n > 0 {
-			total += int64(n)
-			w.consume(rb.filled(n))
+		total += int64(n)
+		rb.fill += n
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = nil // the batch waited long enough
+		} else if err == nil && rb.batching() && dl != nil {
+			if !deadline {
+				deadline = dl.SetReadDeadline(time.Now().Add(floodBatchWait)) == nil
+			}
+			if deadline {
+				continue
+			}
+		}
+		if deadline {
+			_ = dl.SetReadDeadline(time.Time{})
+			deadline = false
+		}
+		if p := rb.take(); len(p) > 0 {
+			w.consume(p)
 		}
 		if err == io.EOF {
 			return total, nil
@@ -662,45 +700,62 @@ func (w *streamWriter) finish() {
 // readBuffer grows with the output rate: it starts small, so that idle
 // sessions hold little memory while blocked in a read, and doubles up to
 // readBufferSize while reads fill it. A pipe that keeps filling the
-// largest buffer gets a larger kernel buffer too, and then reads grow to
-// the pipe's size: a flood is read in 1 MiB steps, so the per-read work
-// (a syscall, the sanitizer's cut to the retained window, the copy of that
-// window) is paid 16 times less often.
+// largest buffer is a flood: it gets a larger kernel buffer, and its
+// reads are gathered into batches of up to floodReadBuffer (ReadFrom), so
+// that the per-piece work (the sanitizer's cut to the retained window,
+// the copy of that window) is paid per batch, not per read. A batch that
+// comes back nearly empty ends the flood and the large buffer goes.
 type readBuffer struct {
-	buf     []byte
-	pipe    io.Reader // the pipe being read, for F_SETPIPE_SZ; nil for PTYs
-	full    int       // consecutive reads that filled the largest buffer
-	widened bool
+	buf   []byte
+	fill  int       // bytes of buf read and not taken yet
+	pipe  io.Reader // the pipe being read, for F_SETPIPE_SZ; nil for PTYs
+	full  int       // consecutive reads that filled the largest buffer
+	flood bool
 }
 
 const initialReadBuffer = 1 << 10
 
+// floodBatchWait bounds how long a flood's output waits in its batch: a
+// poll sees it at most this late.
+const floodBatchWait = 2 * time.Millisecond
+
+// next returns the free part of the buffer, for one read.
 func (rb *readBuffer) next() []byte {
 	if rb.buf == nil {
 		rb.buf = make([]byte, initialReadBuffer)
 	}
-	return rb.buf
+	return rb.buf[rb.fill:]
 }
 
-// filled records a read of n bytes and returns them.
-func (rb *readBuffer) filled(n int) []byte {
-	p := rb.buf[:n]
-	if n < len(rb.buf) {
+// batching reports whether the next read should go on into the batch
+// rather than hand it over: a flood with room for another pipe's worth.
+func (rb *readBuffer) batching() bool {
+	return rb.flood && rb.fill <= len(rb.buf)-pipeBufferSize
+}
+
+// take hands over what was read and sizes the buffer for the next reads.
+// The bytes stay valid until the next read: a grown buffer is a new one.
+func (rb *readBuffer) take() []byte {
+	p := rb.buf[:rb.fill]
+	n := rb.fill
+	rb.fill = 0
+	switch {
+	case rb.flood:
+		if n <= len(rb.buf)/64 {
+			// The flood is over: do not hold its buffer while blocked.
+			rb.flood, rb.full = false, 0
+			rb.buf = make([]byte, readBufferSize)
+		}
+	case n < len(rb.buf):
 		rb.full = 0
-		return p
-	}
-	limit := readBufferSize
-	if rb.widened {
-		limit = pipeBufferSize
-	}
-	if len(rb.buf) < limit {
-		// Grow for the next read; p stays valid until consumed.
+	case len(rb.buf) < readBufferSize:
 		rb.buf = make([]byte, len(rb.buf)*2)
-		return p
-	}
-	if rb.full++; rb.full >= 4 && !rb.widened && rb.pipe != nil {
-		rb.widened = true
-		widenPipe(rb.pipe)
+	default:
+		if rb.full++; rb.full >= 4 && rb.pipe != nil {
+			rb.flood = true
+			widenPipe(rb.pipe)
+			rb.buf = make([]byte, floodReadBuffer)
+		}
 	}
 	return p
 }

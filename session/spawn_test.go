@@ -2,9 +2,15 @@ package session
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+
+	"github.com/execmesh/execmesh/protocol"
 )
 
 // TestDedupEnv: the environment a pipe session is spawned with follows
@@ -46,5 +52,118 @@ func TestPipeSessionStdin(t *testing.T) {
 		if got := strings.TrimSpace(res.Text()); got != "/dev/null\ndone" {
 			t.Errorf("stdin: %q", got)
 		}
+	}
+}
+
+// TestBootTicksIsProcStart: a fork bracketed by two equal bootTicks
+// started in that tick, as /proc/<pid>/stat shows it, and a session's
+// leader start time is /proc's whichever way it was found.
+func TestBootTicksIsProcStart(t *testing.T) {
+	bracketed := 0
+	for range 100 {
+		t0 := bootTicks()
+		pid, err := syscall.ForkExec("/bin/sh", []string{"/bin/sh", "-c", "exit 0"}, &syscall.ProcAttr{})
+		t1 := bootTicks()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf [512]byte
+		p, ok := readProcStat(pid, buf[:])
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, 0, nil)
+		if !ok {
+			t.Fatalf("no /proc/%d/stat before the wait", pid)
+		}
+		if p.start < t0 || p.start > t1 {
+			t.Fatalf("pid %d started at tick %d, outside its fork's bracket [%d, %d]", pid, p.start, t0, t1)
+		}
+		if t0 == t1 {
+			bracketed++
+		}
+	}
+	if bracketed < 50 {
+		t.Fatalf("only %d of 100 forks fell within one tick", bracketed)
+	}
+
+	m := newManager(t, nil)
+	for range 20 {
+		res, err := m.Exec(t.Context(), ExecRequest{Command: "sleep 5", Background: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := m.lookup("", res.SessionID())
+		var buf [512]byte
+		p, ok := readProcStat(s.pid, buf[:])
+		if !ok || p.start != s.leaderStart {
+			t.Fatalf("session %s: leader start %d, /proc says %d (%v)", s.id, s.leaderStart, p.start, ok)
+		}
+		m.Process(t.Context(), "", protocol.ProcessArgs{Action: "kill", SessionID: s.id})
+	}
+}
+
+// TestFloodReadInBatches: a command flooding its stdout is read in
+// batches far larger than its writes (8 KiB at a time, which a reader
+// keeping up would see one by one), and what is retained is the same:
+// the newest output, ending with the last line.
+func TestFloodReadInBatches(t *testing.T) {
+	var pieces, bytes atomic.Int64
+	m := newManager(t, func(c *Config) {
+		c.OnOutput = func(n int) { pieces.Add(1); bytes.Add(int64(n)) }
+	})
+	const size = 256 << 20
+	res, err := m.Exec(t.Context(), ExecRequest{
+		Command:     fmt.Sprintf("head -c %d /dev/zero; echo END", size),
+		Synchronous: true,
+	})
+	if err != nil || res.Status() != protocol.StatusCompleted {
+		t.Fatalf("%v %s", err, res.Status())
+	}
+	if bytes.Load() != size+4 {
+		t.Fatalf("read %d bytes, want %d", bytes.Load(), size+4)
+	}
+	if avg := bytes.Load() / pieces.Load(); avg < 256<<10 {
+		t.Fatalf("%d pieces of %d bytes on average: the flood was not batched", pieces.Load(), avg)
+	}
+	text := res.Text()
+	if !strings.HasSuffix(strings.TrimSpace(text), `\x00\x00END`) {
+		t.Fatalf("retained output ends %q", text[max(0, len(text)-40):])
+	}
+}
+
+// TestReadBufferSizes: the read buffer grows while reads fill it, turns
+// to batching after four full reads of the largest, and gives the flood's
+// buffer back when a batch comes back nearly empty.
+func TestReadBufferSizes(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	rb := readBuffer{pipe: r}
+	fillAll := func() { rb.fill = len(rb.next()) + rb.fill }
+	for len(rb.next()) < readBufferSize {
+		fillAll()
+		rb.take()
+	}
+	if rb.flood || len(rb.buf) != readBufferSize {
+		t.Fatalf("after growth: flood %v, buffer %d", rb.flood, len(rb.buf))
+	}
+	for range 4 {
+		fillAll()
+		rb.take()
+	}
+	if !rb.flood || len(rb.buf) != floodReadBuffer || !rb.batching() {
+		t.Fatalf("after four full reads: flood %v, buffer %d, batching %v", rb.flood, len(rb.buf), rb.batching())
+	}
+	rb.fill = floodReadBuffer - pipeBufferSize + 1
+	if rb.batching() {
+		t.Fatal("batching with less than a pipe's worth of room")
+	}
+	rb.take()
+	rb.fill = 100
+	rb.take()
+	if rb.flood || len(rb.buf) != readBufferSize {
+		t.Fatalf("after a nearly empty batch: flood %v, buffer %d", rb.flood, len(rb.buf))
 	}
 }
