@@ -225,7 +225,8 @@ type cgroupManager struct {
 // spareGroup is an empty session group kept for reuse.
 type spareGroup struct {
 	dir             cgroup.Dir
-	cpuUser, cpuSys uint64 // cpu.stat when it was put back
+	files           *cgroup.Files // its control files, kept open; nil when not
+	cpuUser, cpuSys uint64        // cpu.stat when it was put back
 }
 
 // maxSpareGroups bounds the empty groups a Manager keeps for reuse.
@@ -268,6 +269,9 @@ func (c *cgroupManager) removeSpares() error {
 	c.mu.Unlock()
 	var errs []error
 	for _, g := range spares {
+		if g.files != nil {
+			g.files.Close()
+		}
 		errs = append(errs, g.dir.Remove())
 	}
 	return errors.Join(errs...)
@@ -382,6 +386,10 @@ type tree interface {
 	release()
 	// where describes the tree for the state dir record.
 	where(r *record)
+	// backgrounded is called when the session turns into a background
+	// one, which may run for long: the tree lets go of what it keeps for
+	// a short command's exit.
+	backgrounded()
 }
 
 // newTree makes the containment of a new session.
@@ -405,6 +413,12 @@ type cgroupTree struct {
 	cpuUser, cpuSys uint64
 
 	mu sync.Mutex
+	// files are the group's control files, kept open while the session
+	// is a foreground one (a short command's exit reads them four times)
+	// and passed on with the group when it becomes a spare. A session
+	// that may run for long (background) holds none: its descriptors are
+	// its two pipes.
+	files *cgroup.Files
 	// The inotify watch of cgroup.events is set up on first need (a kill
 	// waiting for the tree to go, a tree that outlives its session):
 	// most sessions end with their leader and never need it.
@@ -422,7 +436,7 @@ const pollInterval = 50 * time.Millisecond
 func (m *Manager) newCgroupTree(s *session, l protocol.Limits) (*cgroupTree, error) {
 	t := &cgroupTree{m: m, s: s, name: s.treeName, changed: make(chan struct{}, 1), limits: l}
 	if g, ok := m.cg.takeSpare(); ok {
-		t.dir, t.cpuUser, t.cpuSys = g.dir, g.cpuUser, g.cpuSys
+		t.dir, t.files, t.cpuUser, t.cpuSys = g.dir, g.files, g.cpuUser, g.cpuSys
 	} else {
 		t.dir = m.cg.dir.Child(s.treeName)
 		if err := t.dir.Create(); err != nil {
@@ -430,10 +444,30 @@ func (m *Manager) newCgroupTree(s *session, l protocol.Limits) (*cgroupTree, err
 		}
 	}
 	if err := t.setLimits(l); err != nil {
+		if t.files != nil {
+			t.files.Close()
+		}
 		_ = t.dir.Remove()
 		return nil, err
 	}
+	switch {
+	case s.backgrounded:
+		t.backgrounded()
+	case t.files == nil:
+		t.files, _ = cgroup.OpenFiles(t.dir) // best effort: nil reads by path
+	}
 	return t, nil
+}
+
+// backgrounded gives back the kept control files: the session may run
+// for long now, and holds no more descriptors than its pipes.
+func (t *cgroupTree) backgrounded() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.files != nil {
+		t.files.Close()
+		t.files = nil
+	}
 }
 
 // watch sets up the inotify watch of the group's cgroup.events, once;
@@ -497,6 +531,15 @@ func (t *cgroupTree) onEvent() {
 }
 
 func (t *cgroupTree) prepare(attr *syscall.SysProcAttr) (func(int), error) {
+	t.mu.Lock()
+	if t.files != nil {
+		// t.mu is held across the fork, so that the descriptor stays
+		// open until the child is in the group.
+		attr.UseCgroupFD = true
+		attr.CgroupFD = t.files.DirFD()
+		return func(int) { t.mu.Unlock() }, nil
+	}
+	t.mu.Unlock()
 	fd, err := t.dir.OpenFD()
 	if err != nil {
 		return nil, err
@@ -591,7 +634,7 @@ func (t *cgroupTree) members() []int {
 
 func (t *cgroupTree) usage(*exitStatus) protocol.Usage {
 	u := protocol.Usage{Scope: protocol.UsageScopeTree}
-	if user, sys, err := t.dir.CPUStat(); err == nil {
+	if user, sys, err := t.cpuStat(); err == nil {
 		u.CPUUserMs, u.CPUSystemMs = int64((user-min(user, t.cpuUser))/1000), int64((sys-min(sys, t.cpuSys))/1000)
 	}
 	if t.has("memory") {
@@ -605,6 +648,16 @@ func (t *cgroupTree) usage(*exitStatus) protocol.Usage {
 		}
 	}
 	return u
+}
+
+// cpuStat reads cpu.stat, on the kept file when there is one.
+func (t *cgroupTree) cpuStat() (user, sys uint64, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.files != nil {
+		return t.files.CPUStat()
+	}
+	return t.dir.CPUStat()
 }
 
 // has reports whether controller is enabled for the session groups.
@@ -621,7 +674,11 @@ func (t *cgroupTree) oomKilled() bool {
 }
 
 func (t *cgroupTree) release() {
-	if t.recycle() || t.tryRemove() {
+	if t.recycle() {
+		return
+	}
+	t.backgrounded() // the group is not passed on: its files go
+	if t.tryRemove() {
 		return
 	}
 	// Processes of a finished command live on (a daemon it started):
@@ -648,18 +705,30 @@ func (t *cgroupTree) recycle() bool {
 		return false
 	}
 	var buf [128]byte
-	b, ok := readRaw(t.dir.Path+"/cgroup.events", buf[:])
-	if !ok || !bytes.Contains(b, []byte("populated 0\n")) || !bytes.Contains(b, []byte("frozen 0\n")) || t.dir.Descendants() != 0 {
+	var b []byte
+	var ok bool
+	descendants := func() uint64 { return t.dir.Descendants() }
+	cpuStat := t.dir.CPUStat
+	if f := t.files; f != nil {
+		var err error
+		b, err = f.Events(buf[:])
+		ok = err == nil
+		descendants, cpuStat = f.Descendants, f.CPUStat
+	} else {
+		b, ok = readRaw(t.dir.Path+"/cgroup.events", buf[:])
+	}
+	if !ok || !bytes.Contains(b, []byte("populated 0\n")) || !bytes.Contains(b, []byte("frozen 0\n")) || descendants() != 0 {
 		return false
 	}
 	if t.limits.CPUMax > 0 && t.dir.Write("cpu.max", "max") != nil {
 		return false
 	}
-	g := spareGroup{dir: t.dir}
+	g := spareGroup{dir: t.dir, files: t.files}
 	var err error
-	if g.cpuUser, g.cpuSys, err = t.dir.CPUStat(); err != nil || !cg.putSpare(g) {
+	if g.cpuUser, g.cpuSys, err = cpuStat(); err != nil || !cg.putSpare(g) {
 		return false
 	}
+	t.files = nil // the spare's now
 	t.removed = true
 	t.m.treeGone(t.name)
 	return true

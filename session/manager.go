@@ -40,6 +40,8 @@ type Manager struct {
 	selfPID   int
 	selfPGID  int
 
+	workdirs workdirCache
+
 	reaper    *Reaper
 	ownReaper bool           // made by NewManager, closed by Close
 	cg        *cgroupManager // nil in process-group containment
@@ -177,7 +179,7 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 	if err := req.Limits.Validate(func(k string) string { return "limits." + k }); err != nil {
 		return protocol.Result{}, err
 	}
-	cwd, ok := resolveWorkdir(req.Workdir)
+	cwd, ok := m.workdirs.resolve(req.Workdir)
 	if !ok {
 		return unavailableWorkdirResult(cwd, warningText, startedAt), nil
 	}
@@ -228,6 +230,7 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 		case <-s.done:
 		case <-t.C:
 			if s.markBackgrounded() {
+				s.tree.backgrounded()
 				return s.runningResult(warningText), nil
 			}
 			<-s.done
@@ -813,6 +816,51 @@ func (m *Manager) acknowledge(s *session) {
 	if m.cfg.OnAcknowledged != nil {
 		m.cfg.OnAcknowledged(s.scopeKey, s.id)
 	}
+}
+
+// workdirCache remembers where working directories resolved to, by the
+// directory a path names (device and inode): a call then costs one stat
+// instead of a stat per path component. A path that names another
+// directory since (a symlink retargeted, a directory replaced) misses.
+type workdirCache struct {
+	mu      sync.Mutex
+	entries map[string]workdirEntry
+}
+
+type workdirEntry struct {
+	dev, ino uint64
+	resolved string
+}
+
+// maxWorkdirs bounds the cache; it starts over when full.
+const maxWorkdirs = 256
+
+// resolve is resolveWorkdir, cached for non-empty paths.
+func (c *workdirCache) resolve(workdir string) (string, bool) {
+	path := jsTrim(workdir)
+	if path == "" || workdir == "" {
+		return resolveWorkdir(workdir)
+	}
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return path, false
+	}
+	c.mu.Lock()
+	e, ok := c.entries[path]
+	c.mu.Unlock()
+	if ok && e.dev == uint64(st.Dev) && e.ino == st.Ino {
+		return e.resolved, true
+	}
+	resolved, ok := resolveWorkdir(workdir)
+	if ok {
+		c.mu.Lock()
+		if c.entries == nil || len(c.entries) >= maxWorkdirs {
+			c.entries = map[string]workdirEntry{}
+		}
+		c.entries[path] = workdirEntry{dev: uint64(st.Dev), ino: st.Ino, resolved: resolved}
+		c.mu.Unlock()
+	}
+	return resolved, ok
 }
 
 // resolveWorkdir validates the working directory: it must exist and be a

@@ -423,6 +423,9 @@ func (t *groupTree) release() {
 
 func (t *groupTree) where(r *record) { r.PGID, r.SID = t.pgid, t.sid }
 
+// backgrounded: a process group keeps nothing open for its exit.
+func (t *groupTree) backgrounded() {}
+
 // signalSet sends sig to every process of set that is still the same
 // process (same start time). ESRCH (already gone) is not an error.
 func signalSet(set map[int]uint64, sig syscall.Signal) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -166,4 +167,54 @@ func TestReadBufferSizes(t *testing.T) {
 	if rb.flood || len(rb.buf) != readBufferSize {
 		t.Fatalf("after a nearly empty batch: flood %v, buffer %d", rb.flood, len(rb.buf))
 	}
+}
+
+// TestWorkdirCache: a cached working directory is the one its path names
+// now: a symlink retargeted resolves to its new target, a directory gone
+// or turned into a file is refused, and one created again resolves.
+func TestWorkdirCache(t *testing.T) {
+	root, _ := filepath.EvalSymlinks(t.TempDir())
+	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")
+	link := filepath.Join(root, "link")
+	for _, d := range []string{a, b} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(a, link); err != nil {
+		t.Fatal(err)
+	}
+	var c workdirCache
+	check := func(step, path, want string, wantOK bool) {
+		t.Helper()
+		got, ok := c.resolve(path)
+		if ok != wantOK || (ok && got != want) {
+			t.Fatalf("%s: resolve(%q) = %q, %v; want %q, %v", step, path, got, ok, want, wantOK)
+		}
+	}
+	check("first", link, a, true)
+	check("cached", link, a, true)
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(b, link); err != nil {
+		t.Fatal(err)
+	}
+	check("retargeted", link, b, true)
+	if err := os.Remove(b); err != nil {
+		t.Fatal(err)
+	}
+	check("gone", link, "", false)
+	if err := os.WriteFile(b, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("a file now", link, "", false)
+	if err := os.Remove(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	check("made again", link, b, true)
+	check("empty is the daemon's", "  ", "", false)
 }

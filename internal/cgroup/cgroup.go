@@ -369,6 +369,10 @@ func (d Dir) CPUStat() (userUsec, systemUsec uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	return parseCPUStat(d, b)
+}
+
+func parseCPUStat(d Dir, b []byte) (userUsec, systemUsec uint64, err error) {
 	u, ok1 := keyed(b, "user_usec")
 	s, ok2 := keyed(b, "system_usec")
 	if !ok1 || !ok2 {

@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -181,4 +182,66 @@ func TestEnableControllersNeverFails(t *testing.T) {
 		}
 	}
 	t.Logf("available %v, enabled %v, err %v", have, on, err)
+}
+
+// TestFiles: the kept files read what the group's files say now, each
+// read renders anew (populated follows a member, cpu.stat grows), the
+// directory descriptor clones into the group, and Close closes them all.
+func TestFiles(t *testing.T) {
+	d := testGroup(t)
+	f, err := OpenFiles(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var buf [256]byte
+	populated := func() bool {
+		b, err := f.Events(buf[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(string(b), "populated 1\n")
+	}
+	if populated() {
+		t.Fatal("a new group is populated")
+	}
+	u0, s0, err := f.CPUStat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; exec sleep 600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: f.DirFD()}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if !d.Member(cmd.Process.Pid) || !populated() {
+		t.Fatal("the child is not in the group, or the kept cgroup.events does not say so")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if u, s, err := f.CPUStat(); err != nil || u+s <= u0+s0 {
+		t.Fatalf("cpu.stat %d+%d after the loop, %d+%d before (%v)", u, s, u0, s0, err)
+	}
+	if n := f.Descendants(); n != 0 {
+		t.Fatalf("descendants %d", n)
+	}
+	if err := d.Child("below").Create(); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Descendants(); n != 1 {
+		t.Fatalf("descendants %d after a mkdir, want 1", n)
+	}
+	_ = d.Child("below").Remove()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	for deadline := time.Now().Add(5 * time.Second); populated(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the kept cgroup.events still says populated after the exit")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.Close()
+	if _, _, err := f.CPUStat(); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("CPUStat after Close: %v", err)
+	}
 }
