@@ -141,7 +141,7 @@ func (r *Remote) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.E
 		return protocol.ExecReply{}, err
 	}
 	var reply protocol.ExecReply
-	if err := json.Unmarshal(m.Data, &reply); err != nil {
+	if err := protocol.DecodeExecReply(m.Data, &reply); err != nil {
 		return protocol.ExecReply{}, protocol.Errorf(protocol.ErrInternal, "exec on %s: malformed reply: %v", r.Label, err)
 	}
 	return reply, nil
@@ -170,7 +170,7 @@ func (r *Remote) Process(ctx context.Context, req protocol.ProcessRequest) (prot
 		return protocol.ProcessReply{}, err
 	}
 	var reply protocol.ProcessReply
-	if err := json.Unmarshal(m.Data, &reply); err != nil {
+	if err := protocol.DecodeProcessReply(m.Data, &reply); err != nil {
 		return protocol.ProcessReply{}, protocol.Errorf(protocol.ErrInternal, "process on %s: malformed reply: %v", r.Label, err)
 	}
 	return reply, nil

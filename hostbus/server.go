@@ -202,7 +202,7 @@ func (s *Server) handleExec(ctx context.Context, req micro.Request) ([]byte, err
 		if err != nil {
 			return nil, err
 		}
-		return json.Marshal(reply)
+		return reply.AppendJSON(make([]byte, 0, 1024)), nil
 	}
 	key := req.Headers().Get(protocol.NodeHeaderIdempotencyKey)
 	if key == "" {

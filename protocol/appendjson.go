@@ -79,6 +79,18 @@ func (r *ProcessReply) AppendJSON(dst []byte) []byte {
 	return append(dst, '}')
 }
 
+// AppendJSON appends the JSON of the reply, as encoding/json writes it
+// with HTML escaping off (a node's exec answer, on every exec's path).
+func (r *ExecReply) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"result":`...)
+	dst = r.Result.AppendJSON(dst)
+	if r.Instance != "" {
+		dst = append(dst, `,"instance":`...)
+		dst = AppendJSONString(dst, r.Instance)
+	}
+	return append(dst, '}')
+}
+
 // AppendDetails appends the JSON of d, as encoding/json writes it with
 // HTML escaping off: absent fields left out, null ones null.
 func AppendDetails(dst []byte, d *Details) []byte {

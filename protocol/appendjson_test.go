@@ -143,6 +143,13 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		if got, want := pr.AppendJSON(nil), encodingJSON(t, pr); !bytes.Equal(got, want) {
 			t.Fatalf("case %d: ProcessReply.AppendJSON\n got %s\nwant %s", i, got, want)
 		}
+		er := ExecReply{Result: res}
+		if r.IntN(2) == 0 {
+			er.Instance = randomString(r)
+		}
+		if got, want := er.AppendJSON(nil), encodingJSON(t, er); !bytes.Equal(got, want) {
+			t.Fatalf("case %d: ExecReply.AppendJSON\n got %s\nwant %s", i, got, want)
+		}
 		var back ListReply
 		if err := json.Unmarshal(got, &back); err != nil {
 			t.Fatalf("case %d: %v", i, err)

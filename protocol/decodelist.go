@@ -293,6 +293,8 @@ func (p *listParser) listedSession(s *ListedSession) bool {
 func (p *listParser) details(d *Details) bool {
 	return p.object(func(key string) bool {
 		switch key {
+		case "aggregated":
+			return p.optString(&d.Aggregated)
 		case "approvalId":
 			return p.optString(&d.ApprovalID)
 		case "approvalSlug":
