@@ -457,10 +457,13 @@ func (m *Manager) finishSession(s *session, st exitStatus, cause error) {
 	}
 	close(s.done)
 	s.mu.Unlock()
-	// The caller waiting on done (a foreground call) is next on this P:
-	// let it answer before the exit's bookkeeping and the tree's release,
-	// which would otherwise hold it back by their whole length.
-	runtime.Gosched()
+	if !backgrounded {
+		// The caller waiting on done (a foreground call) is next on this
+		// P: let it answer before the tree's release, which would
+		// otherwise hold it back by its whole length. (A background
+		// session's exit event is computed first, as a poll expects.)
+		runtime.Gosched()
+	}
 	if backgrounded && !s.refused {
 		m.markExitPending(s)
 		m.emitExit(s)
