@@ -476,21 +476,7 @@ func TestShortSessionsLeakNothing(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	// Spare groups keep their control files open (bounded by
 	// maxSpareGroups); those are not counted as left behind.
-	spareFDs := func() int {
-		if m.cg == nil {
-			return 0
-		}
-		m.cg.mu.Lock()
-		defer m.cg.mu.Unlock()
-		n := 0
-		for _, g := range m.cg.spares {
-			if g.files != nil {
-				n += cgroup.FilesOpen
-			}
-		}
-		return n
-	}
-	g0, f0 := runtime.NumGoroutine(), countFDs(t)-spareFDs()
+	g0, f0 := runtime.NumGoroutine(), countFDs(t)-spareFDs(m)
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	for w := range 4 {
@@ -511,7 +497,7 @@ func TestShortSessionsLeakNothing(t *testing.T) {
 		if running, _ := m.Counts(); running != 0 {
 			return fmt.Errorf("%d sessions still running", running)
 		}
-		g, f := runtime.NumGoroutine(), countFDs(t)-spareFDs()
+		g, f := runtime.NumGoroutine(), countFDs(t)-spareFDs(m)
 		if g > g0+2 || f > f0 {
 			return fmt.Errorf("goroutines %d (before %d), fds %d (before %d)", g, g0, f, f0)
 		}
@@ -748,17 +734,6 @@ func TestBackgroundSessionsHoldOnlyPipes(t *testing.T) {
 	for range 8 { // leave spare groups, with their files, to be reused
 		mustExec(t, m, ExecRequest{Command: "true"})
 	}
-	spareFDs := func() int {
-		m.cg.mu.Lock()
-		defer m.cg.mu.Unlock()
-		n := 0
-		for _, g := range m.cg.spares {
-			if g.files != nil {
-				n += cgroup.FilesOpen
-			}
-		}
-		return n
-	}
 	// The groups of the runs above are released after their calls
 	// answered: wait until each is a spare (or gone).
 	checkFor(t, waitLimit, 10*time.Millisecond, func() error {
@@ -771,7 +746,7 @@ func TestBackgroundSessionsHoldOnlyPipes(t *testing.T) {
 		}
 		return nil
 	})
-	f0 := countFDs(t) - spareFDs()
+	f0 := countFDs(t) - spareFDs(m)
 	const n = 12
 	var ids []string
 	for i := range n {
@@ -786,10 +761,27 @@ func TestBackgroundSessionsHoldOnlyPipes(t *testing.T) {
 		}
 		ids = append(ids, res.SessionID())
 	}
-	if got := countFDs(t) - spareFDs() - f0; got != 2*n {
+	if got := countFDs(t) - spareFDs(m) - f0; got != 2*n {
 		t.Errorf("%d background sessions hold %d descriptors, want %d (two pipes each)", n, got, 2*n)
 	}
 	for _, id := range ids {
 		m.Process(t.Context(), "", protocol.ProcessArgs{Action: "kill", SessionID: id})
 	}
+}
+
+// spareFDs counts the descriptors m's spare groups keep open (their
+// control files), which tests counting descriptors leave out.
+func spareFDs(m *Manager) int {
+	if m.cg == nil {
+		return 0
+	}
+	m.cg.mu.Lock()
+	defer m.cg.mu.Unlock()
+	n := 0
+	for _, g := range m.cg.spares {
+		if g.files != nil {
+			n += cgroup.FilesOpen
+		}
+	}
+	return n
 }
