@@ -154,9 +154,10 @@ func EventStreamConfig(prefix string, replicas int, maxPerKey int64, maxAge time
 const IdemTTL = 24 * time.Hour
 
 // GatewayPresenceTTL is how long a gateway's key in the gateways bucket
-// lives without being written again (package peers writes it every
-// couple of seconds): past it the gateway counts as gone.
-const GatewayPresenceTTL = 10 * time.Second
+// lives without being written again (package peers writes it every 5 s):
+// past it the gateway counts as gone, as a node does after its presence
+// TTL.
+const GatewayPresenceTTL = 15 * time.Second
 
 func ttl(c jetstream.KeyValueConfig, d time.Duration) jetstream.KeyValueConfig {
 	c.TTL = d
