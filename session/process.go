@@ -491,7 +491,7 @@ func (m *Manager) list(scopeKey string, args protocol.ProcessArgs) protocol.Resu
 	if err != nil {
 		return protocol.FailedResult(protocol.AsError(err).Message)
 	}
-	entries, total := m.listEntries(scopeKey, page)
+	entries, total := m.listEntries(scopeKey, page, time.Now())
 	if page.Paged {
 		return PagedListResult(page, entries, total)
 	}
@@ -507,7 +507,7 @@ func (m *Manager) List(scopeKey string, limit int) (entries []protocol.Details, 
 	if limit > 0 {
 		page = ListPage{Paged: true, Limit: limit}
 	}
-	entries, total = m.listEntries(scopeKey, page)
+	entries, total = m.listEntries(scopeKey, page, time.Now())
 	if limit <= 0 {
 		total = len(entries) // without those swept since they were counted
 	}
@@ -516,7 +516,27 @@ func (m *Manager) List(scopeKey string, limit int) (entries []protocol.Details, 
 
 // listEntries builds the entries of a page of the list (all when not
 // paged) and counts the whole list.
-func (m *Manager) listEntries(scopeKey string, page ListPage) ([]protocol.Details, int) {
+func (m *Manager) listEntries(scopeKey string, page ListPage, now time.Time) ([]protocol.Details, int) {
+	visible, total := m.listed(scopeKey, page)
+	entries := make([]protocol.Details, 0, len(visible))
+	var stale []*session
+	for _, s := range visible {
+		// nil when the session was swept since it was counted.
+		d, ok, old := s.listEntry(now)
+		if ok {
+			entries = append(entries, d)
+		}
+		if old {
+			stale = append(stale, s)
+		}
+	}
+	m.refreshUsage(stale)
+	return entries, total
+}
+
+// listed returns the sessions of scopeKey on a page of the list (all when
+// not paged), newest first, and the size of the whole list.
+func (m *Manager) listed(scopeKey string, page ListPage) ([]*session, int) {
 	m.mu.Lock()
 	var candidates []*session
 	for _, s := range m.sessions {
@@ -548,21 +568,7 @@ func (m *Manager) listEntries(scopeKey string, page ListPage) ([]protocol.Detail
 		lo, hi := page.Bounds(total)
 		visible = visible[lo:hi]
 	}
-	now := time.Now()
-	entries := make([]protocol.Details, 0, len(visible))
-	var stale []*session
-	for _, s := range visible {
-		// nil when the session was swept since it was counted.
-		d, ok, old := s.listEntry(now)
-		if ok {
-			entries = append(entries, d)
-		}
-		if old {
-			stale = append(stale, s)
-		}
-	}
-	m.refreshUsage(stale)
-	return entries, total
+	return visible, total
 }
 
 // refreshUsage reads again, in the background, the list usage of
@@ -614,18 +620,26 @@ func (s *session) listEntry(now time.Time) (d protocol.Details, ok, stale bool) 
 	if !s.listedLocked() {
 		return protocol.Details{}, false, false
 	}
+	if !s.exited {
+		_, stale = s.listUsageLocked(now)
+	}
+	return s.listDetailsLocked(now), true, stale
+}
+
+// listDetailsLocked is the list entry of a listed session at now, with
+// the usage figure listUsageLocked last read. Caller holds s.mu.
+func (s *session) listDetailsLocked(now time.Time) protocol.Details {
+	var d protocol.Details
 	if s.exited {
 		d = s.finishedDetailsLocked()
 		d.RuntimeMs = protocol.Some(s.endedAt.Sub(s.startedAt).Milliseconds())
 		d.EndedAt = protocol.Some(s.endedAt.UnixMilli())
 	} else {
-		var u protocol.Usage
-		u, stale = s.listUsageLocked(now)
 		d = s.nameDetail(s.factsLocked(now).addTo(protocol.Details{
 			Status:    protocol.Some(protocol.StatusRunning),
 			RuntimeMs: protocol.Some(now.Sub(s.startedAt).Milliseconds()),
 			PID:       protocol.Some(s.pid),
-			Usage:     protocol.Some(u),
+			Usage:     protocol.Some(s.listUsage),
 		}))
 	}
 	d.SessionID = protocol.Some(s.id)
@@ -634,7 +648,7 @@ func (s *session) listEntry(now time.Time) (d protocol.Details, ok, stale bool) 
 	d.Command = protocol.Some(s.command)
 	d.Tail = protocol.Some(s.out.tail())
 	d.Truncated = protocol.Some(s.out.truncated)
-	return d, true, stale
+	return d
 }
 
 // The usage in a running session's list entry is read from a file per
