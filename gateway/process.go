@@ -248,11 +248,10 @@ func sortedStable(entries []protocol.Details, cmp func(a, b *protocol.Details) i
 func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details, int) {
 	g := c.g
 	g.index.Await(ctx)
-	recs := g.index.Scope(c.sessionKey, func(r index.Record) bool { return !(r.Host == index.HostGateway && r.HostID == g.id) })
-	if len(recs) == 0 {
+	hosts := g.index.ScopeHosts(c.sessionKey, func(r index.Record) bool { return !(r.Host == index.HostGateway && r.HostID == g.id) })
+	if len(hosts) == 0 {
 		return nil, 0
 	}
-	byHost := recordsByHost(recs)
 	type answer struct {
 		host    string
 		entries []protocol.Details
@@ -264,13 +263,13 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, listConcurrency)
 	)
-	for k, hostRecs := range byHost {
+	for _, h := range hosts {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			a := c.hostEntries(ctx, hostRecs, limit)
+			a := c.hostEntries(ctx, h, limit)
 			mu.Lock()
-			answers = append(answers, answer{host: k, entries: a.entries, total: a.total})
+			answers = append(answers, answer{host: h.Kind + "/" + h.HostID, entries: a.entries, total: a.total})
 			mu.Unlock()
 		})
 	}
@@ -288,59 +287,37 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 	return out, total
 }
 
-// recordsByHost groups index records by their host ("kind/id"). The
-// common case of one host keeps recs as it is.
-func recordsByHost(recs map[string]index.Record) map[string]map[string]index.Record {
-	key := func(r index.Record) string { return r.Host + "/" + r.HostID }
-	var first index.Record
-	for _, r := range recs {
-		first = r
-		break
-	}
-	one := true
-	for _, r := range recs {
-		if r.Host != first.Host || r.HostID != first.HostID {
-			one = false
-			break
-		}
-	}
-	if one {
-		return map[string]map[string]index.Record{key(first): recs}
-	}
-	byHost := map[string]map[string]index.Record{}
-	for id, r := range recs {
-		k := key(r)
-		if byHost[k] == nil {
-			byHost[k] = map[string]index.Record{}
-		}
-		byHost[k][id] = r
-	}
-	return byHost
-}
-
-// hostEntries lists one host's sessions of the call's sessionKey; recs
-// are the index entries of that host.
-func (c *call) hostEntries(ctx context.Context, recs map[string]index.Record, limit int) (a struct {
+// hostEntries lists one host's sessions of the call's sessionKey; h holds
+// the ids of that host's records in the index (taken before the host is
+// asked, so that a session it starts meanwhile is not taken for one it
+// no longer has).
+func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a struct {
 	entries []protocol.Details
 	total   int
 }) {
 	g := c.g
-	var any index.Record
-	for _, r := range recs {
-		any = r
-		break
+	any := h.Any
+	// records are the index's records of the host's ids now (those
+	// removed since are left out).
+	records := func(yield func(string, index.Record) bool) {
+		for id := range h.IDs {
+			if r, ok := g.index.Cached(id); ok && !yield(id, r) {
+				return
+			}
+		}
 	}
-	h, n, err := g.hostOf(ctx, any)
+	hst, n, err := g.hostOf(ctx, any)
 	restarted := n != nil && any.Instance != "" && n.Instance != "" && n.Instance != any.Instance
 	gone := any.Host == index.HostGateway && any.HostID != g.id && !g.peers.Alive(any.HostID)
 	if err == nil {
-		reply, lerr := h.List(ctx, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
+		reply, lerr := hst.List(ctx, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
 		if lerr == nil {
-			a.entries = make([]protocol.Details, 0, len(reply.Sessions))
+			a.entries = make([]protocol.Details, len(reply.Sessions))
 			known := 0 // listed entries with a record here
-			for _, s := range reply.Sessions {
-				d := s.Details
-				if _, ok := recs[d.SessionID.Value()]; ok {
+			for i := range reply.Sessions {
+				d := &a.entries[i]
+				*d = reply.Sessions[i].Details
+				if _, ok := h.IDs[d.SessionID.Value()]; ok {
 					known++
 				}
 				if n != nil {
@@ -349,19 +326,18 @@ func (c *call) hostEntries(ctx context.Context, recs map[string]index.Record, li
 						d.NodeName = protocol.Some(n.Name)
 					}
 				}
-				a.entries = append(a.entries, d)
 			}
 			a.total = reply.Total
-			if known == len(recs) {
+			if known == len(h.IDs) {
 				return a // every record's session was listed
 			}
 			listed := make(map[string]bool, len(a.entries))
-			for _, d := range a.entries {
-				listed[d.SessionID.Value()] = true
+			for i := range a.entries {
+				listed[a.entries[i].SessionID.Value()] = true
 			}
 			// Sessions of an earlier run of the node are lost, and the
 			// ones the host no longer has (swept) are forgotten.
-			for id, r := range recs {
+			for id, r := range records {
 				if listed[id] {
 					continue
 				}
@@ -385,7 +361,7 @@ func (c *call) hostEntries(ctx context.Context, recs map[string]index.Record, li
 		g.log.Debug("listing a host's sessions from the index", "host", any.HostID, "err", err)
 	}
 	// The host cannot answer: show what the index knows.
-	for id, r := range recs {
+	for id, r := range records {
 		switch {
 		case r.State == index.StateLost:
 		case restarted:
