@@ -287,25 +287,15 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 	return out, total
 }
 
-// hostEntries lists one host's sessions of the call's sessionKey; h holds
-// the ids of that host's records in the index (taken before the host is
-// asked, so that a session it starts meanwhile is not taken for one it
-// no longer has).
+// hostEntries lists one host's sessions of the call's sessionKey; h is
+// that host's share of the index, seen before the host is asked (so that
+// a session it starts meanwhile is not taken for one it no longer has).
 func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a struct {
 	entries []protocol.Details
 	total   int
 }) {
 	g := c.g
 	any := h.Any
-	// records are the index's records of the host's ids now (those
-	// removed since are left out).
-	records := func(yield func(string, index.Record) bool) {
-		for id := range h.IDs {
-			if r, ok := g.index.Cached(id); ok && !yield(id, r) {
-				return
-			}
-		}
-	}
 	hst, n, err := g.hostOf(ctx, any)
 	restarted := n != nil && any.Instance != "" && n.Instance != "" && n.Instance != any.Instance
 	gone := any.Host == index.HostGateway && any.HostID != g.id && !g.peers.Alive(any.HostID)
@@ -313,13 +303,9 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 		reply, lerr := hst.List(ctx, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
 		if lerr == nil {
 			a.entries = make([]protocol.Details, len(reply.Sessions))
-			known := 0 // listed entries with a record here
 			for i := range reply.Sessions {
 				d := &a.entries[i]
 				*d = reply.Sessions[i].Details
-				if _, ok := h.IDs[d.SessionID.Value()]; ok {
-					known++
-				}
 				if n != nil {
 					d.NodeID = protocol.Some(n.ID)
 					if n.Name != "" {
@@ -328,7 +314,14 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 				}
 			}
 			a.total = reply.Total
-			if known == len(h.IDs) {
+			known := g.index.Held(h, func(yield func(string) bool) { // listed entries with a record here
+				for i := range a.entries {
+					if !yield(a.entries[i].SessionID.Value()) {
+						return
+					}
+				}
+			})
+			if known == h.Count {
 				return a // every record's session was listed
 			}
 			listed := make(map[string]bool, len(a.entries))
@@ -337,7 +330,7 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 			}
 			// Sessions of an earlier run of the node are lost, and the
 			// ones the host no longer has (swept) are forgotten.
-			for id, r := range records {
+			for id, r := range g.index.Records(h) {
 				if listed[id] {
 					continue
 				}
@@ -361,7 +354,7 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 		g.log.Debug("listing a host's sessions from the index", "host", any.HostID, "err", err)
 	}
 	// The host cannot answer: show what the index knows.
-	for id, r := range records {
+	for id, r := range g.index.Records(h) {
 		switch {
 		case r.State == index.StateLost:
 		case restarted:

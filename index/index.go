@@ -23,7 +23,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +92,9 @@ type Record struct {
 type entry struct {
 	rec      Record
 	revision uint64
+	// added is the cache's count of added records when this one came:
+	// the records a ScopeHosts call saw are those added up to its Added.
+	added uint64
 }
 
 // Index is the session index and its cache. Its methods are safe for
@@ -113,6 +118,7 @@ type Index struct {
 
 	mu    sync.RWMutex
 	cache map[string]entry // session id → record
+	added uint64           // records ever added to cache (entry.added)
 	// reserved holds the reservations in the bucket, of every gateway
 	// (id → the reservation record).
 	reserved map[string]entry
@@ -252,7 +258,8 @@ func (ix *Index) apply(e jetstream.KeyValueEntry) {
 // reservations: a delete when deleted, else the record rec (decoded
 // from value when nil). Caller holds ix.mu.
 func (ix *Index) applyLocked(key string, rev uint64, deleted bool, value []byte, rec *Record) {
-	if cur, ok := ix.cache[key]; ok && cur.revision >= rev {
+	cur, had := ix.cache[key]
+	if had && cur.revision >= rev {
 		return
 	}
 	if cur, ok := ix.reserved[key]; ok && cur.revision >= rev {
@@ -274,7 +281,12 @@ func (ix *Index) applyLocked(key string, rev uint64, deleted bool, value []byte,
 		ix.reserved[key] = entry{rec: *rec, revision: rev}
 		return
 	}
-	ix.cache[key] = entry{rec: *rec, revision: rev}
+	added := cur.added
+	if !had {
+		ix.added++
+		added = ix.added
+	}
+	ix.cache[key] = entry{rec: *rec, revision: rev, added: added}
 }
 
 // Allocate picks a fresh session id for rec, unique across the fleet: the
@@ -426,61 +438,79 @@ func (ix *Index) Scope(sessionKey string, want func(Record) bool) map[string]Rec
 	return out
 }
 
-// ScopeHost is one host's share of the records of a sessionKey
-// (ScopeHosts).
+// ScopeHost is one host's share of the records of a sessionKey, as
+// ScopeHosts saw them.
 type ScopeHost struct {
 	Kind   string // HostGateway or HostNode
 	HostID string
 	// Any is one of its records.
 	Any Record
-	// IDs are the ids of its records.
-	IDs map[string]struct{}
+	// Count is the number of its records.
+	Count int
+	// Added is the cache's count of added records at the time: the
+	// records seen are those of the host added up to it (Held, Records).
+	Added uint64
 }
 
-// ScopeHosts returns the records of sessionKey that want accepts by host,
-// as the ids each holds: what Scope tells, without a copy of every record
-// (a process list of ten thousand sessions took that on every call).
-// Cached reads a record.
+// ScopeHosts returns the hosts of the records of sessionKey that want
+// accepts, with how many each holds: what Scope tells, without a copy of
+// every record or a set of their ids (a process list of ten thousand
+// sessions paid that on every call). Held and Records tell the records
+// apart later.
 func (ix *Index) ScopeHosts(sessionKey string, want func(Record) bool) []ScopeHost {
-	type hostKey struct{ kind, id string }
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	var (
-		out   []ScopeHost
-		at    map[hostKey]int
-		last  = -1 // out's index of the host of the record before
-		lastK hostKey
-	)
-	for id, e := range ix.cache {
+	var out []ScopeHost
+	last := -1 // out's index of the host of the record before
+	for _, e := range ix.cache {
 		r := &e.rec
 		if r.SessionKey != sessionKey || !want(e.rec) {
 			continue
 		}
-		k := hostKey{r.Host, r.HostID}
-		if last < 0 || k != lastK {
-			i, ok := at[k]
-			if !ok {
-				if at == nil {
-					at = map[hostKey]int{}
-				}
-				i = len(out)
-				at[k] = i
-				out = append(out, ScopeHost{Kind: k.kind, HostID: k.id, Any: e.rec, IDs: map[string]struct{}{}})
+		if last < 0 || out[last].Kind != r.Host || out[last].HostID != r.HostID {
+			last = slices.IndexFunc(out, func(h ScopeHost) bool { return h.Kind == r.Host && h.HostID == r.HostID })
+			if last < 0 {
+				last = len(out)
+				out = append(out, ScopeHost{Kind: r.Host, HostID: r.HostID, Any: e.rec, Added: ix.added})
 			}
-			last, lastK = i, k
 		}
-		out[last].IDs[id] = struct{}{}
+		out[last].Count++
 	}
 	return out
 }
 
-// Cached returns the record of id as the cache holds it, without asking
-// the bucket.
-func (ix *Index) Cached(id string) (Record, bool) {
+// holdsLocked reports whether e is one of the records h saw. Caller
+// holds ix.mu.
+func (h *ScopeHost) holdsLocked(e *entry) bool {
+	return e.added <= h.Added && e.rec.SessionKey == h.Any.SessionKey && e.rec.Host == h.Kind && e.rec.HostID == h.HostID
+}
+
+// Held returns how many of ids are records h saw that the cache still
+// holds.
+func (ix *Index) Held(h ScopeHost, ids iter.Seq[string]) int {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	e, ok := ix.cache[id]
-	return e.rec, ok
+	n := 0
+	for id := range ids {
+		if e, ok := ix.cache[id]; ok && h.holdsLocked(&e) {
+			n++
+		}
+	}
+	return n
+}
+
+// Records returns the records h saw that the cache still holds, as they
+// are now.
+func (ix *Index) Records(h ScopeHost) map[string]Record {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make(map[string]Record, h.Count)
+	for id, e := range ix.cache {
+		if h.holdsLocked(&e) {
+			out[id] = e.rec
+		}
+	}
+	return out
 }
 
 // OfHost returns the ids of the records held by host hostID.

@@ -3,37 +3,47 @@ package index
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 )
 
 // TestScopeHostsMatchesScope: ScopeHosts groups by host exactly the
-// records Scope returns (one scope, what want accepts), and Cached reads
-// each of them as Scope does.
+// records Scope returns (one scope, what want accepts); Records gives
+// each host's back and Held counts them among ids, but neither takes in
+// a record added after ScopeHosts looked, nor one removed since.
 func TestScopeHostsMatchesScope(t *testing.T) {
 	js, _ := testBucket(t)
 	ix, _ := testIndex(t, js, "", "")
 	hosts := []struct{ kind, id string }{{HostNode, "n1"}, {HostNode, "n2"}, {HostGateway, "gw-a"}, {HostGateway, "gw-b"}}
-	want := 0
-	for i := range 40 {
+	add := func(i int, key string) string {
 		h := hosts[i%len(hosts)]
+		id, err := ix.Allocate(t.Context(), Record{SessionKey: key, Host: h.kind, HostID: h.id, Command: fmt.Sprint("cmd ", i), State: StateRunning})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	all := func(Record) bool { return true }
+	await := func(key string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for len(ix.Scope(key, all)) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d records in the cache, want %d", key, len(ix.Scope(key, all)), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for i := range 40 {
 		key := "agent:main:main"
 		if i%5 == 0 {
 			key = "agent:other:main"
 		}
-		if _, err := ix.Allocate(t.Context(), Record{SessionKey: key, Host: h.kind, HostID: h.id, Command: fmt.Sprint("cmd ", i), State: StateRunning}); err != nil {
-			t.Fatal(err)
-		}
-		want++
+		add(i, key)
 	}
-	all := func(Record) bool { return true }
-	deadline := time.Now().Add(30 * time.Second)
-	for len(ix.Scope("agent:main:main", all))+len(ix.Scope("agent:other:main", all)) < want {
-		if time.Now().After(deadline) {
-			t.Fatal("the records did not reach the cache")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	await("agent:main:main", 32)
+	await("agent:other:main", 8)
 	notGwA := func(r Record) bool { return !(r.Host == HostGateway && r.HostID == "gw-a") }
 	for _, key := range []string{"agent:main:main", "agent:other:main", "nobody"} {
 		scope := ix.Scope(key, notGwA)
@@ -42,22 +52,57 @@ func TestScopeHostsMatchesScope(t *testing.T) {
 			if h.Any.Host != h.Kind || h.Any.HostID != h.HostID || h.Any.SessionKey != key {
 				t.Errorf("%s: host %s/%s has a record of another: %+v", key, h.Kind, h.HostID, h.Any)
 			}
-			for id := range h.IDs {
-				r, ok := ix.Cached(id)
-				if !ok || r.Host != h.Kind || r.HostID != h.HostID {
-					t.Errorf("%s: id %s under host %s/%s: cached %v %+v", key, id, h.Kind, h.HostID, ok, r)
+			recs := ix.Records(h)
+			if len(recs) != h.Count || h.Count == 0 {
+				t.Errorf("%s: host %s/%s: count %d, %d records", key, h.Kind, h.HostID, h.Count, len(recs))
+			}
+			for id, r := range recs {
+				if r.Host != h.Kind || r.HostID != h.HostID {
+					t.Errorf("%s: record %s of host %s/%s: %+v", key, id, h.Kind, h.HostID, r)
 				}
 				if _, dup := got[id]; dup {
-					t.Errorf("%s: id %s under two hosts", key, id)
+					t.Errorf("%s: record %s under two hosts", key, id)
 				}
 				got[id] = r
+			}
+			if n := ix.Held(h, maps.Keys(scope)); n != h.Count {
+				t.Errorf("%s: host %s/%s holds %d of its scope's records, want %d", key, h.Kind, h.HostID, n, h.Count)
 			}
 		}
 		if !maps.Equal(got, scope) {
 			t.Errorf("%s: ScopeHosts has %d records, Scope %d:\n%v\n%v", key, len(got), len(scope), got, scope)
 		}
 	}
-	if _, ok := ix.Cached("unknown"); ok {
-		t.Error("Cached finds an unknown id")
+
+	// After ScopeHosts looked: one record more, one less.
+	var h ScopeHost
+	for _, x := range ix.ScopeHosts("agent:main:main", all) {
+		if x.Kind == HostNode && x.HostID == "n2" {
+			h = x
+		}
+	}
+	before := ix.Records(h)
+	added := add(1, "agent:main:main") // n2
+	await("agent:main:main", 33)
+	var removed string
+	for id := range before {
+		removed = id
+		break
+	}
+	ix.Remove(t.Context(), removed)
+	await("agent:main:main", 32)
+	now := ix.Records(h)
+	if _, ok := now[added]; ok || len(now) != len(before)-1 {
+		t.Errorf("Records after an add and a removal: %d records (%d before), the added one in: %v", len(now), len(before), ok)
+	}
+	if _, ok := now[removed]; ok {
+		t.Error("Records has the removed record")
+	}
+	ids := []string{added, removed}
+	for id := range before {
+		ids = append(ids, id)
+	}
+	if n := ix.Held(h, slices.Values(ids)); n != len(before)-1 {
+		t.Errorf("Held: %d, want %d", n, len(before)-1)
 	}
 }
