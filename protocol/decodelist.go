@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
@@ -181,8 +182,25 @@ func (p *listParser) int64() (int64, bool) {
 	if !ok {
 		return 0, false
 	}
+	if neg := d[0] == '-'; len(d) <= 18 { // no overflow: add the digits up
+		var n int64
+		for _, c := range d[btoi(neg):] {
+			n = n*10 + int64(c-'0')
+		}
+		if neg {
+			n = -n
+		}
+		return n, true
+	}
 	n, err := strconv.ParseInt(p.s[p.i-len(d):p.i], 10, 64)
 	return n, err == nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (p *listParser) uint64() (uint64, bool) {
@@ -228,9 +246,11 @@ func (p *listParser) listReply(r *ListReply) bool {
 			if p.literal("null") {
 				return true
 			}
-			// About one entry per 300 bytes: no regrowth of a slice of
-			// large elements.
-			r.Sessions = make([]ListedSession, 0, (len(p.b)-p.i)/300)
+			// As many as there are entries in the form AppendJSON
+			// writes (a key's quotes cannot be inside a string, where
+			// they are escaped): no regrowth of a slice of large
+			// elements, and none too large to clear.
+			r.Sessions = make([]ListedSession, 0, bytes.Count(p.b[p.i:], []byte(`{"sessionKey":`)))
 			if !p.byte('[') {
 				return false
 			}
