@@ -93,6 +93,7 @@ func TestAppendListReplyMatchesList(t *testing.T) {
 		pty, running = append(pty, id), append(running, id)
 	}
 	startBackground(t, m, ExecRequest{Command: "sleep 600", ScopeKey: "another"})
+	mustExec(t, m, ExecRequest{Command: "echo foreground", ScopeKey: scope}) // not listed
 
 	// Until every session's first output is in (the texts stay then).
 	time.Sleep(200 * time.Millisecond)

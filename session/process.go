@@ -507,11 +507,7 @@ func (m *Manager) List(scopeKey string, limit int) (entries []protocol.Details, 
 	if limit > 0 {
 		page = ListPage{Paged: true, Limit: limit}
 	}
-	entries, total = m.listEntries(scopeKey, page, time.Now())
-	if limit <= 0 {
-		total = len(entries) // without those swept since they were counted
-	}
-	return entries, total
+	return m.listEntries(scopeKey, page, time.Now())
 }
 
 // listEntries builds the entries of a page of the list (all when not
@@ -531,11 +527,16 @@ func (m *Manager) listEntries(scopeKey string, page ListPage, now time.Time) ([]
 		}
 	}
 	m.refreshUsage(stale)
+	if !page.Paged {
+		total = len(entries)
+	}
 	return entries, total
 }
 
-// listed returns the sessions of scopeKey on a page of the list (all when
-// not paged), newest first, and the size of the whole list.
+// listed returns the sessions of scopeKey on a page of the list, newest
+// first, and the size of the whole list; when not paged, every session of
+// scopeKey (some of which list may not show: the caller leaves them out
+// and counts the rest).
 func (m *Manager) listed(scopeKey string, page ListPage) ([]*session, int) {
 	m.mu.Lock()
 	var candidates []*session
@@ -545,16 +546,20 @@ func (m *Manager) listed(scopeKey string, page ListPage) ([]*session, int) {
 		}
 	}
 	m.mu.Unlock()
-	// Leave out what list does not show before sorting and slicing, so
-	// that a page counts only listed sessions; entries (the costly part:
-	// a map and the output tail each) are built for the page only.
-	visible := candidates[:0]
-	for _, s := range candidates {
-		s.mu.Lock()
-		listed := s.listedLocked()
-		s.mu.Unlock()
-		if listed {
-			visible = append(visible, s)
+	visible := candidates
+	if page.Paged {
+		// Leave out what list does not show before sorting and
+		// slicing, so that a page counts only listed sessions; entries
+		// (the costly part) are built for the page only. The whole list
+		// leaves them out as it builds the entries, which look again.
+		visible = candidates[:0]
+		for _, s := range candidates {
+			s.mu.Lock()
+			listed := s.listedLocked()
+			s.mu.Unlock()
+			if listed {
+				visible = append(visible, s)
+			}
 		}
 	}
 	slices.SortFunc(visible, func(a, b *session) int {
