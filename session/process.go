@@ -810,6 +810,7 @@ func ListText(sessions []protocol.Details) string {
 	}
 	var b strings.Builder
 	b.Grow(80 * len(sessions))
+	var scratch [32]byte
 	for i := range sessions {
 		d := &sessions[i] // large: not copied
 		if i > 0 {
@@ -820,19 +821,24 @@ func ListText(sessions []protocol.Details) string {
 			label = truncateMiddle(name, 80)
 		}
 		id, status := d.SessionID.Value(), d.Status.Value()
-		runtime := "n/a"
+		runtime := []byte("n/a")
 		if ms, ok := d.RuntimeMs.Get(); ok {
-			if c, ok := compactDuration(float64(ms)); ok {
+			if c, ok := appendCompactDuration(scratch[:0], float64(ms)); ok {
 				runtime = c
 			}
 		}
 		b.WriteString(id)
 		b.WriteByte(' ')
-		b.WriteString(padStatus(status, 9))
+		b.WriteString(status)
+		for n := utf16Len(status); n < 9; n++ { // padStatus(status, 9), without a string
+			b.WriteByte(' ')
+		}
 		b.WriteByte(' ')
-		b.WriteString(runtime)
+		b.Write(runtime)
 		if reason := d.ExitReason.Value(); isTimeoutReason(reason) {
-			b.WriteString(" [" + reason + "]")
+			b.WriteString(" [")
+			b.WriteString(reason)
+			b.WriteByte(']')
 		}
 		if d.WaitingForInput.Value() {
 			b.WriteString(" [input-wait]")
