@@ -329,11 +329,12 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 				listed[a.entries[i].SessionID.Value()] = true
 			}
 			// Sessions of an earlier run of the node are lost, and the
-			// ones the host no longer has (swept) are forgotten.
-			for id, r := range g.index.Records(h) {
-				if listed[id] {
-					continue
-				}
+			// ones the host no longer has (swept) are forgotten; a
+			// partial list (a page) leaves the others unknown.
+			unlisted := g.index.Records(h, func(id string, r *index.Record) bool {
+				return !listed[id] && (!reply.Partial || r.State == index.StateLost || (r.Instance != "" && r.Instance != reply.Instance))
+			})
+			for id, r := range unlisted {
 				switch {
 				case r.State == index.StateLost || (r.Instance != "" && r.Instance != reply.Instance):
 					if r.State != index.StateLost {
@@ -354,7 +355,7 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 		g.log.Debug("listing a host's sessions from the index", "host", any.HostID, "err", err)
 	}
 	// The host cannot answer: show what the index knows.
-	for id, r := range g.index.Records(h) {
+	for id, r := range g.index.Records(h, nil) {
 		switch {
 		case r.State == index.StateLost:
 		case restarted:

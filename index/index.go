@@ -500,13 +500,14 @@ func (ix *Index) Held(h ScopeHost, ids iter.Seq[string]) int {
 }
 
 // Records returns the records h saw that the cache still holds, as they
-// are now.
-func (ix *Index) Records(h ScopeHost) map[string]Record {
+// are now, that want accepts (nil: all). want is called with the index
+// locked: it must not call the Index.
+func (ix *Index) Records(h ScopeHost, want func(id string, r *Record) bool) map[string]Record {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	out := make(map[string]Record, h.Count)
+	out := map[string]Record{}
 	for id, e := range ix.cache {
-		if h.holdsLocked(&e) {
+		if h.holdsLocked(&e) && (want == nil || want(id, &e.rec)) {
 			out[id] = e.rec
 		}
 	}

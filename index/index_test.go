@@ -52,7 +52,7 @@ func TestScopeHostsMatchesScope(t *testing.T) {
 			if h.Any.Host != h.Kind || h.Any.HostID != h.HostID || h.Any.SessionKey != key {
 				t.Errorf("%s: host %s/%s has a record of another: %+v", key, h.Kind, h.HostID, h.Any)
 			}
-			recs := ix.Records(h)
+			recs := ix.Records(h, nil)
 			if len(recs) != h.Count || h.Count == 0 {
 				t.Errorf("%s: host %s/%s: count %d, %d records", key, h.Kind, h.HostID, h.Count, len(recs))
 			}
@@ -64,6 +64,12 @@ func TestScopeHostsMatchesScope(t *testing.T) {
 					t.Errorf("%s: record %s under two hosts", key, id)
 				}
 				got[id] = r
+			}
+			odd := ix.Records(h, func(id string, r *Record) bool { return r.Command[len(r.Command)-1]%2 == 1 })
+			for id, r := range recs {
+				if _, ok := odd[id]; ok != (r.Command[len(r.Command)-1]%2 == 1) {
+					t.Errorf("%s: Records with a filter: record %s (%q) in: %v", key, id, r.Command, ok)
+				}
 			}
 			if n := ix.Held(h, maps.Keys(scope)); n != h.Count {
 				t.Errorf("%s: host %s/%s holds %d of its scope's records, want %d", key, h.Kind, h.HostID, n, h.Count)
@@ -81,7 +87,7 @@ func TestScopeHostsMatchesScope(t *testing.T) {
 			h = x
 		}
 	}
-	before := ix.Records(h)
+	before := ix.Records(h, nil)
 	added := add(1, "agent:main:main") // n2
 	await("agent:main:main", 33)
 	var removed string
@@ -91,7 +97,7 @@ func TestScopeHostsMatchesScope(t *testing.T) {
 	}
 	ix.Remove(t.Context(), removed)
 	await("agent:main:main", 32)
-	now := ix.Records(h)
+	now := ix.Records(h, nil)
 	if _, ok := now[added]; ok || len(now) != len(before)-1 {
 		t.Errorf("Records after an add and a removal: %d records (%d before), the added one in: %v", len(now), len(before), ok)
 	}
