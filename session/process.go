@@ -173,6 +173,7 @@ func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int)
 		RetryInMs:  protocol.Some(retry),
 	}
 	s.mu.Unlock()
+	m.flushUsage()
 	d.Usage = protocol.Some(s.tree.usage(nil))
 	return protocol.TextResult(text, s.nameDetail(facts.addTo(d)))
 }
@@ -304,6 +305,7 @@ func (m *Manager) logAction(s *session, id string, offset, limit *int) protocol.
 		if facts.waitingForInput {
 			text += inputWaitHint(facts.idleMs)
 		}
+		s.m.flushUsage()
 		d = s.nameDetail(facts.addTo(protocol.Details{Status: protocol.Some(protocol.StatusRunning), SessionID: protocol.Some(id), Usage: protocol.Some(s.tree.usage(nil))}))
 	} else {
 		if s.res.stopped {
@@ -594,6 +596,7 @@ func (m *Manager) refreshUsage(stale []*session) {
 	go func() {
 		defer m.wg.Done()
 		defer m.usageRefresh.Store(false)
+		m.flushUsage()
 		for _, s := range stale {
 			if m.root.Err() != nil {
 				return
@@ -673,6 +676,7 @@ const (
 func (s *session) listUsageLocked(now time.Time) (u protocol.Usage, stale bool) {
 	age := now.Sub(s.listUsageAt)
 	if s.listUsageAt.IsZero() || age >= listUsageMaxAge || age < 0 {
+		s.m.flushUsage()
 		s.listUsage, s.listUsageAt = s.tree.usage(nil), now
 		return s.listUsage, false
 	}
