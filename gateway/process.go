@@ -300,12 +300,11 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 	restarted := n != nil && any.Instance != "" && n.Instance != "" && n.Instance != any.Instance
 	gone := any.Host == index.HostGateway && any.HostID != g.id && !g.peers.Alive(any.HostID)
 	if err == nil {
-		reply, lerr := hst.List(ctx, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
+		reply, lerr := listDetails(ctx, hst, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
 		if lerr == nil {
-			a.entries = make([]protocol.Details, len(reply.Sessions))
-			for i := range reply.Sessions {
+			a.entries = reply.Entries
+			for i := range a.entries {
 				d := &a.entries[i]
-				*d = reply.Sessions[i].Details
 				if n != nil {
 					d.NodeID = protocol.Some(n.ID)
 					if n.Name != "" {
@@ -379,6 +378,25 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 		a.entries = a.entries[:limit]
 	}
 	return a
+}
+
+// listDetails lists a host's entries: decoded in place from a remote
+// host's reply (hostbus.Remote.ListDetails), else copied out of List's.
+func listDetails(ctx context.Context, h host.Host, req protocol.ListRequest) (protocol.ListDetails, error) {
+	if r, ok := h.(interface {
+		ListDetails(context.Context, protocol.ListRequest) (protocol.ListDetails, error)
+	}); ok {
+		return r.ListDetails(ctx, req)
+	}
+	reply, err := h.List(ctx, req)
+	if err != nil {
+		return protocol.ListDetails{}, err
+	}
+	d := protocol.ListDetails{Instance: reply.Instance, Entries: make([]protocol.Details, len(reply.Sessions)), Total: reply.Total, Partial: reply.Partial}
+	for i := range reply.Sessions {
+		d.Entries[i] = reply.Sessions[i].Details
+	}
+	return d, nil
 }
 
 // indexEntry is the list entry of a session shown from the index: its
