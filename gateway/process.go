@@ -248,11 +248,10 @@ func sortedStable(entries []protocol.Details, cmp func(a, b *protocol.Details) i
 func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details, int) {
 	g := c.g
 	g.index.Await(ctx)
-	recs := g.index.Scope(c.sessionKey, func(r index.Record) bool { return !(r.Host == index.HostGateway && r.HostID == g.id) })
-	if len(recs) == 0 {
+	hosts := g.index.ScopeHosts(c.sessionKey, func(r index.Record) bool { return !(r.Host == index.HostGateway && r.HostID == g.id) })
+	if len(hosts) == 0 {
 		return nil, 0
 	}
-	byHost := recordsByHost(recs)
 	type answer struct {
 		host    string
 		entries []protocol.Details
@@ -264,13 +263,13 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, listConcurrency)
 	)
-	for k, hostRecs := range byHost {
+	for _, h := range hosts {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			a := c.hostEntries(ctx, hostRecs, limit)
+			a := c.hostEntries(ctx, h, limit)
 			mu.Lock()
-			answers = append(answers, answer{host: k, entries: a.entries, total: a.total})
+			answers = append(answers, answer{host: h.Kind + "/" + h.HostID, entries: a.entries, total: a.total})
 			mu.Unlock()
 		})
 	}
@@ -288,83 +287,53 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 	return out, total
 }
 
-// recordsByHost groups index records by their host ("kind/id"). The
-// common case of one host keeps recs as it is.
-func recordsByHost(recs map[string]index.Record) map[string]map[string]index.Record {
-	key := func(r index.Record) string { return r.Host + "/" + r.HostID }
-	var first index.Record
-	for _, r := range recs {
-		first = r
-		break
-	}
-	one := true
-	for _, r := range recs {
-		if r.Host != first.Host || r.HostID != first.HostID {
-			one = false
-			break
-		}
-	}
-	if one {
-		return map[string]map[string]index.Record{key(first): recs}
-	}
-	byHost := map[string]map[string]index.Record{}
-	for id, r := range recs {
-		k := key(r)
-		if byHost[k] == nil {
-			byHost[k] = map[string]index.Record{}
-		}
-		byHost[k][id] = r
-	}
-	return byHost
-}
-
-// hostEntries lists one host's sessions of the call's sessionKey; recs
-// are the index entries of that host.
-func (c *call) hostEntries(ctx context.Context, recs map[string]index.Record, limit int) (a struct {
+// hostEntries lists one host's sessions of the call's sessionKey; h is
+// that host's share of the index, seen before the host is asked (so that
+// a session it starts meanwhile is not taken for one it no longer has).
+func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a struct {
 	entries []protocol.Details
 	total   int
 }) {
 	g := c.g
-	var any index.Record
-	for _, r := range recs {
-		any = r
-		break
-	}
-	h, n, err := g.hostOf(ctx, any)
+	any := h.Any
+	hst, n, err := g.hostOf(ctx, any)
 	restarted := n != nil && any.Instance != "" && n.Instance != "" && n.Instance != any.Instance
 	gone := any.Host == index.HostGateway && any.HostID != g.id && !g.peers.Alive(any.HostID)
 	if err == nil {
-		reply, lerr := h.List(ctx, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
+		reply, lerr := listDetails(ctx, hst, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
 		if lerr == nil {
-			a.entries = make([]protocol.Details, 0, len(reply.Sessions))
-			known := 0 // listed entries with a record here
-			for _, s := range reply.Sessions {
-				d := s.Details
-				if _, ok := recs[d.SessionID.Value()]; ok {
-					known++
-				}
+			a.entries = reply.Entries
+			for i := range a.entries {
+				d := &a.entries[i]
 				if n != nil {
 					d.NodeID = protocol.Some(n.ID)
 					if n.Name != "" {
 						d.NodeName = protocol.Some(n.Name)
 					}
 				}
-				a.entries = append(a.entries, d)
 			}
 			a.total = reply.Total
-			if known == len(recs) {
+			known := g.index.Held(h, func(yield func(string) bool) { // listed entries with a record here
+				for i := range a.entries {
+					if !yield(a.entries[i].SessionID.Value()) {
+						return
+					}
+				}
+			})
+			if known == h.Count {
 				return a // every record's session was listed
 			}
 			listed := make(map[string]bool, len(a.entries))
-			for _, d := range a.entries {
-				listed[d.SessionID.Value()] = true
+			for i := range a.entries {
+				listed[a.entries[i].SessionID.Value()] = true
 			}
 			// Sessions of an earlier run of the node are lost, and the
-			// ones the host no longer has (swept) are forgotten.
-			for id, r := range recs {
-				if listed[id] {
-					continue
-				}
+			// ones the host no longer has (swept) are forgotten; a
+			// partial list (a page) leaves the others unknown.
+			unlisted := g.index.Records(h, func(id string, r *index.Record) bool {
+				return !listed[id] && (!reply.Partial || r.State == index.StateLost || (r.Instance != "" && r.Instance != reply.Instance))
+			})
+			for id, r := range unlisted {
 				switch {
 				case r.State == index.StateLost || (r.Instance != "" && r.Instance != reply.Instance):
 					if r.State != index.StateLost {
@@ -385,7 +354,7 @@ func (c *call) hostEntries(ctx context.Context, recs map[string]index.Record, li
 		g.log.Debug("listing a host's sessions from the index", "host", any.HostID, "err", err)
 	}
 	// The host cannot answer: show what the index knows.
-	for id, r := range recs {
+	for id, r := range g.index.Records(h, nil) {
 		switch {
 		case r.State == index.StateLost:
 		case restarted:
@@ -409,6 +378,25 @@ func (c *call) hostEntries(ctx context.Context, recs map[string]index.Record, li
 		a.entries = a.entries[:limit]
 	}
 	return a
+}
+
+// listDetails lists a host's entries: decoded in place from a remote
+// host's reply (hostbus.Remote.ListDetails), else copied out of List's.
+func listDetails(ctx context.Context, h host.Host, req protocol.ListRequest) (protocol.ListDetails, error) {
+	if r, ok := h.(interface {
+		ListDetails(context.Context, protocol.ListRequest) (protocol.ListDetails, error)
+	}); ok {
+		return r.ListDetails(ctx, req)
+	}
+	reply, err := h.List(ctx, req)
+	if err != nil {
+		return protocol.ListDetails{}, err
+	}
+	d := protocol.ListDetails{Instance: reply.Instance, Entries: make([]protocol.Details, len(reply.Sessions)), Total: reply.Total, Partial: reply.Partial}
+	for i := range reply.Sessions {
+		d.Entries[i] = reply.Sessions[i].Details
+	}
+	return d, nil
 }
 
 // indexEntry is the list entry of a session shown from the index: its

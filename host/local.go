@@ -353,11 +353,8 @@ func (l *Local) Has(sessionKey, sessionID string) bool { return l.mgr.Has(sessio
 
 // List returns the list entries of a sessionKey's sessions, newest first.
 func (l *Local) List(ctx context.Context, req protocol.ListRequest) (protocol.ListReply, error) {
-	if strings.TrimSpace(req.SessionKey) == "" {
-		return protocol.ListReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "list: sessionKey is required")
-	}
-	if req.Limit < 0 {
-		return protocol.ListReply{}, protocol.Errorf(protocol.ErrInvalidRequest, "list: limit must not be negative")
+	if err := checkListRequest(req); err != nil {
+		return protocol.ListReply{}, err
 	}
 	entries, total := l.mgr.List(req.SessionKey, req.Limit)
 	out := protocol.ListReply{Instance: l.instance, Sessions: make([]protocol.ListedSession, 0, len(entries)), Total: total, Partial: total > len(entries)}
@@ -365,6 +362,29 @@ func (l *Local) List(ctx context.Context, req protocol.ListRequest) (protocol.Li
 		out.Sessions = append(out.Sessions, protocol.ListedSession{SessionKey: req.SessionKey, Details: d})
 	}
 	return out, nil
+}
+
+// AppendListJSON appends the JSON of the reply List would give, byte for
+// byte ListReply.AppendJSON of it, written straight from the sessions
+// (each entry's JSON is kept while it does not change): a node's list of
+// ten thousand sessions without building and copying their Details.
+func (l *Local) AppendListJSON(ctx context.Context, req protocol.ListRequest, dst []byte) ([]byte, error) {
+	if err := checkListRequest(req); err != nil {
+		return dst, err
+	}
+	return l.mgr.AppendListReply(dst, req.SessionKey, req.Limit, l.instance), nil
+}
+
+// checkListRequest refuses a list request without a sessionKey or with a
+// negative limit.
+func checkListRequest(req protocol.ListRequest) error {
+	if strings.TrimSpace(req.SessionKey) == "" {
+		return protocol.Errorf(protocol.ErrInvalidRequest, "list: sessionKey is required")
+	}
+	if req.Limit < 0 {
+		return protocol.Errorf(protocol.ErrInvalidRequest, "list: limit must not be negative")
+	}
+	return nil
 }
 
 // ApplyPatch applies a patch under the requested workdir (the agent's

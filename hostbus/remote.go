@@ -178,24 +178,47 @@ func (r *Remote) Process(ctx context.Context, req protocol.ProcessRequest) (prot
 
 // List lists a sessionKey's sessions on the host.
 func (r *Remote) List(ctx context.Context, req protocol.ListRequest) (protocol.ListReply, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.ListReply{}, protocol.Errorf(protocol.ErrInternal, "list: encode request: %v", err)
-	}
-	timeout := r.callTimeout()
-	m, err := r.call(ctx, protocol.NodeEndpointList, body, nil, timeout)
-	if errors.Is(err, ErrNoAnswer) {
-		return protocol.ListReply{}, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
-			Message: fmt.Sprintf("list on %s: %s.", r.Label, noAnswer(err, timeout))}
-	}
+	data, err := r.list(ctx, req)
 	if err != nil {
 		return protocol.ListReply{}, err
 	}
 	var reply protocol.ListReply
-	if err := protocol.DecodeListReply(m.Data, &reply); err != nil {
+	if err := protocol.DecodeListReply(data, &reply); err != nil {
 		return protocol.ListReply{}, protocol.Errorf(protocol.ErrInternal, "list on %s: malformed reply: %v", r.Label, err)
 	}
 	return reply, nil
+}
+
+// ListDetails is List with the entries' details alone
+// (protocol.DecodeListDetails), for a gateway that merges them.
+func (r *Remote) ListDetails(ctx context.Context, req protocol.ListRequest) (protocol.ListDetails, error) {
+	data, err := r.list(ctx, req)
+	if err != nil {
+		return protocol.ListDetails{}, err
+	}
+	d, err := protocol.DecodeListDetails(data)
+	if err != nil {
+		return protocol.ListDetails{}, protocol.Errorf(protocol.ErrInternal, "list on %s: malformed reply: %v", r.Label, err)
+	}
+	return d, nil
+}
+
+// list asks the host for a list and returns the JSON of its reply.
+func (r *Remote) list(ctx context.Context, req protocol.ListRequest) ([]byte, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.ErrInternal, "list: encode request: %v", err)
+	}
+	timeout := r.callTimeout()
+	m, err := r.call(ctx, protocol.NodeEndpointList, body, nil, timeout)
+	if errors.Is(err, ErrNoAnswer) {
+		return nil, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true,
+			Message: fmt.Sprintf("list on %s: %s.", r.Label, noAnswer(err, timeout))}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
 }
 
 // ApplyPatch applies a patch on the host.

@@ -23,7 +23,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +92,9 @@ type Record struct {
 type entry struct {
 	rec      Record
 	revision uint64
+	// added is the cache's count of added records when this one came:
+	// the records a ScopeHosts call saw are those added up to its Added.
+	added uint64
 }
 
 // Index is the session index and its cache. Its methods are safe for
@@ -113,6 +118,7 @@ type Index struct {
 
 	mu    sync.RWMutex
 	cache map[string]entry // session id → record
+	added uint64           // records ever added to cache (entry.added)
 	// reserved holds the reservations in the bucket, of every gateway
 	// (id → the reservation record).
 	reserved map[string]entry
@@ -252,7 +258,8 @@ func (ix *Index) apply(e jetstream.KeyValueEntry) {
 // reservations: a delete when deleted, else the record rec (decoded
 // from value when nil). Caller holds ix.mu.
 func (ix *Index) applyLocked(key string, rev uint64, deleted bool, value []byte, rec *Record) {
-	if cur, ok := ix.cache[key]; ok && cur.revision >= rev {
+	cur, had := ix.cache[key]
+	if had && cur.revision >= rev {
 		return
 	}
 	if cur, ok := ix.reserved[key]; ok && cur.revision >= rev {
@@ -274,7 +281,12 @@ func (ix *Index) applyLocked(key string, rev uint64, deleted bool, value []byte,
 		ix.reserved[key] = entry{rec: *rec, revision: rev}
 		return
 	}
-	ix.cache[key] = entry{rec: *rec, revision: rev}
+	added := cur.added
+	if !had {
+		ix.added++
+		added = ix.added
+	}
+	ix.cache[key] = entry{rec: *rec, revision: rev, added: added}
 }
 
 // Allocate picks a fresh session id for rec, unique across the fleet: the
@@ -420,6 +432,82 @@ func (ix *Index) Scope(sessionKey string, want func(Record) bool) map[string]Rec
 	out := map[string]Record{}
 	for id, e := range ix.cache {
 		if e.rec.SessionKey == sessionKey && want(e.rec) {
+			out[id] = e.rec
+		}
+	}
+	return out
+}
+
+// ScopeHost is one host's share of the records of a sessionKey, as
+// ScopeHosts saw them.
+type ScopeHost struct {
+	Kind   string // HostGateway or HostNode
+	HostID string
+	// Any is one of its records.
+	Any Record
+	// Count is the number of its records.
+	Count int
+	// Added is the cache's count of added records at the time: the
+	// records seen are those of the host added up to it (Held, Records).
+	Added uint64
+}
+
+// ScopeHosts returns the hosts of the records of sessionKey that want
+// accepts, with how many each holds: what Scope tells, without a copy of
+// every record or a set of their ids (a process list of ten thousand
+// sessions paid that on every call). Held and Records tell the records
+// apart later.
+func (ix *Index) ScopeHosts(sessionKey string, want func(Record) bool) []ScopeHost {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	var out []ScopeHost
+	last := -1 // out's index of the host of the record before
+	for _, e := range ix.cache {
+		r := &e.rec
+		if r.SessionKey != sessionKey || !want(e.rec) {
+			continue
+		}
+		if last < 0 || out[last].Kind != r.Host || out[last].HostID != r.HostID {
+			last = slices.IndexFunc(out, func(h ScopeHost) bool { return h.Kind == r.Host && h.HostID == r.HostID })
+			if last < 0 {
+				last = len(out)
+				out = append(out, ScopeHost{Kind: r.Host, HostID: r.HostID, Any: e.rec, Added: ix.added})
+			}
+		}
+		out[last].Count++
+	}
+	return out
+}
+
+// holdsLocked reports whether e is one of the records h saw. Caller
+// holds ix.mu.
+func (h *ScopeHost) holdsLocked(e *entry) bool {
+	return e.added <= h.Added && e.rec.SessionKey == h.Any.SessionKey && e.rec.Host == h.Kind && e.rec.HostID == h.HostID
+}
+
+// Held returns how many of ids are records h saw that the cache still
+// holds.
+func (ix *Index) Held(h ScopeHost, ids iter.Seq[string]) int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	n := 0
+	for id := range ids {
+		if e, ok := ix.cache[id]; ok && h.holdsLocked(&e) {
+			n++
+		}
+	}
+	return n
+}
+
+// Records returns the records h saw that the cache still holds, as they
+// are now, that want accepts (nil: all). want is called with the index
+// locked: it must not call the Index.
+func (ix *Index) Records(h ScopeHost, want func(id string, r *Record) bool) map[string]Record {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := map[string]Record{}
+	for id, e := range ix.cache {
+		if h.holdsLocked(&e) && (want == nil || want(id, &e.rec)) {
 			out[id] = e.rec
 		}
 	}

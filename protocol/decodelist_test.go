@@ -30,6 +30,14 @@ func decodeBoth(t *testing.T, b []byte) {
 	if werr == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q:\nDecodeListReply %+v\njson.Unmarshal  %+v", b, got, want)
 	}
+	// DecodeListDetails: the same details, decoded in place.
+	details, derr := DecodeListDetails(b)
+	if (derr == nil) != (werr == nil) {
+		t.Fatalf("%q: DecodeListDetails error %v, json.Unmarshal error %v", b, derr, werr)
+	}
+	if werr == nil && !reflect.DeepEqual(details, want.details()) {
+		t.Fatalf("%q:\nDecodeListDetails %+v\nfrom json.Unmarshal %+v", b, details, want.details())
+	}
 }
 
 // TestDecodeListReplyMatchesEncodingJSON: the parser of the plain form
@@ -57,7 +65,7 @@ func TestDecodeListReplyMatchesEncodingJSON(t *testing.T) {
 		for _, b := range [][]byte{reply.AppendJSON(nil), marshalled} {
 			decodeBoth(t, b)
 			var fast ListReply
-			if p := (listParser{b: b}); i%3 != 0 && !(p.listReply(&fast) && p.end()) {
+			if p := (listParser{b: b, s: string(b)}); i%3 != 0 && !(p.listReply(&fast) && p.end()) {
 				t.Fatalf("plain reply not taken by the fast parser: %s", b)
 			}
 			for range 8 {

@@ -54,9 +54,10 @@ type Manager struct {
 	closeDone  chan struct{}
 	wg         sync.WaitGroup
 
-	records      recordSlots // the state dir's record files (records.go)
-	usageRefresh atomic.Bool // a refreshUsage pass runs
-	nullFD       int         // /dev/null, every pipe session's stdin; -1 if it could not be opened
+	records      recordSlots  // the state dir's record files (records.go)
+	usageRefresh atomic.Bool  // a refreshUsage pass runs
+	usageFlushAt atomic.Int64 // when flushUsage last read the manager group's cpu.stat (Unix ns)
+	nullFD       int          // /dev/null, every pipe session's stdin; -1 if it could not be opened
 
 	snapMu      sync.Mutex // guards snap and snapReading (process-group containment)
 	snap        *procSnapshot

@@ -173,6 +173,7 @@ func (m *Manager) poll(ctx context.Context, s *session, id string, timeout *int)
 		RetryInMs:  protocol.Some(retry),
 	}
 	s.mu.Unlock()
+	m.flushUsage()
 	d.Usage = protocol.Some(s.tree.usage(nil))
 	return protocol.TextResult(text, s.nameDetail(facts.addTo(d)))
 }
@@ -304,6 +305,7 @@ func (m *Manager) logAction(s *session, id string, offset, limit *int) protocol.
 		if facts.waitingForInput {
 			text += inputWaitHint(facts.idleMs)
 		}
+		s.m.flushUsage()
 		d = s.nameDetail(facts.addTo(protocol.Details{Status: protocol.Some(protocol.StatusRunning), SessionID: protocol.Some(id), Usage: protocol.Some(s.tree.usage(nil))}))
 	} else {
 		if s.res.stopped {
@@ -491,7 +493,7 @@ func (m *Manager) list(scopeKey string, args protocol.ProcessArgs) protocol.Resu
 	if err != nil {
 		return protocol.FailedResult(protocol.AsError(err).Message)
 	}
-	entries, total := m.listEntries(scopeKey, page)
+	entries, total := m.listEntries(scopeKey, page, time.Now())
 	if page.Paged {
 		return PagedListResult(page, entries, total)
 	}
@@ -507,48 +509,13 @@ func (m *Manager) List(scopeKey string, limit int) (entries []protocol.Details, 
 	if limit > 0 {
 		page = ListPage{Paged: true, Limit: limit}
 	}
-	entries, total = m.listEntries(scopeKey, page)
-	if limit <= 0 {
-		total = len(entries) // without those swept since they were counted
-	}
-	return entries, total
+	return m.listEntries(scopeKey, page, time.Now())
 }
 
 // listEntries builds the entries of a page of the list (all when not
 // paged) and counts the whole list.
-func (m *Manager) listEntries(scopeKey string, page ListPage) ([]protocol.Details, int) {
-	m.mu.Lock()
-	var candidates []*session
-	for _, s := range m.sessions {
-		if s.scopeKey == scopeKey {
-			candidates = append(candidates, s)
-		}
-	}
-	m.mu.Unlock()
-	// Leave out what list does not show before sorting and slicing, so
-	// that a page counts only listed sessions; entries (the costly part:
-	// a map and the output tail each) are built for the page only.
-	visible := candidates[:0]
-	for _, s := range candidates {
-		s.mu.Lock()
-		listed := s.listedLocked()
-		s.mu.Unlock()
-		if listed {
-			visible = append(visible, s)
-		}
-	}
-	slices.SortFunc(visible, func(a, b *session) int {
-		if c := b.startedAt.Compare(a.startedAt); c != 0 {
-			return c
-		}
-		return int(b.seq) - int(a.seq)
-	})
-	total := len(visible)
-	if page.Paged {
-		lo, hi := page.Bounds(total)
-		visible = visible[lo:hi]
-	}
-	now := time.Now()
+func (m *Manager) listEntries(scopeKey string, page ListPage, now time.Time) ([]protocol.Details, int) {
+	visible, total := m.listed(scopeKey, page)
 	entries := make([]protocol.Details, 0, len(visible))
 	var stale []*session
 	for _, s := range visible {
@@ -562,7 +529,53 @@ func (m *Manager) listEntries(scopeKey string, page ListPage) ([]protocol.Detail
 		}
 	}
 	m.refreshUsage(stale)
+	if !page.Paged {
+		total = len(entries)
+	}
 	return entries, total
+}
+
+// listed returns the sessions of scopeKey on a page of the list, newest
+// first, and the size of the whole list; when not paged, every session of
+// scopeKey (some of which list may not show: the caller leaves them out
+// and counts the rest).
+func (m *Manager) listed(scopeKey string, page ListPage) ([]*session, int) {
+	m.mu.Lock()
+	var candidates []*session
+	for _, s := range m.sessions {
+		if s.scopeKey == scopeKey {
+			candidates = append(candidates, s)
+		}
+	}
+	m.mu.Unlock()
+	visible := candidates
+	if page.Paged {
+		// Leave out what list does not show before sorting and
+		// slicing, so that a page counts only listed sessions; entries
+		// (the costly part) are built for the page only. The whole list
+		// leaves them out as it builds the entries, which look again.
+		visible = candidates[:0]
+		for _, s := range candidates {
+			s.mu.Lock()
+			listed := s.listedLocked()
+			s.mu.Unlock()
+			if listed {
+				visible = append(visible, s)
+			}
+		}
+	}
+	slices.SortFunc(visible, func(a, b *session) int {
+		if c := b.startedAt.Compare(a.startedAt); c != 0 {
+			return c
+		}
+		return int(b.seq) - int(a.seq)
+	})
+	total := len(visible)
+	if page.Paged {
+		lo, hi := page.Bounds(total)
+		visible = visible[lo:hi]
+	}
+	return visible, total
 }
 
 // refreshUsage reads again, in the background, the list usage of
@@ -583,6 +596,7 @@ func (m *Manager) refreshUsage(stale []*session) {
 	go func() {
 		defer m.wg.Done()
 		defer m.usageRefresh.Store(false)
+		m.flushUsage()
 		for _, s := range stale {
 			if m.root.Err() != nil {
 				return
@@ -614,18 +628,26 @@ func (s *session) listEntry(now time.Time) (d protocol.Details, ok, stale bool) 
 	if !s.listedLocked() {
 		return protocol.Details{}, false, false
 	}
+	if !s.exited {
+		_, stale = s.listUsageLocked(now)
+	}
+	return s.listDetailsLocked(now), true, stale
+}
+
+// listDetailsLocked is the list entry of a listed session at now, with
+// the usage figure listUsageLocked last read. Caller holds s.mu.
+func (s *session) listDetailsLocked(now time.Time) protocol.Details {
+	var d protocol.Details
 	if s.exited {
 		d = s.finishedDetailsLocked()
 		d.RuntimeMs = protocol.Some(s.endedAt.Sub(s.startedAt).Milliseconds())
 		d.EndedAt = protocol.Some(s.endedAt.UnixMilli())
 	} else {
-		var u protocol.Usage
-		u, stale = s.listUsageLocked(now)
 		d = s.nameDetail(s.factsLocked(now).addTo(protocol.Details{
 			Status:    protocol.Some(protocol.StatusRunning),
 			RuntimeMs: protocol.Some(now.Sub(s.startedAt).Milliseconds()),
 			PID:       protocol.Some(s.pid),
-			Usage:     protocol.Some(u),
+			Usage:     protocol.Some(s.listUsage),
 		}))
 	}
 	d.SessionID = protocol.Some(s.id)
@@ -634,7 +656,7 @@ func (s *session) listEntry(now time.Time) (d protocol.Details, ok, stale bool) 
 	d.Command = protocol.Some(s.command)
 	d.Tail = protocol.Some(s.out.tail())
 	d.Truncated = protocol.Some(s.out.truncated)
-	return d, true, stale
+	return d
 }
 
 // The usage in a running session's list entry is read from a file per
@@ -654,6 +676,7 @@ const (
 func (s *session) listUsageLocked(now time.Time) (u protocol.Usage, stale bool) {
 	age := now.Sub(s.listUsageAt)
 	if s.listUsageAt.IsZero() || age >= listUsageMaxAge || age < 0 {
+		s.m.flushUsage()
 		s.listUsage, s.listUsageAt = s.tree.usage(nil), now
 		return s.listUsage, false
 	}
@@ -791,6 +814,7 @@ func ListText(sessions []protocol.Details) string {
 	}
 	var b strings.Builder
 	b.Grow(80 * len(sessions))
+	var scratch [32]byte
 	for i := range sessions {
 		d := &sessions[i] // large: not copied
 		if i > 0 {
@@ -801,19 +825,24 @@ func ListText(sessions []protocol.Details) string {
 			label = truncateMiddle(name, 80)
 		}
 		id, status := d.SessionID.Value(), d.Status.Value()
-		runtime := "n/a"
+		runtime := []byte("n/a")
 		if ms, ok := d.RuntimeMs.Get(); ok {
-			if c, ok := compactDuration(float64(ms)); ok {
+			if c, ok := appendCompactDuration(scratch[:0], float64(ms)); ok {
 				runtime = c
 			}
 		}
 		b.WriteString(id)
 		b.WriteByte(' ')
-		b.WriteString(padStatus(status, 9))
+		b.WriteString(status)
+		for n := utf16Len(status); n < 9; n++ { // padStatus(status, 9), without a string
+			b.WriteByte(' ')
+		}
 		b.WriteByte(' ')
-		b.WriteString(runtime)
+		b.Write(runtime)
 		if reason := d.ExitReason.Value(); isTimeoutReason(reason) {
-			b.WriteString(" [" + reason + "]")
+			b.WriteString(" [")
+			b.WriteString(reason)
+			b.WriteByte(']')
 		}
 		if d.WaitingForInput.Value() {
 			b.WriteString(" [input-wait]")

@@ -116,6 +116,7 @@ type session struct {
 	expiresAt       time.Time
 	listUsage       protocol.Usage // the usage list entries show, read at listUsageAt
 	listUsageAt     time.Time
+	listJSON        listCache // its encoded list entry (listjson.go)
 }
 
 // spawn starts the process in a tree of its own. On success the output

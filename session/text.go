@@ -141,8 +141,14 @@ func compactNotifyOutput(s string) string {
 // "2m5s", "1h30m", "1d5m"; at most two non-zero units among days, hours,
 // minutes and seconds. ok is false for values that print as "n/a".
 func compactDuration(ms float64) (string, bool) {
+	b, ok := appendCompactDuration(make([]byte, 0, 16), ms)
+	return string(b), ok
+}
+
+// appendCompactDuration appends compactDuration(ms) to dst.
+func appendCompactDuration(dst []byte, ms float64) ([]byte, bool) {
 	if math.IsNaN(ms) || math.IsInf(ms, 0) || ms <= 0 {
-		return "", false
+		return dst, false
 	}
 	v := jsRound(ms)
 	if v >= 1000 {
@@ -152,29 +158,28 @@ func compactDuration(ms float64) (string, bool) {
 		n    float64
 		unit string
 	}
-	parts := []part{
+	parts := [5]part{
 		{math.Trunc(v / 86400000), "d"},
 		{math.Trunc(math.Mod(v/3600000, 24)), "h"},
 		{math.Trunc(math.Mod(v/60000, 60)), "m"},
 		{math.Trunc(math.Mod(v/1000, 60)), "s"},
 	}
 	if v < 1000 {
-		parts = append(parts, part{math.Trunc(v), "ms"})
+		parts[4] = part{math.Trunc(v), "ms"}
 	}
-	var b strings.Builder
 	shown := 0
 	for _, p := range parts {
 		if p.n == 0 || shown == 2 {
 			continue
 		}
-		b.WriteString(strconv.FormatFloat(p.n, 'f', 0, 64))
-		b.WriteString(p.unit)
+		dst = strconv.AppendFloat(dst, p.n, 'f', 0, 64)
+		dst = append(dst, p.unit...)
 		shown++
 	}
 	if shown == 0 {
-		return "0ms", true
+		return append(dst, "0ms"...), true
 	}
-	return b.String(), true
+	return dst, true
 }
 
 // jsRound is Math.round: halves round towards +Inf.
