@@ -213,6 +213,7 @@ func TestReaperAwaitExit(t *testing.T) {
 				log:     slog.New(slog.DiscardHandler),
 				kick:    make(chan struct{}, 1),
 				leaders: map[int]chan<- exitStatus{},
+				busy:    map[int]bool{},
 				zombies: map[int]time.Time{},
 				hinted:  map[int]time.Time{},
 			}
@@ -266,5 +267,53 @@ func TestReaperAwaitExit(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReaperPeekOfLeaderBeingTaken: a pass that peeks at a leader whose
+// status another goroutine is taking at that moment (the reader that saw
+// its output end) waits for that instead of listing every child: with
+// thousands of sessions a listing per such race cost O(sessions) per exit.
+func TestReaperPeekOfLeaderBeingTaken(t *testing.T) {
+	r := &Reaper{
+		log:     slog.New(slog.DiscardHandler),
+		kick:    make(chan struct{}, 1),
+		leaders: map[int]chan<- exitStatus{},
+		busy:    map[int]bool{},
+		zombies: map[int]time.Time{},
+		hinted:  map[int]time.Time{},
+	}
+	// Children that earlier tests' closed Reapers left are strangers to
+	// this one: reap them first.
+	for stray, ok := peekExited(); ok; stray, ok = peekExited() {
+		var ws unix.WaitStatus
+		_, _ = wait4(stray, &ws, 0, nil)
+	}
+	pid, err := syscall.ForkExec("/bin/sh", []string{"/bin/sh", "-c", "exit 5"}, &syscall.ProcAttr{Sys: &syscall.SysProcAttr{Setpgid: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitZombie(t, pid)
+	// Another goroutine's take, between its claim and its wait4.
+	r.mu.Lock()
+	r.busy[pid] = true
+	r.mu.Unlock()
+	done := make(chan time.Duration, 1)
+	go func() { done <- r.walkAll() }()
+	time.Sleep(2 * time.Millisecond)
+	var ws unix.WaitStatus
+	if got, err := wait4(pid, &ws, 0, nil); err != nil || got != pid {
+		t.Fatalf("wait4: %d, %v", got, err)
+	}
+	r.mu.Lock()
+	delete(r.busy, pid)
+	r.mu.Unlock()
+	if next := <-done; next != 0 && next != time.Millisecond {
+		t.Fatalf("walkAll asked to look again in %v", next)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.slowPasses != 0 {
+		t.Fatalf("%d slow passes (listings of every child) for a leader being taken", r.slowPasses)
 	}
 }
