@@ -410,6 +410,10 @@ type cgroupTree struct {
 	// most sessions end with their leader and never need it.
 	watchSet bool
 	watching bool
+	// armed: term listed processes in the group after the watch was
+	// set, so the group's emptying is reported by an event, and the
+	// wait that follows need not read cgroup.events before one comes.
+	armed    bool
 	stop     func()
 	released bool
 	removed  bool
@@ -509,7 +513,7 @@ func (t *cgroupTree) prepare(attr *syscall.SysProcAttr) (func(int), error) {
 // dirs returns the group and any groups below it (a command with write
 // access to its group may create some).
 func (t *cgroupTree) dirs() []cgroup.Dir {
-	if t.dir.Descendants() == 0 {
+	if !t.dir.HasChildren() {
 		return []cgroup.Dir{t.dir}
 	}
 	return t.dir.Subtree()
@@ -520,6 +524,9 @@ func (t *cgroupTree) dirs() []cgroup.Dir {
 const maxSignalRounds = 8
 
 func (t *cgroupTree) term() error {
+	// The watch first: a process term finds is then in the group after
+	// it, so the group's emptying makes an event (waitGone).
+	t.watch()
 	sent := map[int]bool{}
 	var errs []error
 	dirs := t.dirs()
@@ -539,6 +546,11 @@ func (t *cgroupTree) term() error {
 			break
 		}
 	}
+	if len(sent) > 0 {
+		t.mu.Lock()
+		t.armed = t.watching
+		t.mu.Unlock()
+	}
 	return errors.Join(errs...)
 }
 
@@ -556,17 +568,21 @@ func (t *cgroupTree) gone() bool {
 
 func (t *cgroupTree) waitGone(deadline time.Time, hurry <-chan struct{}) bool {
 	t.watch()
-	watching := t.isWatching()
+	t.mu.Lock()
+	watching, look := t.watching, !t.armed
+	t.armed = false
+	t.mu.Unlock()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if t.gone() {
+		if look && t.gone() {
 			return true
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return false
+			return !look && t.gone()
 		}
+		look = true
 		if !watching {
 			left = min(left, pollInterval)
 		}
@@ -649,7 +665,7 @@ func (t *cgroupTree) recycle() bool {
 	}
 	var buf [128]byte
 	b, ok := readRaw(t.dir.Path+"/cgroup.events", buf[:])
-	if !ok || !bytes.Contains(b, []byte("populated 0\n")) || !bytes.Contains(b, []byte("frozen 0\n")) || t.dir.Descendants() != 0 {
+	if !ok || !bytes.Contains(b, []byte("populated 0\n")) || !bytes.Contains(b, []byte("frozen 0\n")) || t.dir.HasChildren() {
 		return false
 	}
 	if t.limits.CPUMax > 0 && t.dir.Write("cpu.max", "max") != nil {
@@ -675,7 +691,7 @@ func (t *cgroupTree) tryRemove() bool {
 		return true
 	}
 	err := t.dir.Remove()
-	if err != nil && t.dir.Descendants() > 0 && t.gone() {
+	if err != nil && t.dir.HasChildren() && t.gone() {
 		err = t.dir.RemoveSubtree() // groups a command created below its own
 	}
 	if err != nil {

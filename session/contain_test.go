@@ -718,3 +718,25 @@ func TestSpareGroupReuse(t *testing.T) {
 		t.Errorf("next session ran in %q, want the spare %s", res.Text(), first[0])
 	}
 }
+
+// TestKillEndsAtEmptying: the termination of a cgroup tree that SIGTERM
+// ends is over when the group empties (an inotify event; the wait reads
+// cgroup.events only after one), not at the grace's end.
+func TestKillEndsAtEmptying(t *testing.T) {
+	requireCgroups(t)
+	m := newManager(t, func(c *Config) { c.Containment = ContainmentCgroup; c.KillGrace = 20 * time.Second })
+	for _, cmd := range []string{"sleep %s & sleep %s; wait", "exec sleep %s", "(trap '' TERM; sleep 0.3) & sleep %s; wait"} {
+		tok := token()
+		id := startBackground(t, m, ExecRequest{Command: strings.ReplaceAll(cmd, "%s", tok)})
+		waitProcs(t, tok, 1)
+		s := m.anySession(id)
+		start := time.Now()
+		killSession(t, m, "", id)
+		select {
+		case <-s.termDone:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q: the termination still waits %v after the kill (grace 20 s)", cmd, time.Since(start))
+		}
+		t.Logf("%q: termination over %v after the kill", cmd, time.Since(start))
+	}
+}

@@ -434,6 +434,22 @@ func (d Dir) Descendants() uint64 {
 	return n
 }
 
+// HasChildren reports whether groups exist below the group, from the
+// link count of its directory (a directory of cgroupfs counts 2 plus its
+// subdirectories, and only groups are subdirectories): one stat, where
+// Descendants reads and formats cgroup.stat. An unreadable directory
+// counts as having some, so that callers look.
+func (d Dir) HasChildren() bool {
+	var st unix.Stat_t
+	for {
+		err := unix.Stat(d.Path, &st)
+		if err == unix.EINTR {
+			continue
+		}
+		return err != nil || st.Nlink != 2
+	}
+}
+
 // Signal sends each of sigs, in order, to every process of the group
 // itself, skipping the pids in skip. Each pid read from cgroup.procs is
 // pinned with a pidfd and checked to be in the group still before it is

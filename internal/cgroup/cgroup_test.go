@@ -141,8 +141,8 @@ func TestGroupLifecycle(t *testing.T) {
 		t.Fatal("the test process counts as a member")
 	}
 	// Signal skips what is not a member; our own pid is never one.
-	if n := d.Descendants(); n != 0 {
-		t.Errorf("descendants %d", n)
+	if n := d.Descendants(); n != 0 || d.HasChildren() {
+		t.Errorf("descendants %d, has children %v", n, d.HasChildren())
 	}
 	if pids, err := d.Signal(nil, 0); err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid {
 		t.Fatalf("signal 0: %v %v", pids, err)
@@ -168,6 +168,43 @@ func TestGroupLifecycle(t *testing.T) {
 	_ = cmd.Wait()
 	if pids, _ := d.Procs(); len(pids) != 0 {
 		t.Errorf("procs after kill: %v", pids)
+	}
+}
+
+// TestHasChildren: the link count of a group's directory follows the
+// groups created and removed below it, as nr_descendants does.
+func TestHasChildren(t *testing.T) {
+	d := testGroup(t)
+	if d.HasChildren() || d.Descendants() != 0 {
+		t.Fatal("a new group has children")
+	}
+	a, b := d.Child("a"), d.Child("b")
+	for _, c := range []Dir{a, b} {
+		if err := c.Create(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deep := a.Child("deep")
+	if err := deep.Create(); err != nil {
+		t.Fatal(err)
+	}
+	if !d.HasChildren() || d.Descendants() != 3 || !a.HasChildren() || b.HasChildren() {
+		t.Fatalf("with children: %v %d %v %v", d.HasChildren(), d.Descendants(), a.HasChildren(), b.HasChildren())
+	}
+	if err := d.Child("a").RemoveSubtree(); err != nil {
+		t.Fatal(err)
+	}
+	if !d.HasChildren() {
+		t.Fatal("one child left, none seen")
+	}
+	if err := b.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if d.HasChildren() || d.Descendants() != 0 {
+		t.Fatal("children seen after their removal")
+	}
+	if !d.Child("missing").HasChildren() {
+		t.Fatal("an unreadable group does not say look")
 	}
 }
 
