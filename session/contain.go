@@ -528,12 +528,19 @@ func (t *cgroupTree) term() error {
 	// it, so the group's emptying makes an event (waitGone).
 	t.watch()
 	sent := map[int]bool{}
+	// The leader needs neither a pidfd nor a look at its cgroup: while
+	// the Reaper holds it unreaped its pid cannot be reused, and it is
+	// the session's whatever group it is in.
+	if pid := t.s.pid; pid > 0 && t.s.exitCh != nil && t.m.reaper.signalLeader(pid, t.s.exitCh, unix.SIGTERM, unix.SIGCONT) {
+		sent[pid] = true
+	}
 	var errs []error
 	dirs := t.dirs()
+	listed := 0
 	for range maxSignalRounds {
 		n := 0
 		for _, d := range dirs {
-			pids, err := d.Signal(sent, unix.SIGTERM, unix.SIGCONT)
+			pids, l, err := d.Signal(sent, unix.SIGTERM, unix.SIGCONT)
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}
@@ -541,12 +548,14 @@ func (t *cgroupTree) term() error {
 				sent[p] = true
 			}
 			n += len(pids)
+			listed += l
 		}
 		if n == 0 {
 			break
 		}
 	}
-	if len(sent) > 0 {
+	if listed > 0 {
+		// A process was in the group after the watch was set.
 		t.mu.Lock()
 		t.armed = t.watching
 		t.mu.Unlock()

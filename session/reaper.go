@@ -423,6 +423,24 @@ func (r *Reaper) take(pid int) takeResult {
 	return taken
 }
 
+// signalLeader sends each of sigs to pid if it is the leader registered
+// with ch and its status is not being taken: the Reaper's lock keeps it
+// unreaped meanwhile, so its pid names it and no other process (kill(2)
+// suffices, no pidfd). It reports whether it did; an exited leader not
+// yet reaped takes the signals as a zombie, harmlessly. (ch tells this
+// leader from a later one that got the pid of a reaped one.)
+func (r *Reaper) signalLeader(pid int, ch chan<- exitStatus, sigs ...unix.Signal) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.leaders[pid]; cur == nil || cur != ch {
+		return false
+	}
+	for _, sig := range sigs {
+		_ = unix.Kill(pid, sig)
+	}
+	return true
+}
+
 // slowPass runs when the first exited child is not a registered leader:
 // it lists the children and collects the leaders among them, and, in a
 // subreaper, reaps zombies nobody registered once their grace passed.

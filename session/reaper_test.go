@@ -317,3 +317,41 @@ func TestReaperPeekOfLeaderBeingTaken(t *testing.T) {
 		t.Fatalf("%d slow passes (listings of every child) for a leader being taken", r.slowPasses)
 	}
 }
+
+// TestReaperSignalLeader: a leader is signalled by pid only while it is
+// registered with the channel of the session asking (a later leader that
+// got a reaped one's pid is not that session's) and not being taken.
+func TestReaperSignalLeader(t *testing.T) {
+	r := newTestReaper(t)
+	pid, ch := startLeader(t, r, "/bin/sleep", "60")
+	r.mu.Lock()
+	own := r.leaders[pid] // the channel its session registered (ch's other end)
+	r.mu.Unlock()
+	other := make(chan exitStatus, 1)
+	if r.signalLeader(pid, other, unix.SIGTERM) {
+		t.Fatal("signalled for a session whose leader it is not")
+	}
+	r.mu.Lock()
+	delete(r.leaders, pid)
+	r.busy[pid] = true // a take between its claim and its wait4
+	r.mu.Unlock()
+	if r.signalLeader(pid, own, unix.SIGTERM) {
+		t.Fatal("signalled a leader whose status is being taken")
+	}
+	r.mu.Lock()
+	delete(r.busy, pid)
+	r.leaders[pid] = own
+	r.mu.Unlock()
+	if err := unix.Kill(pid, 0); err != nil {
+		t.Fatalf("the leader did not survive the refused signals: %v", err)
+	}
+	if !r.signalLeader(pid, own, unix.SIGTERM) {
+		t.Fatal("its own session could not signal the leader")
+	}
+	if st := awaitExit(t, ch, 3*time.Second, "signalled leader"); !st.ws.Signaled() || st.ws.Signal() != unix.SIGTERM {
+		t.Fatalf("status %v, want killed by SIGTERM", st.ws)
+	}
+	if r.signalLeader(pid, own, unix.SIGTERM) {
+		t.Fatal("signalled a collected leader's pid")
+	}
+}

@@ -454,13 +454,13 @@ func (d Dir) HasChildren() bool {
 // itself, skipping the pids in skip. Each pid read from cgroup.procs is
 // pinned with a pidfd and checked to be in the group still before it is
 // signalled, so a pid reused meanwhile by a process elsewhere is never
-// hit. It returns the pids signalled.
-func (d Dir) Signal(skip map[int]bool, sigs ...unix.Signal) ([]int, error) {
+// hit. It returns the pids signalled and how many cgroup.procs listed
+// (those in skip included).
+func (d Dir) Signal(skip map[int]bool, sigs ...unix.Signal) (sent []int, listed int, err error) {
 	pids, err := d.Procs()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var sent []int
 	var errs []error
 	for _, pid := range pids {
 		if skip[pid] {
@@ -483,5 +483,5 @@ func (d Dir) Signal(skip map[int]bool, sigs ...unix.Signal) ([]int, error) {
 		}
 		unix.Close(fd)
 	}
-	return sent, errors.Join(errs...)
+	return sent, len(pids), errors.Join(errs...)
 }

@@ -144,8 +144,8 @@ func TestGroupLifecycle(t *testing.T) {
 	if n := d.Descendants(); n != 0 || d.HasChildren() {
 		t.Errorf("descendants %d, has children %v", n, d.HasChildren())
 	}
-	if pids, err := d.Signal(nil, 0); err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid {
-		t.Fatalf("signal 0: %v %v", pids, err)
+	if pids, listed, err := d.Signal(nil, 0); err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid || listed != 1 {
+		t.Fatalf("signal 0: %v (%d listed) %v", pids, listed, err)
 	}
 	time.Sleep(200 * time.Millisecond)
 	if u, s, err := d.CPUStat(); err != nil || u+s == 0 {
