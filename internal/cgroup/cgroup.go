@@ -212,8 +212,12 @@ func (d Dir) read(file string) ([]byte, error) {
 }
 
 // readSmall reads a small pseudo-file with three system calls (os.ReadFile
-// also stats it and offers it to the poller), which matters on the kill
-// path of thousands of sessions. Longer files are read whole.
+// also stats it and offers it to the poller, and a read loop asks once
+// more to see the end), which matters on the kill path of thousands of
+// sessions. The files it reads (cgroupfs and /proc) are seq_files, which
+// fill a read up to its size while records remain: a read shorter than
+// the buffer (of less than a page, with records of a few dozen bytes) is
+// the end. Longer files are read whole.
 func readSmall(path string) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	for err == unix.EINTR {
@@ -237,10 +241,8 @@ func readSmall(path string) ([]byte, error) {
 			return out, nil
 		}
 		if out == nil && n < len(buf) {
-			// The common case: all of it in one read; one more read
-			// says end of file.
-			out = append(make([]byte, 0, n), buf[:n]...)
-			continue
+			// The common case: all of it in one read.
+			return append(make([]byte, 0, n), buf[:n]...), nil
 		}
 		out = append(out, buf[:n]...)
 	}

@@ -219,3 +219,58 @@ func TestEnableControllersNeverFails(t *testing.T) {
 	}
 	t.Logf("available %v, enabled %v, err %v", have, on, err)
 }
+
+// TestReadSmall: a pseudo-file is read whole, in one read when it is
+// short and in several when it is longer than the buffer.
+func TestReadSmall(t *testing.T) {
+	for _, path := range []string{"/proc/self/cgroup", "/proc/self/status", "/proc/self/maps", "/proc/self/mountinfo"} {
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := readSmall(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// maps and mountinfo can change between the reads; their size
+		// is what matters here.
+		if len(got) < len(want)/2 || (path == "/proc/self/cgroup" && string(got) != string(want)) {
+			t.Errorf("%s: read %d bytes, os.ReadFile %d", path, len(got), len(want))
+		}
+	}
+	if _, err := readSmall("/proc/self/no-such-file"); !os.IsNotExist(err) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestProcsLongerThanARead: cgroup.procs of a group with more pids than
+// one read of readSmall holds lists every one of them.
+func TestProcsLongerThanARead(t *testing.T) {
+	d := testGroup(t)
+	fd, err := d.OpenFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	// One shell that forks 300 sleeps into the group (pids of 5-7
+	// digits: well over 1024 bytes).
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 300 ]; do sleep 600 & i=$((i+1)); done; wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Kill(); _ = cmd.Wait() }()
+	var pids []int
+	for deadline := time.Now().Add(20 * time.Second); len(pids) < 301; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes listed, want 301", len(pids))
+		}
+		if pids, err = d.Procs(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(d.Path + "/cgroup.procs")
+	if n := strings.Count(string(b), "\n"); n != len(pids) || len(b) <= 1024 {
+		t.Fatalf("os.ReadFile lists %d pids in %d bytes, Procs %d", n, len(b), len(pids))
+	}
+}
