@@ -207,19 +207,25 @@ func (r *Reaper) watch(d cgroup.Dir, fn func()) (stop func(), ok bool) {
 //
 // Creating a group and removing it cost ~0.1 ms of kernel time per
 // session (mkdir and rmdir in cgroupfs, and the first fork into a new
-// group), so the empty groups of finished sessions are kept as spares, up
-// to maxSpareGroups, and the next session is cloned into one of those.
-// That is done only where it changes nothing a session sees: without the
-// memory and pids controllers, whose memory.peak and pids.peak cannot be
-// reset for the next session, and with the cpu.max a session set put back.
-// A spare's cpu.stat is remembered, and what a session reports is the
-// difference.
+// group), so the empty groups of finished sessions are kept as spares,
+// and the next session is cloned into one of those. That is done only
+// where it changes nothing a session sees: without the memory and pids
+// controllers, whose memory.peak and pids.peak cannot be reset for the
+// next session, and with the cpu.max a session set put back. A spare's
+// cpu.stat is remembered, and what a session reports is the difference.
+// Up to maxSpareGroups are kept for good; in a burst of exits (a kill of
+// thousands) every empty group is, and those beyond maxSpareGroups are
+// removed once no group was put back or taken for spareTrimIdle: the
+// rmdirs wait until the burst is over instead of slowing it down.
 type cgroupManager struct {
 	dir         cgroup.Dir
 	controllers []string
 
-	mu     sync.Mutex
-	spares []spareGroup
+	mu      sync.Mutex
+	spares  []spareGroup
+	lastUse time.Time   // the last put or take
+	trim    *time.Timer // armed while more than maxSpareGroups are kept
+	closed  bool
 }
 
 // spareGroup is an empty session group kept for reuse.
@@ -228,8 +234,16 @@ type spareGroup struct {
 	cpuUser, cpuSys uint64 // cpu.stat when it was put back
 }
 
-// maxSpareGroups bounds the empty groups a Manager keeps for reuse.
-const maxSpareGroups = 16
+const (
+	// maxSpareGroups bounds the empty groups a Manager keeps for reuse
+	// when it is idle.
+	maxSpareGroups = 16
+	// maxBurstSpares bounds them in a burst.
+	maxBurstSpares = 1 << 16
+	// spareTrimIdle is how long no group is put back or taken before
+	// the spares beyond maxSpareGroups are removed.
+	spareTrimIdle = 200 * time.Millisecond
+)
 
 // reusable reports whether finished sessions' groups may be reused.
 func (c *cgroupManager) reusable() bool {
@@ -246,6 +260,7 @@ func (c *cgroupManager) takeSpare() (spareGroup, bool) {
 	}
 	g := c.spares[k-1]
 	c.spares = c.spares[:k-1]
+	c.lastUse = time.Now()
 	return g, true
 }
 
@@ -253,11 +268,55 @@ func (c *cgroupManager) takeSpare() (spareGroup, bool) {
 func (c *cgroupManager) putSpare(g spareGroup) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.spares) >= maxSpareGroups {
+	if c.closed || len(c.spares) >= maxBurstSpares {
 		return false
 	}
 	c.spares = append(c.spares, g)
+	c.lastUse = time.Now()
+	if len(c.spares) > maxSpareGroups && c.trim == nil {
+		c.trim = time.AfterFunc(spareTrimIdle, c.trimSpares)
+	}
 	return true
+}
+
+// trimSpares removes the spares beyond maxSpareGroups, the oldest first,
+// once no group was put back or taken for spareTrimIdle.
+func (c *cgroupManager) trimSpares() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	if idle := time.Since(c.lastUse); idle < spareTrimIdle {
+		c.trim.Reset(spareTrimIdle - idle)
+		c.mu.Unlock()
+		return
+	}
+	c.trim = nil
+	var extra []spareGroup
+	if k := len(c.spares) - maxSpareGroups; k > 0 {
+		extra = slices.Clone(c.spares[:k])
+		c.spares = slices.Clone(c.spares[k:])
+	}
+	c.mu.Unlock()
+	for _, g := range extra {
+		// A group that is not empty any more (a process of the same
+		// user moved itself in) is left to the subtree's removal at
+		// Close, which kills what it holds.
+		_ = g.dir.Remove()
+	}
+}
+
+// close stops the trimming; the Manager's subtree, spares included, is
+// removed by its Close.
+func (c *cgroupManager) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	if c.trim != nil {
+		c.trim.Stop()
+		c.trim = nil
+	}
 }
 
 // removeSpares removes the spare groups (Close).
@@ -669,7 +728,7 @@ func (t *cgroupTree) recycle() bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.removed || t.watchSet {
+	if t.removed {
 		return false
 	}
 	var buf [128]byte
@@ -684,6 +743,11 @@ func (t *cgroupTree) recycle() bool {
 	var err error
 	if g.cpuUser, g.cpuSys, err = t.dir.CPUStat(); err != nil || !cg.putSpare(g) {
 		return false
+	}
+	// The watch of a killed session's group is this tree's, not the
+	// next session's.
+	if t.stop != nil {
+		t.stop()
 	}
 	t.removed = true
 	t.m.treeGone(t.name)

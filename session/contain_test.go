@@ -740,3 +740,54 @@ func TestKillEndsAtEmptying(t *testing.T) {
 		t.Logf("%q: termination over %v after the kill", cmd, time.Since(start))
 	}
 }
+
+// TestSparesKeptInABurst: the empty groups of a burst of killed sessions
+// are all kept as spares at first (no rmdir while the burst goes on),
+// and those beyond maxSpareGroups are removed once the burst is over.
+func TestSparesKeptInABurst(t *testing.T) {
+	requireCgroups(t)
+	m := newManager(t, func(c *Config) { c.Containment = ContainmentCgroup })
+	if !m.cg.reusable() {
+		t.Skipf("session groups have controllers %v: not reused", m.cg.controllers)
+	}
+	const n = 3 * maxSpareGroups
+	tok := token()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = startBackground(t, m, ExecRequest{Command: "sleep " + tok})
+	}
+	waitProcs(t, tok, n)
+	spares := func() int {
+		m.cg.mu.Lock()
+		defer m.cg.mu.Unlock()
+		return len(m.cg.spares)
+	}
+	groups := func() int {
+		ents, _ := os.ReadDir(m.cg.dir.Path)
+		k := 0
+		for _, e := range ents {
+			if e.IsDir() {
+				k++
+			}
+		}
+		return k
+	}
+	for _, id := range ids {
+		killSession(t, m, "", id)
+	}
+	if k := spares(); k <= maxSpareGroups {
+		t.Fatalf("%d spares right after %d kills, want more than %d (the burst's groups kept)", k, n, maxSpareGroups)
+	}
+	checkFor(t, waitLimit, 20*time.Millisecond, func() error {
+		if k, g := spares(), groups(); k != maxSpareGroups || g != maxSpareGroups {
+			return fmt.Errorf("%d spares, %d groups after the burst, want %d", k, g, maxSpareGroups)
+		}
+		return nil
+	})
+	// The spares are used again.
+	id := startBackground(t, m, ExecRequest{Command: "sleep " + tok})
+	if k := spares(); k != maxSpareGroups-1 {
+		t.Errorf("%d spares after a start, want %d", k, maxSpareGroups-1)
+	}
+	killSession(t, m, "", id)
+}

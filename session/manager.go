@@ -737,6 +737,7 @@ func (m *Manager) endLeftovers() error {
 // removeCgroup kills whatever is left in the Manager's cgroup subtree and
 // removes it.
 func (m *Manager) removeCgroup() error {
+	m.cg.close()
 	d := m.cg.dir
 	if p, err := d.Populated(); err == nil && p {
 		m.log.Warn("processes left in the Manager's cgroup at close; killing them", "cgroup", d.Path)
