@@ -230,8 +230,10 @@ type cgroupManager struct {
 
 // spareGroup is an empty session group kept for reuse.
 type spareGroup struct {
-	dir             cgroup.Dir
-	cpuUser, cpuSys uint64 // cpu.stat when it was put back
+	dir cgroup.Dir
+	// stop ends the inotify watch of the session that had it (a kill
+	// sets one), when the group is taken or removed: not in the burst.
+	stop func()
 }
 
 const (
@@ -250,18 +252,33 @@ func (c *cgroupManager) reusable() bool {
 	return !slices.Contains(c.controllers, "memory") && !slices.Contains(c.controllers, "pids")
 }
 
-// takeSpare returns a spare group, if there is one.
-func (c *cgroupManager) takeSpare() (spareGroup, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := len(c.spares)
-	if k == 0 {
-		return spareGroup{}, false
+// takeSpare returns a spare group and its cpu.stat now (the next
+// session reports what it adds to that), if there is one. A spare with
+// groups below it (made by the command that had it) is removed instead.
+func (c *cgroupManager) takeSpare() (g spareGroup, cpuUser, cpuSys uint64, ok bool) {
+	for {
+		c.mu.Lock()
+		k := len(c.spares)
+		if k == 0 {
+			c.mu.Unlock()
+			return spareGroup{}, 0, 0, false
+		}
+		g = c.spares[k-1]
+		c.spares = c.spares[:k-1]
+		c.lastUse = time.Now()
+		c.mu.Unlock()
+		if g.stop != nil {
+			g.stop()
+			g.stop = nil
+		}
+		var err error
+		if !g.dir.HasChildren() {
+			if cpuUser, cpuSys, err = g.dir.CPUStat(); err == nil {
+				return g, cpuUser, cpuSys, true
+			}
+		}
+		_ = g.dir.RemoveSubtree()
 	}
-	g := c.spares[k-1]
-	c.spares = c.spares[:k-1]
-	c.lastUse = time.Now()
-	return g, true
 }
 
 // putSpare keeps an empty group for reuse; false when enough are kept.
@@ -300,36 +317,40 @@ func (c *cgroupManager) trimSpares() {
 	}
 	c.mu.Unlock()
 	for _, g := range extra {
-		// A group that is not empty any more (a process of the same
-		// user moved itself in) is left to the subtree's removal at
-		// Close, which kills what it holds.
-		_ = g.dir.Remove()
+		g.remove()
 	}
 }
 
-// close stops the trimming; the Manager's subtree, spares included, is
-// removed by its Close.
+// remove ends the group's watch and removes it (with the groups a
+// command made below it). A group that is not empty any more (a process
+// of the same user moved itself in) is left to the subtree's removal at
+// Close, which kills what it holds.
+func (g spareGroup) remove() {
+	if g.stop != nil {
+		g.stop()
+	}
+	if g.dir.Remove() != nil && g.dir.HasChildren() {
+		_ = g.dir.RemoveSubtree()
+	}
+}
+
+// close stops the trimming and the spares' watches; the Manager's
+// subtree, spares included, is removed by its Close.
 func (c *cgroupManager) close() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.closed = true
 	if c.trim != nil {
 		c.trim.Stop()
 		c.trim = nil
 	}
-}
-
-// removeSpares removes the spare groups (Close).
-func (c *cgroupManager) removeSpares() error {
-	c.mu.Lock()
 	spares := c.spares
 	c.spares = nil
 	c.mu.Unlock()
-	var errs []error
 	for _, g := range spares {
-		errs = append(errs, g.dir.Remove())
+		if g.stop != nil {
+			g.stop()
+		}
 	}
-	return errors.Join(errs...)
 }
 
 // setupContainment decides the Manager's containment (Config.Containment).
@@ -472,10 +493,14 @@ type cgroupTree struct {
 	// armed: term listed processes in the group after the watch was
 	// set, so the group's emptying is reported by an event, and the
 	// wait that follows need not read cgroup.events before one comes.
-	armed    bool
-	stop     func()
-	released bool
-	removed  bool
+	armed bool
+	// hardKilled: cgroup.kill was written. Such a group is never
+	// reused: the kernel (6.18 at least) SIGKILLs every process later
+	// cloned into a group that was killed once.
+	hardKilled bool
+	stop       func()
+	released   bool
+	removed    bool
 }
 
 // pollInterval is how often a tree's populated state is read where no
@@ -484,8 +509,8 @@ const pollInterval = 50 * time.Millisecond
 
 func (m *Manager) newCgroupTree(s *session, l protocol.Limits) (*cgroupTree, error) {
 	t := &cgroupTree{m: m, s: s, name: s.treeName, changed: make(chan struct{}, 1), limits: l}
-	if g, ok := m.cg.takeSpare(); ok {
-		t.dir, t.cpuUser, t.cpuSys = g.dir, g.cpuUser, g.cpuSys
+	if g, user, sys, ok := m.cg.takeSpare(); ok {
+		t.dir, t.cpuUser, t.cpuSys = g.dir, user, sys
 	} else {
 		t.dir = m.cg.dir.Child(s.treeName)
 		if err := t.dir.Create(); err != nil {
@@ -623,6 +648,9 @@ func (t *cgroupTree) term() error {
 }
 
 func (t *cgroupTree) kill() error {
+	t.mu.Lock()
+	t.hardKilled = true
+	t.mu.Unlock()
 	if err := t.dir.Kill(); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -719,8 +747,9 @@ func (t *cgroupTree) release() {
 }
 
 // recycle keeps the group as a spare for the next session when it may
-// be reused (cgroupManager) and is empty: no live process, no group below
-// it, not frozen. It reports whether it did.
+// be reused (cgroupManager) and is empty: no live process, not frozen
+// (groups below it are looked for when it is taken). It reports whether
+// it did.
 func (t *cgroupTree) recycle() bool {
 	cg := t.m.cg
 	if !cg.reusable() {
@@ -728,26 +757,21 @@ func (t *cgroupTree) recycle() bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.removed {
+	if t.removed || t.hardKilled {
 		return false
 	}
 	var buf [128]byte
 	b, ok := readRaw(t.dir.Path+"/cgroup.events", buf[:])
-	if !ok || !bytes.Contains(b, []byte("populated 0\n")) || !bytes.Contains(b, []byte("frozen 0\n")) || t.dir.HasChildren() {
+	if !ok || !bytes.Contains(b, []byte("populated 0\n")) || !bytes.Contains(b, []byte("frozen 0\n")) {
 		return false
 	}
 	if t.limits.CPUMax > 0 && t.dir.Write("cpu.max", "max") != nil {
 		return false
 	}
-	g := spareGroup{dir: t.dir}
-	var err error
-	if g.cpuUser, g.cpuSys, err = t.dir.CPUStat(); err != nil || !cg.putSpare(g) {
+	// The group's watch (a kill sets one) and any groups below it are
+	// dealt with when it is taken or removed, after a burst of exits.
+	if !cg.putSpare(spareGroup{dir: t.dir, stop: t.stop}) {
 		return false
-	}
-	// The watch of a killed session's group is this tree's, not the
-	// next session's.
-	if t.stop != nil {
-		t.stop()
 	}
 	t.removed = true
 	t.m.treeGone(t.name)

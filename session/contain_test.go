@@ -791,3 +791,40 @@ func TestSparesKeptInABurst(t *testing.T) {
 	}
 	killSession(t, m, "", id)
 }
+
+// TestKilledGroupNotReused: the group of a tree that needed cgroup.kill
+// is not kept as a spare (the kernel kills what is cloned into a group
+// killed once), and the next session runs.
+func TestKilledGroupNotReused(t *testing.T) {
+	requireCgroups(t)
+	m := newManager(t, func(c *Config) { c.Containment = ContainmentCgroup; c.KillGrace = 200 * time.Millisecond })
+	if !m.cg.reusable() {
+		t.Skipf("session groups have controllers %v: not reused", m.cg.controllers)
+	}
+	tok := token()
+	id := startBackground(t, m, ExecRequest{Command: "trap '' TERM; sleep " + tok})
+	waitProcs(t, tok, 1)
+	dir := m.anySession(id).tree.(*cgroupTree).dir
+	killSession(t, m, "", id)
+	checkFor(t, waitLimit, 10*time.Millisecond, func() error {
+		if dir.Exists() {
+			return fmt.Errorf("the killed group %s is still there", dir.Path)
+		}
+		return nil
+	})
+	m.cg.mu.Lock()
+	for _, g := range m.cg.spares {
+		if g.dir == dir {
+			t.Errorf("the killed group %s is a spare", dir.Path)
+		}
+	}
+	m.cg.mu.Unlock()
+	tok2 := token()
+	id2 := startBackground(t, m, ExecRequest{Command: "sleep " + tok2})
+	waitProcs(t, tok2, 1)
+	time.Sleep(100 * time.Millisecond)
+	if len(procsWith(tok2)) != 1 {
+		t.Fatal("the next session's process died")
+	}
+	killSession(t, m, "", id2)
+}
