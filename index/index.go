@@ -374,7 +374,9 @@ func (ix *Index) Read(ctx context.Context, id string) (Record, bool) {
 }
 
 // Update changes the record of id by compare-and-set; fn returns false
-// for no change. A missing record is left missing.
+// for no change. A missing record is left missing. The first attempt
+// starts from the cached record and its revision (no read of the key);
+// fn may be called more than once, each time on the record as then known.
 func (ix *Index) Update(ctx context.Context, id string, fn func(*Record) bool) error {
 	ctx, release := ix.watched(ctx)
 	defer release()
@@ -382,9 +384,18 @@ func (ix *Index) Update(ctx context.Context, id string, fn func(*Record) bool) e
 	if err != nil {
 		return cause(ctx, err)
 	}
-	rec, rev, changed, err := bus.UpdateKey(ctx, kv, id, func(r *Record, exists bool) bool {
-		return exists && r.State != StateReserved && fn(r)
-	})
+	done, err := ix.updateCached(ctx, kv, id, fn)
+	if done {
+		return nil
+	}
+	var rec Record
+	var rev uint64
+	var changed bool
+	if err == nil {
+		rec, rev, changed, err = bus.UpdateKey(ctx, kv, id, func(r *Record, exists bool) bool {
+			return exists && r.State != StateReserved && fn(r)
+		})
+	}
 	if err != nil {
 		err = cause(ctx, err)
 		if !errors.Is(err, bus.ErrContended) {
@@ -398,6 +409,43 @@ func (ix *Index) Update(ctx context.Context, id string, fn func(*Record) bool) e
 		ix.mu.Unlock()
 	}
 	return nil
+}
+
+// updateCached tries Update's change on the cached record of id, written
+// by compare-and-set at the cached revision: when the cache is current,
+// as it is for the exit of a session this gateway started, that saves
+// reading the key first. done reports whether the change was written;
+// when it was not and err is nil (no entry, no change to the cached
+// record, a newer revision in the bucket) Update reads the key and tries
+// again, so fn may be called twice (as on any contended write).
+func (ix *Index) updateCached(ctx context.Context, kv jetstream.KeyValue, id string, fn func(*Record) bool) (done bool, err error) {
+	ix.mu.RLock()
+	e, ok := ix.cache[id]
+	ix.mu.RUnlock()
+	if !ok || e.revision == 0 {
+		return false, nil
+	}
+	rec := e.rec
+	if !fn(&rec) {
+		return false, nil // the bucket may hold a newer record that fn would change
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return false, err
+	}
+	actx, cancel := context.WithTimeout(ctx, Timeout)
+	rev, err := kv.Update(actx, id, b, e.revision)
+	cancel()
+	switch {
+	case bus.IsWrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyExists):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	ix.mu.Lock()
+	ix.applyLocked(id, rev, false, nil, &rec)
+	ix.mu.Unlock()
+	return true, nil
 }
 
 // Remove forgets id.

@@ -207,74 +207,172 @@ func (r *Reaper) watch(d cgroup.Dir, fn func()) (stop func(), ok bool) {
 //
 // Creating a group and removing it cost ~0.1 ms of kernel time per
 // session (mkdir and rmdir in cgroupfs, and the first fork into a new
-// group), so the empty groups of finished sessions are kept as spares, up
-// to maxSpareGroups, and the next session is cloned into one of those.
-// That is done only where it changes nothing a session sees: without the
-// memory and pids controllers, whose memory.peak and pids.peak cannot be
-// reset for the next session, and with the cpu.max a session set put back.
-// A spare's cpu.stat is remembered, and what a session reports is the
-// difference.
+// group), so the empty groups of finished sessions are kept as spares,
+// and the next session is cloned into one of those. That is done only
+// where it changes nothing a session sees: without the memory and pids
+// controllers, whose memory.peak and pids.peak cannot be reset for the
+// next session, and with the cpu.max a session set put back. A spare's
+// cpu.stat is remembered, and what a session reports is the difference.
+// Up to maxSpareGroups are kept for good; in a burst of exits (a kill of
+// thousands) every empty group is, and those beyond maxSpareGroups are
+// removed once no group was put back or taken for spareTrimIdle: the
+// rmdirs wait until the burst is over instead of slowing it down.
 type cgroupManager struct {
 	dir         cgroup.Dir
 	controllers []string
 
-	mu     sync.Mutex
-	spares []spareGroup
+	mu      sync.Mutex
+	spares  []spareGroup
+	lastUse time.Time   // the last put or take
+	trim    *time.Timer // armed while more than maxSpareGroups are kept
+	closed  bool
 }
 
 // spareGroup is an empty session group kept for reuse.
 type spareGroup struct {
-	dir             cgroup.Dir
-	files           *cgroup.Files // its control files, kept open; nil when not
-	cpuUser, cpuSys uint64        // cpu.stat when it was put back
+	dir cgroup.Dir
+	// stop ends the inotify watch of the session that had it (a kill
+	// sets one), when the group is taken or removed: not in the burst.
+	stop func()
+	// files are its control files, kept open (a foreground session's,
+	// for the first maxSpareGroups spares); nil when not.
+	files *cgroup.Files
 }
 
-// maxSpareGroups bounds the empty groups a Manager keeps for reuse.
-const maxSpareGroups = 16
+const (
+	// maxSpareGroups bounds the empty groups a Manager keeps for reuse
+	// when it is idle.
+	maxSpareGroups = 16
+	// maxBurstSpares bounds them in a burst.
+	maxBurstSpares = 1 << 16
+	// spareTrimIdle is how long no group is put back or taken before
+	// the spares beyond maxSpareGroups are removed.
+	spareTrimIdle = 200 * time.Millisecond
+)
 
 // reusable reports whether finished sessions' groups may be reused.
 func (c *cgroupManager) reusable() bool {
 	return !slices.Contains(c.controllers, "memory") && !slices.Contains(c.controllers, "pids")
 }
 
-// takeSpare returns a spare group, if there is one.
-func (c *cgroupManager) takeSpare() (spareGroup, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := len(c.spares)
-	if k == 0 {
-		return spareGroup{}, false
+// takeSpare returns a spare group and its cpu.stat now (the next
+// session reports what it adds to that), if there is one. A spare with
+// groups below it (made by the command that had it) is removed instead.
+func (c *cgroupManager) takeSpare() (g spareGroup, cpuUser, cpuSys uint64, ok bool) {
+	for {
+		c.mu.Lock()
+		k := len(c.spares)
+		if k == 0 {
+			c.mu.Unlock()
+			return spareGroup{}, 0, 0, false
+		}
+		g = c.spares[k-1]
+		c.spares = c.spares[:k-1]
+		c.lastUse = time.Now()
+		c.mu.Unlock()
+		if g.stop != nil {
+			g.stop()
+			g.stop = nil
+		}
+		var err error
+		if !g.dir.HasChildren() {
+			if g.files != nil {
+				cpuUser, cpuSys, err = g.files.CPUStat()
+			} else {
+				cpuUser, cpuSys, err = g.dir.CPUStat()
+			}
+			if err == nil {
+				return g, cpuUser, cpuSys, true
+			}
+		}
+		if g.files != nil {
+			g.files.Close()
+		}
+		_ = g.dir.RemoveSubtree()
 	}
-	g := c.spares[k-1]
-	c.spares = c.spares[:k-1]
-	return g, true
 }
 
 // putSpare keeps an empty group for reuse; false when enough are kept.
 func (c *cgroupManager) putSpare(g spareGroup) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.spares) >= maxSpareGroups {
+	if c.closed || len(c.spares) >= maxBurstSpares {
 		return false
 	}
+	if len(c.spares) >= maxSpareGroups && g.files != nil {
+		// Beyond the spares kept for good, a burst's: no descriptors.
+		g.files.Close()
+		g.files = nil
+	}
 	c.spares = append(c.spares, g)
+	c.lastUse = time.Now()
+	if len(c.spares) > maxSpareGroups && c.trim == nil {
+		c.trim = time.AfterFunc(spareTrimIdle, c.trimSpares)
+	}
 	return true
 }
 
-// removeSpares removes the spare groups (Close).
-func (c *cgroupManager) removeSpares() error {
+// trimSpares removes the spares beyond maxSpareGroups, the oldest first,
+// once no group was put back or taken for spareTrimIdle.
+func (c *cgroupManager) trimSpares() {
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	if idle := time.Since(c.lastUse); idle < spareTrimIdle {
+		c.trim.Reset(spareTrimIdle - idle)
+		c.mu.Unlock()
+		return
+	}
+	c.trim = nil
+	var extra []spareGroup
+	if k := len(c.spares) - maxSpareGroups; k > 0 {
+		extra = slices.Clone(c.spares[:k])
+		c.spares = slices.Clone(c.spares[k:])
+	}
+	c.mu.Unlock()
+	for _, g := range extra {
+		g.remove()
+	}
+}
+
+// remove ends the group's watch and removes it (with the groups a
+// command made below it). A group that is not empty any more (a process
+// of the same user moved itself in) is left to the subtree's removal at
+// Close, which kills what it holds.
+func (g spareGroup) remove() {
+	if g.stop != nil {
+		g.stop()
+	}
+	if g.files != nil {
+		g.files.Close()
+	}
+	if g.dir.Remove() != nil && g.dir.HasChildren() {
+		_ = g.dir.RemoveSubtree()
+	}
+}
+
+// close stops the trimming and the spares' watches; the Manager's
+// subtree, spares included, is removed by its Close.
+func (c *cgroupManager) close() {
+	c.mu.Lock()
+	c.closed = true
+	if c.trim != nil {
+		c.trim.Stop()
+		c.trim = nil
+	}
 	spares := c.spares
 	c.spares = nil
 	c.mu.Unlock()
-	var errs []error
 	for _, g := range spares {
+		if g.stop != nil {
+			g.stop()
+		}
 		if g.files != nil {
 			g.files.Close()
 		}
-		errs = append(errs, g.dir.Remove())
 	}
-	return errors.Join(errs...)
 }
 
 // setupContainment decides the Manager's containment (Config.Containment).
@@ -424,9 +522,17 @@ type cgroupTree struct {
 	// most sessions end with their leader and never need it.
 	watchSet bool
 	watching bool
-	stop     func()
-	released bool
-	removed  bool
+	// armed: term listed processes in the group after the watch was
+	// set, so the group's emptying is reported by an event, and the
+	// wait that follows need not read cgroup.events before one comes.
+	armed bool
+	// hardKilled: cgroup.kill was written. Such a group is never
+	// reused: the kernel (6.18 at least) SIGKILLs every process later
+	// cloned into a group that was killed once.
+	hardKilled bool
+	stop       func()
+	released   bool
+	removed    bool
 }
 
 // pollInterval is how often a tree's populated state is read where no
@@ -435,8 +541,8 @@ const pollInterval = 50 * time.Millisecond
 
 func (m *Manager) newCgroupTree(s *session, l protocol.Limits) (*cgroupTree, error) {
 	t := &cgroupTree{m: m, s: s, name: s.treeName, changed: make(chan struct{}, 1), limits: l}
-	if g, ok := m.cg.takeSpare(); ok {
-		t.dir, t.files, t.cpuUser, t.cpuSys = g.dir, g.files, g.cpuUser, g.cpuSys
+	if g, user, sys, ok := m.cg.takeSpare(); ok {
+		t.dir, t.files, t.cpuUser, t.cpuSys = g.dir, g.files, user, sys
 	} else {
 		t.dir = m.cg.dir.Child(s.treeName)
 		if err := t.dir.Create(); err != nil {
@@ -552,7 +658,7 @@ func (t *cgroupTree) prepare(attr *syscall.SysProcAttr) (func(int), error) {
 // dirs returns the group and any groups below it (a command with write
 // access to its group may create some).
 func (t *cgroupTree) dirs() []cgroup.Dir {
-	if t.dir.Descendants() == 0 {
+	if !t.dir.HasChildren() {
 		return []cgroup.Dir{t.dir}
 	}
 	return t.dir.Subtree()
@@ -563,13 +669,23 @@ func (t *cgroupTree) dirs() []cgroup.Dir {
 const maxSignalRounds = 8
 
 func (t *cgroupTree) term() error {
+	// The watch first: a process term finds is then in the group after
+	// it, so the group's emptying makes an event (waitGone).
+	t.watch()
 	sent := map[int]bool{}
+	// The leader needs neither a pidfd nor a look at its cgroup: while
+	// the Reaper holds it unreaped its pid cannot be reused, and it is
+	// the session's whatever group it is in.
+	if pid := t.s.pid; pid > 0 && t.s.exitCh != nil && t.m.reaper.signalLeader(pid, t.s.exitCh, unix.SIGTERM, unix.SIGCONT) {
+		sent[pid] = true
+	}
 	var errs []error
 	dirs := t.dirs()
+	listed := 0
 	for range maxSignalRounds {
 		n := 0
 		for _, d := range dirs {
-			pids, err := d.Signal(sent, unix.SIGTERM, unix.SIGCONT)
+			pids, l, err := d.Signal(sent, unix.SIGTERM, unix.SIGCONT)
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}
@@ -577,15 +693,25 @@ func (t *cgroupTree) term() error {
 				sent[p] = true
 			}
 			n += len(pids)
+			listed += l
 		}
 		if n == 0 {
 			break
 		}
 	}
+	if listed > 0 {
+		// A process was in the group after the watch was set.
+		t.mu.Lock()
+		t.armed = t.watching
+		t.mu.Unlock()
+	}
 	return errors.Join(errs...)
 }
 
 func (t *cgroupTree) kill() error {
+	t.mu.Lock()
+	t.hardKilled = true
+	t.mu.Unlock()
 	if err := t.dir.Kill(); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -599,17 +725,21 @@ func (t *cgroupTree) gone() bool {
 
 func (t *cgroupTree) waitGone(deadline time.Time, hurry <-chan struct{}) bool {
 	t.watch()
-	watching := t.isWatching()
+	t.mu.Lock()
+	watching, look := t.watching, !t.armed
+	t.armed = false
+	t.mu.Unlock()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if t.gone() {
+		if look && t.gone() {
 			return true
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return false
+			return !look && t.gone()
 		}
+		look = true
 		if !watching {
 			left = min(left, pollInterval)
 		}
@@ -692,8 +822,9 @@ func (t *cgroupTree) release() {
 }
 
 // recycle keeps the group as a spare for the next session when it may
-// be reused (cgroupManager) and is empty: no live process, no group below
-// it, not frozen. It reports whether it did.
+// be reused (cgroupManager) and is empty: no live process, not frozen
+// (groups below it are looked for when it is taken). It reports whether
+// it did.
 func (t *cgroupTree) recycle() bool {
 	cg := t.m.cg
 	if !cg.reusable() {
@@ -701,31 +832,28 @@ func (t *cgroupTree) recycle() bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.removed || t.watchSet {
+	if t.removed || t.hardKilled {
 		return false
 	}
 	var buf [128]byte
 	var b []byte
 	var ok bool
-	descendants := func() uint64 { return t.dir.Descendants() }
-	cpuStat := t.dir.CPUStat
 	if f := t.files; f != nil {
 		var err error
 		b, err = f.Events(buf[:])
 		ok = err == nil
-		descendants, cpuStat = f.Descendants, f.CPUStat
 	} else {
 		b, ok = readRaw(t.dir.Path+"/cgroup.events", buf[:])
 	}
-	if !ok || !bytes.Contains(b, []byte("populated 0\n")) || !bytes.Contains(b, []byte("frozen 0\n")) || descendants() != 0 {
+	if !ok || !bytes.Contains(b, []byte("populated 0\n")) || !bytes.Contains(b, []byte("frozen 0\n")) {
 		return false
 	}
 	if t.limits.CPUMax > 0 && t.dir.Write("cpu.max", "max") != nil {
 		return false
 	}
-	g := spareGroup{dir: t.dir, files: t.files}
-	var err error
-	if g.cpuUser, g.cpuSys, err = cpuStat(); err != nil || !cg.putSpare(g) {
+	// The group's watch (a kill sets one) and any groups below it are
+	// dealt with when it is taken or removed, after a burst of exits.
+	if !cg.putSpare(spareGroup{dir: t.dir, stop: t.stop, files: t.files}) {
 		return false
 	}
 	t.files = nil // the spare's now
@@ -744,7 +872,7 @@ func (t *cgroupTree) tryRemove() bool {
 		return true
 	}
 	err := t.dir.Remove()
-	if err != nil && t.dir.Descendants() > 0 && t.gone() {
+	if err != nil && t.dir.HasChildren() && t.gone() {
 		err = t.dir.RemoveSubtree() // groups a command created below its own
 	}
 	if err != nil {

@@ -785,3 +785,113 @@ func spareFDs(m *Manager) int {
 	}
 	return n
 }
+
+// TestKillEndsAtEmptying: the termination of a cgroup tree that SIGTERM
+// ends is over when the group empties (an inotify event; the wait reads
+// cgroup.events only after one), not at the grace's end.
+func TestKillEndsAtEmptying(t *testing.T) {
+	requireCgroups(t)
+	m := newManager(t, func(c *Config) { c.Containment = ContainmentCgroup; c.KillGrace = 20 * time.Second })
+	for _, cmd := range []string{"sleep %s & sleep %s; wait", "exec sleep %s", "(trap '' TERM; sleep 0.3) & sleep %s; wait"} {
+		tok := token()
+		id := startBackground(t, m, ExecRequest{Command: strings.ReplaceAll(cmd, "%s", tok)})
+		waitProcs(t, tok, 1)
+		s := m.anySession(id)
+		start := time.Now()
+		killSession(t, m, "", id)
+		select {
+		case <-s.termDone:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q: the termination still waits %v after the kill (grace 20 s)", cmd, time.Since(start))
+		}
+		t.Logf("%q: termination over %v after the kill", cmd, time.Since(start))
+	}
+}
+
+// TestSparesKeptInABurst: the empty groups of a burst of killed sessions
+// are all kept as spares at first (no rmdir while the burst goes on),
+// and those beyond maxSpareGroups are removed once the burst is over.
+func TestSparesKeptInABurst(t *testing.T) {
+	requireCgroups(t)
+	m := newManager(t, func(c *Config) { c.Containment = ContainmentCgroup })
+	if !m.cg.reusable() {
+		t.Skipf("session groups have controllers %v: not reused", m.cg.controllers)
+	}
+	const n = 3 * maxSpareGroups
+	tok := token()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = startBackground(t, m, ExecRequest{Command: "sleep " + tok})
+	}
+	waitProcs(t, tok, n)
+	spares := func() int {
+		m.cg.mu.Lock()
+		defer m.cg.mu.Unlock()
+		return len(m.cg.spares)
+	}
+	groups := func() int {
+		ents, _ := os.ReadDir(m.cg.dir.Path)
+		k := 0
+		for _, e := range ents {
+			if e.IsDir() {
+				k++
+			}
+		}
+		return k
+	}
+	for _, id := range ids {
+		killSession(t, m, "", id)
+	}
+	if k := spares(); k <= maxSpareGroups {
+		t.Fatalf("%d spares right after %d kills, want more than %d (the burst's groups kept)", k, n, maxSpareGroups)
+	}
+	checkFor(t, waitLimit, 20*time.Millisecond, func() error {
+		if k, g := spares(), groups(); k != maxSpareGroups || g != maxSpareGroups {
+			return fmt.Errorf("%d spares, %d groups after the burst, want %d", k, g, maxSpareGroups)
+		}
+		return nil
+	})
+	// The spares are used again.
+	id := startBackground(t, m, ExecRequest{Command: "sleep " + tok})
+	if k := spares(); k != maxSpareGroups-1 {
+		t.Errorf("%d spares after a start, want %d", k, maxSpareGroups-1)
+	}
+	killSession(t, m, "", id)
+}
+
+// TestKilledGroupNotReused: the group of a tree that needed cgroup.kill
+// is not kept as a spare (the kernel kills what is cloned into a group
+// killed once), and the next session runs.
+func TestKilledGroupNotReused(t *testing.T) {
+	requireCgroups(t)
+	m := newManager(t, func(c *Config) { c.Containment = ContainmentCgroup; c.KillGrace = 200 * time.Millisecond })
+	if !m.cg.reusable() {
+		t.Skipf("session groups have controllers %v: not reused", m.cg.controllers)
+	}
+	tok := token()
+	id := startBackground(t, m, ExecRequest{Command: "trap '' TERM; sleep " + tok})
+	waitProcs(t, tok, 1)
+	dir := m.anySession(id).tree.(*cgroupTree).dir
+	killSession(t, m, "", id)
+	checkFor(t, waitLimit, 10*time.Millisecond, func() error {
+		if dir.Exists() {
+			return fmt.Errorf("the killed group %s is still there", dir.Path)
+		}
+		return nil
+	})
+	m.cg.mu.Lock()
+	for _, g := range m.cg.spares {
+		if g.dir == dir {
+			t.Errorf("the killed group %s is a spare", dir.Path)
+		}
+	}
+	m.cg.mu.Unlock()
+	tok2 := token()
+	id2 := startBackground(t, m, ExecRequest{Command: "sleep " + tok2})
+	waitProcs(t, tok2, 1)
+	time.Sleep(100 * time.Millisecond)
+	if len(procsWith(tok2)) != 1 {
+		t.Fatal("the next session's process died")
+	}
+	killSession(t, m, "", id2)
+}

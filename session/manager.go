@@ -419,6 +419,7 @@ func (m *Manager) sessionEnv(env []string, s *session) []string {
 // finishSession records the exit of a session, retains it when it was
 // backgrounded, and emits its exit event.
 func (m *Manager) finishSession(s *session, st exitStatus, cause error) {
+	m.flushUsage() // the exit's usage read below walks no siblings (rstat.go)
 	now := time.Now()
 	s.mu.Lock()
 	s.res = s.classifyLocked(st, cause, now)
@@ -744,6 +745,7 @@ func (m *Manager) endLeftovers() error {
 // removeCgroup kills whatever is left in the Manager's cgroup subtree and
 // removes it.
 func (m *Manager) removeCgroup() error {
+	m.cg.close()
 	d := m.cg.dir
 	if p, err := d.Populated(); err == nil && p {
 		m.log.Warn("processes left in the Manager's cgroup at close; killing them", "cgroup", d.Path)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,10 @@ type Reaper struct {
 
 	mu      sync.Mutex
 	leaders map[int]chan<- exitStatus
+	// busy are leaders whose status a collect is taking now (the reader
+	// that saw the output end, or a pass): a peek that finds one of them
+	// has found no stranger, and must not list every child for it.
+	busy    map[int]bool
 	zombies map[int]time.Time // non-leader zombie children: when first seen
 	closed  bool
 	// hinted are leaders whose output reached its end: they have exited
@@ -83,6 +88,8 @@ type Reaper struct {
 	// under mu); nextWalk is the earliest time for the next (unix ns).
 	walks    uint64
 	nextWalk atomic.Int64
+	// slowPasses counts the passes that listed the children (tests).
+	slowPasses uint64
 
 	subreaper bool // a Manager of this Reaper made the process a subreaper
 
@@ -117,6 +124,7 @@ func NewReaper(cfg ReaperConfig) *Reaper {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		leaders: map[int]chan<- exitStatus{},
+		busy:    map[int]bool{},
 		zombies: map[int]time.Time{},
 		hinted:  map[int]time.Time{},
 	}
@@ -313,6 +321,7 @@ func (r *Reaper) collectHinted() {
 func (r *Reaper) walkAll() time.Duration {
 	r.awaitSpawn.Store(false)
 	start := time.Now()
+	recheck := 0 // a child that take found no leader, peeked at again
 	for {
 		if time.Since(start) > maxWalkPause {
 			return time.Millisecond // a burst: go on after a pause (walked)
@@ -323,15 +332,29 @@ func (r *Reaper) walkAll() time.Duration {
 			r.deferred = 0
 			return 0
 		}
-		if r.collect(pid) {
+		switch r.take(pid) {
+		case taken:
 			continue
+		case taking:
+			// Another goroutine is reaping it this moment: peek again
+			// once it has (not a stranger, no listing of the children).
+			runtime.Gosched()
+			continue
+		case notLeader:
+			if pid != recheck {
+				// Another goroutine may have taken it between the
+				// peek and take: a stranger is still there at the
+				// next peek.
+				recheck = pid
+				continue
+			}
 		}
 		// A start that is not registered yet (a quick command can end
 		// first) wakes the Reaper when it is: wait for that a little
 		// before listing the children. A registration that did not see
 		// awaitSpawn set came before it, so the leader is found now.
 		r.awaitSpawn.Store(true)
-		if r.collect(pid) {
+		if res := r.take(pid); res == taken || res == taking {
 			continue
 		}
 		if r.spawning.Load() > 0 && r.deferred < maxDeferred {
@@ -351,32 +374,70 @@ const (
 )
 
 // collect takes the exit status of pid if it is a registered leader.
-func (r *Reaper) collect(pid int) bool {
+func (r *Reaper) collect(pid int) bool { return r.take(pid) == taken }
+
+// What take did with a pid.
+type takeResult int
+
+const (
+	notLeader takeResult = iota // no registered leader (or its status was taken)
+	running                     // a leader that has not exited
+	taken                       // its status was taken and sent
+	taking                      // another goroutine is taking its status now
+)
+
+// take takes the exit status of pid if it is a registered leader that
+// exited.
+func (r *Reaper) take(pid int) takeResult {
 	r.mu.Lock()
 	ch := r.leaders[pid]
-	if ch != nil {
-		delete(r.leaders, pid)
-	}
-	r.mu.Unlock()
 	if ch == nil {
-		return false
+		busy := r.busy[pid]
+		r.mu.Unlock()
+		if busy {
+			return taking
+		}
+		return notLeader
 	}
+	delete(r.leaders, pid)
+	r.busy[pid] = true
+	r.mu.Unlock()
 	var st exitStatus
 	got, err := wait4(pid, &st.ws, unix.WNOHANG, &st.ru)
-	switch {
-	case err != nil:
-		st.err = fmt.Errorf("wait for pid %d: %w", pid, err)
-	case got != pid:
+	if err == nil && got != pid {
 		// Not exited (yet: a hinted leader); keep waiting.
 		r.mu.Lock()
 		r.leaders[pid] = ch
+		delete(r.busy, pid)
 		r.mu.Unlock()
-		return false
+		return running
+	}
+	if err != nil {
+		st.err = fmt.Errorf("wait for pid %d: %w", pid, err)
 	}
 	r.mu.Lock()
 	delete(r.hinted, pid)
+	delete(r.busy, pid)
 	r.mu.Unlock()
 	ch <- st
+	return taken
+}
+
+// signalLeader sends each of sigs to pid if it is the leader registered
+// with ch and its status is not being taken: the Reaper's lock keeps it
+// unreaped meanwhile, so its pid names it and no other process (kill(2)
+// suffices, no pidfd). It reports whether it did; an exited leader not
+// yet reaped takes the signals as a zombie, harmlessly. (ch tells this
+// leader from a later one that got the pid of a reaped one.)
+func (r *Reaper) signalLeader(pid int, ch chan<- exitStatus, sigs ...unix.Signal) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.leaders[pid]; cur == nil || cur != ch {
+		return false
+	}
+	for _, sig := range sigs {
+		_ = unix.Kill(pid, sig)
+	}
 	return true
 }
 
@@ -384,6 +445,9 @@ func (r *Reaper) collect(pid int) bool {
 // it lists the children and collects the leaders among them, and, in a
 // subreaper, reaps zombies nobody registered once their grace passed.
 func (r *Reaper) slowPass() time.Duration {
+	r.mu.Lock()
+	r.slowPasses++
+	r.mu.Unlock()
 	subreaper := isSubreaper()
 	now := time.Now()
 	var next time.Duration

@@ -219,6 +219,7 @@ func TestReaperAwaitExit(t *testing.T) {
 				log:     slog.New(slog.DiscardHandler),
 				kick:    make(chan struct{}, 1),
 				leaders: map[int]chan<- exitStatus{},
+				busy:    map[int]bool{},
 				zombies: map[int]time.Time{},
 				hinted:  map[int]time.Time{},
 			}
@@ -272,5 +273,91 @@ func TestReaperAwaitExit(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReaperPeekOfLeaderBeingTaken: a pass that peeks at a leader whose
+// status another goroutine is taking at that moment (the reader that saw
+// its output end) waits for that instead of listing every child: with
+// thousands of sessions a listing per such race cost O(sessions) per exit.
+func TestReaperPeekOfLeaderBeingTaken(t *testing.T) {
+	r := &Reaper{
+		log:     slog.New(slog.DiscardHandler),
+		kick:    make(chan struct{}, 1),
+		leaders: map[int]chan<- exitStatus{},
+		busy:    map[int]bool{},
+		zombies: map[int]time.Time{},
+		hinted:  map[int]time.Time{},
+	}
+	// Children that earlier tests' closed Reapers left are strangers to
+	// this one: reap them first.
+	for stray, ok := peekExited(); ok; stray, ok = peekExited() {
+		var ws unix.WaitStatus
+		_, _ = wait4(stray, &ws, 0, nil)
+	}
+	pid, err := syscall.ForkExec("/bin/sh", []string{"/bin/sh", "-c", "exit 5"}, &syscall.ProcAttr{Sys: &syscall.SysProcAttr{Setpgid: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitZombie(t, pid)
+	// Another goroutine's take, between its claim and its wait4.
+	r.mu.Lock()
+	r.busy[pid] = true
+	r.mu.Unlock()
+	done := make(chan time.Duration, 1)
+	go func() { done <- r.walkAll() }()
+	time.Sleep(2 * time.Millisecond)
+	var ws unix.WaitStatus
+	if got, err := wait4(pid, &ws, 0, nil); err != nil || got != pid {
+		t.Fatalf("wait4: %d, %v", got, err)
+	}
+	r.mu.Lock()
+	delete(r.busy, pid)
+	r.mu.Unlock()
+	if next := <-done; next != 0 && next != time.Millisecond {
+		t.Fatalf("walkAll asked to look again in %v", next)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.slowPasses != 0 {
+		t.Fatalf("%d slow passes (listings of every child) for a leader being taken", r.slowPasses)
+	}
+}
+
+// TestReaperSignalLeader: a leader is signalled by pid only while it is
+// registered with the channel of the session asking (a later leader that
+// got a reaped one's pid is not that session's) and not being taken.
+func TestReaperSignalLeader(t *testing.T) {
+	r := newTestReaper(t)
+	pid, ch := startLeader(t, r, "/bin/sleep", "60")
+	r.mu.Lock()
+	own := r.leaders[pid] // the channel its session registered (ch's other end)
+	r.mu.Unlock()
+	other := make(chan exitStatus, 1)
+	if r.signalLeader(pid, other, unix.SIGTERM) {
+		t.Fatal("signalled for a session whose leader it is not")
+	}
+	r.mu.Lock()
+	delete(r.leaders, pid)
+	r.busy[pid] = true // a take between its claim and its wait4
+	r.mu.Unlock()
+	if r.signalLeader(pid, own, unix.SIGTERM) {
+		t.Fatal("signalled a leader whose status is being taken")
+	}
+	r.mu.Lock()
+	delete(r.busy, pid)
+	r.leaders[pid] = own
+	r.mu.Unlock()
+	if err := unix.Kill(pid, 0); err != nil {
+		t.Fatalf("the leader did not survive the refused signals: %v", err)
+	}
+	if !r.signalLeader(pid, own, unix.SIGTERM) {
+		t.Fatal("its own session could not signal the leader")
+	}
+	if st := awaitExit(t, ch, 3*time.Second, "signalled leader"); !st.ws.Signaled() || st.ws.Signal() != unix.SIGTERM {
+		t.Fatalf("status %v, want killed by SIGTERM", st.ws)
+	}
+	if r.signalLeader(pid, own, unix.SIGTERM) {
+		t.Fatal("signalled a collected leader's pid")
 	}
 }

@@ -212,8 +212,12 @@ func (d Dir) read(file string) ([]byte, error) {
 }
 
 // readSmall reads a small pseudo-file with three system calls (os.ReadFile
-// also stats it and offers it to the poller), which matters on the kill
-// path of thousands of sessions. Longer files are read whole.
+// also stats it and offers it to the poller, and a read loop asks once
+// more to see the end), which matters on the kill path of thousands of
+// sessions. The files it reads (cgroupfs and /proc) are seq_files, which
+// fill a read up to its size while records remain: a read shorter than
+// the buffer (of less than a page, with records of a few dozen bytes) is
+// the end. Longer files are read whole.
 func readSmall(path string) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	for err == unix.EINTR {
@@ -237,10 +241,8 @@ func readSmall(path string) ([]byte, error) {
 			return out, nil
 		}
 		if out == nil && n < len(buf) {
-			// The common case: all of it in one read; one more read
-			// says end of file.
-			out = append(make([]byte, 0, n), buf[:n]...)
-			continue
+			// The common case: all of it in one read.
+			return append(make([]byte, 0, n), buf[:n]...), nil
 		}
 		out = append(out, buf[:n]...)
 	}
@@ -438,17 +440,33 @@ func (d Dir) Descendants() uint64 {
 	return n
 }
 
+// HasChildren reports whether groups exist below the group, from the
+// link count of its directory (a directory of cgroupfs counts 2 plus its
+// subdirectories, and only groups are subdirectories): one stat, where
+// Descendants reads and formats cgroup.stat. An unreadable directory
+// counts as having some, so that callers look.
+func (d Dir) HasChildren() bool {
+	var st unix.Stat_t
+	for {
+		err := unix.Stat(d.Path, &st)
+		if err == unix.EINTR {
+			continue
+		}
+		return err != nil || st.Nlink != 2
+	}
+}
+
 // Signal sends each of sigs, in order, to every process of the group
 // itself, skipping the pids in skip. Each pid read from cgroup.procs is
 // pinned with a pidfd and checked to be in the group still before it is
 // signalled, so a pid reused meanwhile by a process elsewhere is never
-// hit. It returns the pids signalled.
-func (d Dir) Signal(skip map[int]bool, sigs ...unix.Signal) ([]int, error) {
+// hit. It returns the pids signalled and how many cgroup.procs listed
+// (those in skip included).
+func (d Dir) Signal(skip map[int]bool, sigs ...unix.Signal) (sent []int, listed int, err error) {
 	pids, err := d.Procs()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var sent []int
 	var errs []error
 	for _, pid := range pids {
 		if skip[pid] {
@@ -471,5 +489,5 @@ func (d Dir) Signal(skip map[int]bool, sigs ...unix.Signal) ([]int, error) {
 		}
 		unix.Close(fd)
 	}
-	return sent, errors.Join(errs...)
+	return sent, len(pids), errors.Join(errs...)
 }

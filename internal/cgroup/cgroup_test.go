@@ -142,11 +142,11 @@ func TestGroupLifecycle(t *testing.T) {
 		t.Fatal("the test process counts as a member")
 	}
 	// Signal skips what is not a member; our own pid is never one.
-	if n := d.Descendants(); n != 0 {
-		t.Errorf("descendants %d", n)
+	if n := d.Descendants(); n != 0 || d.HasChildren() {
+		t.Errorf("descendants %d, has children %v", n, d.HasChildren())
 	}
-	if pids, err := d.Signal(nil, 0); err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid {
-		t.Fatalf("signal 0: %v %v", pids, err)
+	if pids, listed, err := d.Signal(nil, 0); err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid || listed != 1 {
+		t.Fatalf("signal 0: %v (%d listed) %v", pids, listed, err)
 	}
 	time.Sleep(200 * time.Millisecond)
 	if u, s, err := d.CPUStat(); err != nil || u+s == 0 {
@@ -172,6 +172,43 @@ func TestGroupLifecycle(t *testing.T) {
 	}
 }
 
+// TestHasChildren: the link count of a group's directory follows the
+// groups created and removed below it, as nr_descendants does.
+func TestHasChildren(t *testing.T) {
+	d := testGroup(t)
+	if d.HasChildren() || d.Descendants() != 0 {
+		t.Fatal("a new group has children")
+	}
+	a, b := d.Child("a"), d.Child("b")
+	for _, c := range []Dir{a, b} {
+		if err := c.Create(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deep := a.Child("deep")
+	if err := deep.Create(); err != nil {
+		t.Fatal(err)
+	}
+	if !d.HasChildren() || d.Descendants() != 3 || !a.HasChildren() || b.HasChildren() {
+		t.Fatalf("with children: %v %d %v %v", d.HasChildren(), d.Descendants(), a.HasChildren(), b.HasChildren())
+	}
+	if err := d.Child("a").RemoveSubtree(); err != nil {
+		t.Fatal(err)
+	}
+	if !d.HasChildren() {
+		t.Fatal("one child left, none seen")
+	}
+	if err := b.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if d.HasChildren() || d.Descendants() != 0 {
+		t.Fatal("children seen after their removal")
+	}
+	if !d.Child("missing").HasChildren() {
+		t.Fatal("an unreadable group does not say look")
+	}
+}
+
 func TestEnableControllersNeverFails(t *testing.T) {
 	d := testGroup(t)
 	have, _ := d.Controllers()
@@ -186,7 +223,7 @@ func TestEnableControllersNeverFails(t *testing.T) {
 
 // TestFiles: the kept files read what the group's files say now, each
 // read renders anew (populated follows a member, cpu.stat grows), the
-// directory descriptor clones into the group, and Close closes them all.
+// directory descriptor clones into the group, and Close closes them.
 func TestFiles(t *testing.T) {
 	d := testGroup(t)
 	f, err := OpenFiles(d)
@@ -222,16 +259,6 @@ func TestFiles(t *testing.T) {
 	if u, s, err := f.CPUStat(); err != nil || u+s <= u0+s0 {
 		t.Fatalf("cpu.stat %d+%d after the loop, %d+%d before (%v)", u, s, u0, s0, err)
 	}
-	if n := f.Descendants(); n != 0 {
-		t.Fatalf("descendants %d", n)
-	}
-	if err := d.Child("below").Create(); err != nil {
-		t.Fatal(err)
-	}
-	if n := f.Descendants(); n != 1 {
-		t.Fatalf("descendants %d after a mkdir, want 1", n)
-	}
-	_ = d.Child("below").Remove()
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	for deadline := time.Now().Add(5 * time.Second); populated(); {
@@ -243,5 +270,60 @@ func TestFiles(t *testing.T) {
 	f.Close()
 	if _, _, err := f.CPUStat(); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("CPUStat after Close: %v", err)
+	}
+}
+
+// TestReadSmall: a pseudo-file is read whole, in one read when it is
+// short and in several when it is longer than the buffer.
+func TestReadSmall(t *testing.T) {
+	for _, path := range []string{"/proc/self/cgroup", "/proc/self/status", "/proc/self/maps", "/proc/self/mountinfo"} {
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := readSmall(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// maps and mountinfo can change between the reads; their size
+		// is what matters here.
+		if len(got) < len(want)/2 || (path == "/proc/self/cgroup" && string(got) != string(want)) {
+			t.Errorf("%s: read %d bytes, os.ReadFile %d", path, len(got), len(want))
+		}
+	}
+	if _, err := readSmall("/proc/self/no-such-file"); !os.IsNotExist(err) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestProcsLongerThanARead: cgroup.procs of a group with more pids than
+// one read of readSmall holds lists every one of them.
+func TestProcsLongerThanARead(t *testing.T) {
+	d := testGroup(t)
+	fd, err := d.OpenFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	// One shell that forks 300 sleeps into the group (pids of 5-7
+	// digits: well over 1024 bytes).
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 300 ]; do sleep 600 & i=$((i+1)); done; wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Kill(); _ = cmd.Wait() }()
+	var pids []int
+	for deadline := time.Now().Add(20 * time.Second); len(pids) < 301; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes listed, want 301", len(pids))
+		}
+		if pids, err = d.Procs(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(d.Path + "/cgroup.procs")
+	if n := strings.Count(string(b), "\n"); n != len(pids) || len(b) <= 1024 {
+		t.Fatalf("os.ReadFile lists %d pids in %d bytes, Procs %d", n, len(b), len(pids))
 	}
 }

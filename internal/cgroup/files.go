@@ -10,7 +10,7 @@ import (
 // Files keeps a group's most read control files open, so that reading one
 // costs a pread instead of an open, a read and a close: a kernfs open is
 // most of the cost (~6 µs of the ~9 µs of a cpu.stat read here), and a
-// short command's group is read four times around its exit. A pread at
+// short command's group is read three times around its exit. A pread at
 // offset 0 renders the file anew.
 //
 // The zero value holds nothing; OpenFiles opens them. Files is not safe for
@@ -25,17 +25,16 @@ const (
 	fileDir     = iota // the directory itself (O_PATH), for CLONE_INTO_CGROUP
 	fileCPUStat        // cpu.stat
 	fileEvents         // cgroup.events
-	fileStat           // cgroup.stat
 	numFiles
 )
 
 // FilesOpen is the number of descriptors an open Files holds.
 const FilesOpen = numFiles
 
-var fileNames = [numFiles]string{"", "cpu.stat", "cgroup.events", "cgroup.stat"}
+var fileNames = [numFiles]string{"", "cpu.stat", "cgroup.events"}
 
-// OpenFiles opens d's directory and its cpu.stat, cgroup.events and
-// cgroup.stat. On an error nothing stays open.
+// OpenFiles opens d's directory and its cpu.stat and cgroup.events. On an
+// error nothing stays open.
 func OpenFiles(d Dir) (*Files, error) {
 	f := &Files{Dir: d}
 	for i := range numFiles {
@@ -97,17 +96,3 @@ func (f *Files) CPUStat() (userUsec, systemUsec uint64, err error) {
 
 // Events returns cgroup.events (populated, frozen).
 func (f *Files) Events(buf []byte) ([]byte, error) { return f.read(fileEvents, buf) }
-
-// Descendants is Dir.Descendants.
-func (f *Files) Descendants() uint64 {
-	var buf [512]byte
-	b, err := f.read(fileStat, buf[:])
-	if err != nil {
-		return 1
-	}
-	n, ok := keyed(b, "nr_descendants")
-	if !ok {
-		return 1
-	}
-	return n
-}
