@@ -9,7 +9,7 @@ import "encoding/json"
 // result and its errors.
 func DecodeExecReply(b []byte, r *ExecReply) error {
 	var fast ExecReply
-	p := listParser{b: b}
+	p := listParser{b: b, s: string(b)}
 	if p.reply(&fast.Result, &fast.Instance, nil) && p.end() {
 		*r = fast
 		return nil
@@ -22,7 +22,7 @@ func DecodeExecReply(b []byte, r *ExecReply) error {
 // kill's answer).
 func DecodeProcessReply(b []byte, r *ProcessReply) error {
 	var fast ProcessReply
-	p := listParser{b: b}
+	p := listParser{b: b, s: string(b)}
 	if p.reply(&fast.Result, &fast.Instance, &fast.Gone) && p.end() {
 		*r = fast
 		return nil

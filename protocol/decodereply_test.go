@@ -54,7 +54,7 @@ func TestDecodeRepliesMatchEncodingJSON(t *testing.T) {
 			for _, b := range [][]byte{hand, marshalled} {
 				decodeReplyBoth(t, b)
 				var fast ProcessReply
-				if p := (listParser{b: b}); i%2 == 0 && !(p.reply(&fast.Result, &fast.Instance, &fast.Gone) && p.end()) {
+				if p := (listParser{b: b, s: string(b)}); i%2 == 0 && !(p.reply(&fast.Result, &fast.Instance, &fast.Gone) && p.end()) {
 					t.Fatalf("plain reply not taken by the fast parser: %s", b)
 				}
 				for range 6 {
