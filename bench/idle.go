@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/execmesh/execmesh/internal/procfs"
 )
 
 // userHZ is the unit of utime/stime in /proc/<pid>/stat (USER_HZ, 100 on
@@ -272,7 +274,7 @@ func benchIdle(ctx context.Context, o *options, res *results) error {
 	pct := float64(c1-c0) / userHZ / wall.Seconds() * 100
 	note := fmt.Sprintf("utime+stime of `execmesh up` and its children from /proc/<pid>/stat, %d ticks of 1/%d s in %.1f s, after %v of settling (one tick over 60 s is 0.017 %%)",
 		c1-c0, userHZ, wall.Seconds(), o.idleSettle)
-	tree, _ := procfsChildren(pid)
+	tree := procfs.ChildrenOf(pid)
 	if ns, ok := idleRunTime(rt0, rt1); ok && rtErr == nil && rtErr1 == nil && len(tree) == 0 {
 		// The scheduler's exact run time, not ticks that round each
 		// thread's share to 10 ms.
@@ -312,25 +314,4 @@ func (t *tailBuffer) String() string {
 		return "(no log output)"
 	}
 	return strings.TrimSpace(string(t.buf))
-}
-
-// procfsChildren lists pid's child processes.
-func procfsChildren(pid int) ([]int, error) {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	if err != nil {
-		return nil, err
-	}
-	var out []int
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for _, c := range strings.Fields(string(b)) {
-			if cp, err := strconv.Atoi(c); err == nil {
-				out = append(out, cp)
-			}
-		}
-	}
-	return out, nil
 }

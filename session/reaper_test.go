@@ -215,14 +215,7 @@ func TestReaperAwaitExit(t *testing.T) {
 		{"lives on after closing output", "exec >&- 2>&-; sleep 5", false, hintAge + time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Reaper{
-				log:     slog.New(slog.DiscardHandler),
-				kick:    make(chan struct{}, 1),
-				leaders: map[int]chan<- exitStatus{},
-				busy:    map[int]bool{},
-				zombies: map[int]time.Time{},
-				hinted:  map[int]time.Time{},
-			}
+			r := bareReaper()
 			var p [2]int
 			if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 				t.Fatal(err)
@@ -281,14 +274,7 @@ func TestReaperAwaitExit(t *testing.T) {
 // its output end) waits for that instead of listing every child: with
 // thousands of sessions a listing per such race cost O(sessions) per exit.
 func TestReaperPeekOfLeaderBeingTaken(t *testing.T) {
-	r := &Reaper{
-		log:     slog.New(slog.DiscardHandler),
-		kick:    make(chan struct{}, 1),
-		leaders: map[int]chan<- exitStatus{},
-		busy:    map[int]bool{},
-		zombies: map[int]time.Time{},
-		hinted:  map[int]time.Time{},
-	}
+	r := bareReaper()
 	// Children that earlier tests' closed Reapers left are strangers to
 	// this one: reap them first.
 	for stray, ok := peekExited(); ok; stray, ok = peekExited() {
@@ -359,5 +345,18 @@ func TestReaperSignalLeader(t *testing.T) {
 	}
 	if r.signalLeader(pid, own, unix.SIGTERM) {
 		t.Fatal("signalled a collected leader's pid")
+	}
+}
+
+// bareReaper is a Reaper without its run loop: nothing takes SIGCHLD, so
+// only what a test calls collects exits.
+func bareReaper() *Reaper {
+	return &Reaper{
+		log:     slog.New(slog.DiscardHandler),
+		kick:    make(chan struct{}, 1),
+		leaders: map[int]chan<- exitStatus{},
+		busy:    map[int]bool{},
+		zombies: map[int]time.Time{},
+		hinted:  map[int]time.Time{},
 	}
 }

@@ -1,5 +1,5 @@
 // Package procfs reads what execmesh needs from Linux's /proc about the
-// calling process.
+// calling process (and, for the benchmark, about another).
 package procfs
 
 import (
@@ -13,8 +13,13 @@ import (
 // /proc/self/task/*/children (children are listed under the thread that
 // forked them, or that adopted them as subreaper). Unreadable entries are
 // skipped: a thread that ended meanwhile has no children left to list.
-func Children() []int {
-	tasks, err := filepath.Glob("/proc/self/task/*/children")
+func Children() []int { return childrenOf("self") }
+
+// ChildrenOf lists the children of process pid, as Children does.
+func ChildrenOf(pid int) []int { return childrenOf(strconv.Itoa(pid)) }
+
+func childrenOf(proc string) []int {
+	tasks, err := filepath.Glob("/proc/" + proc + "/task/*/children")
 	if err != nil {
 		return nil
 	}

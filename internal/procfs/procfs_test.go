@@ -1,6 +1,7 @@
 package procfs
 
 import (
+	"os"
 	"os/exec"
 	"slices"
 	"testing"
@@ -14,6 +15,12 @@ func TestChildren(t *testing.T) {
 	}
 	if !slices.Contains(Children(), cmd.Process.Pid) {
 		t.Errorf("child %d not in %v", cmd.Process.Pid, Children())
+	}
+	if got := ChildrenOf(os.Getpid()); !slices.Contains(got, cmd.Process.Pid) {
+		t.Errorf("ChildrenOf(self): child %d not in %v", cmd.Process.Pid, got)
+	}
+	if got := ChildrenOf(cmd.Process.Pid); len(got) != 0 {
+		t.Errorf("ChildrenOf(a sleep): %v", got)
 	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
