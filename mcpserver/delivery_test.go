@@ -223,6 +223,10 @@ func TestExitEventsSurviveGoneClient(t *testing.T) {
 				t.Fatalf("Connect: %v", err)
 			}
 			t.Cleanup(func() { cs.Close() })
+			// Cleanups run last first: the connections are released before
+			// Close, which waits for a reader that a frozen connection holds
+			// until its release (make test hung there once for 20 minutes).
+			t.Cleanup(cn.release)
 			// The client's event stream works: a first exit arrives.
 			call(t, cs, "exec", map[string]any{"command": "echo warm-up", "background": true})
 			sink.wait(t, "warm-up", 15*time.Second)
