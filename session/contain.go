@@ -588,12 +588,6 @@ func (t *cgroupTree) watch() {
 	t.stop, t.watching = t.m.reaper.watch(t.dir, t.onEvent)
 }
 
-func (t *cgroupTree) isWatching() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.watching
-}
-
 // setLimits writes the limits into the group's control files.
 func (t *cgroupTree) setLimits(l protocol.Limits) error {
 	var errs []error
