@@ -74,6 +74,17 @@ type listParser struct {
 	// Sessions stay empty (DecodeListDetails).
 	detailsOnly bool
 	entries     []Details
+	// raw: the entries go to raws as ListEntry values
+	// (DecodeListEntries), each read into scratch first; odd notes an
+	// entry not in the form AppendDetails writes, nodeAt where its keys
+	// nodeId and nodeName would go, lastKey its key read last.
+	raw     bool
+	raws    []ListEntry
+	scratch Details
+	odd     bool
+	nodeAt  int
+	lastKey string
+	keyAt   int // where the key object handed to field last starts
 }
 
 func (p *listParser) ws() {
@@ -81,6 +92,7 @@ func (p *listParser) ws() {
 		switch p.b[p.i] {
 		case ' ', '\t', '\n', '\r':
 			p.i++
+			p.odd = true // AppendDetails writes none
 		default:
 			return
 		}
@@ -128,6 +140,8 @@ func (p *listParser) object(field func(key string) bool) bool {
 		return true
 	}
 	for {
+		p.ws()
+		p.keyAt = p.i
 		key, ok := p.plainKey()
 		if !ok || !p.byte(':') || !field(key) {
 			return false
@@ -168,26 +182,31 @@ func (p *listParser) str() (string, bool) {
 		return "", false
 	}
 	start := p.i - 1
-	plain := true
+	plain, ascii := true, true
 	for p.i < len(p.b) {
 		c := p.b[p.i]
 		switch {
 		case c == '"':
 			p.i++
 			tok := p.b[start:p.i]
-			if plain && utf8.Valid(tok) {
+			if plain && ascii {
 				return p.s[start+1 : p.i-1], true
 			}
 			var s string
-			if json.Unmarshal(tok, &s) != nil {
+			if plain && utf8.Valid(tok) {
+				s = p.s[start+1 : p.i-1]
+			} else if json.Unmarshal(tok, &s) != nil {
 				return "", false
 			}
+			p.checkString(tok, s)
 			return s, true
 		case c == '\\':
 			plain = false
 			p.i++ // the escaped byte cannot end the string
 		case c < 0x20:
 			return "", false
+		case c >= utf8.RuneSelf:
+			ascii = false
 		}
 		p.i++
 	}
@@ -209,6 +228,9 @@ func (p *listParser) digits() ([]byte, bool) {
 	n := p.i - first
 	if n == 0 || n > 1 && p.b[first] == '0' {
 		return nil, false
+	}
+	if n == 1 && first > start && p.b[first] == '0' {
+		p.odd = true // -0, written 0
 	}
 	if p.i < len(p.b) {
 		switch p.b[p.i] {
@@ -293,9 +315,12 @@ func (p *listParser) listReply(r *ListReply) bool {
 			// they are escaped): no regrowth of a slice of large
 			// elements, and none too large to clear.
 			n := bytes.Count(p.b[p.i:], []byte(`{"sessionKey":`))
-			if p.detailsOnly {
+			switch {
+			case p.raw:
+				p.raws = make([]ListEntry, 0, n)
+			case p.detailsOnly:
 				p.entries = make([]Details, 0, n)
-			} else {
+			default:
 				r.Sessions = make([]ListedSession, 0, n)
 			}
 			if !p.byte('[') {
@@ -306,7 +331,10 @@ func (p *listParser) listReply(r *ListReply) bool {
 			}
 			for {
 				var ok bool
-				if p.detailsOnly {
+				if p.raw {
+					var key string
+					ok = p.listedSession(&key, nil)
+				} else if p.detailsOnly {
 					p.entries = append(p.entries, Details{})
 					var key string
 					ok = p.listedSession(&key, &p.entries[len(p.entries)-1])
@@ -360,6 +388,9 @@ func (p *listParser) listedSession(sessionKey *string, d *Details) bool {
 				return false
 			}
 			seenDetails = true
+			if p.raw {
+				return p.rawEntry()
+			}
 			return p.details(d)
 		}
 		return false
@@ -369,7 +400,17 @@ func (p *listParser) listedSession(sessionKey *string, d *Details) bool {
 // details reads a list entry's details: the scalar fields and usage (a
 // list entry has no lists inside; those take encoding/json's way).
 func (p *listParser) details(d *Details) bool {
+	p.lastKey = ""
 	return p.object(func(key string) bool {
+		if p.raw {
+			if key <= p.lastKey {
+				p.odd = true // out of AppendDetails's order, or twice
+			}
+			p.lastKey = key
+			if p.nodeAt < 0 && key > "nodeName" {
+				p.nodeAt = p.keyAt
+			}
+		}
 		switch key {
 		case "aggregated":
 			return p.optString(&d.Aggregated)
@@ -455,8 +496,14 @@ func (p *listParser) details(d *Details) bool {
 				return true
 			}
 			var u Usage
+			p.ws()
+			start := p.i
 			if !p.usage(&u) {
 				return false
+			}
+			if p.raw && !p.odd {
+				var buf [160]byte
+				p.odd = !bytes.Equal(appendUsage(buf[:0], &u), p.b[start:p.i])
 			}
 			d.Usage = Some(u)
 			return true

@@ -38,6 +38,7 @@ func decodeBoth(t *testing.T, b []byte) {
 	if werr == nil && !reflect.DeepEqual(details, want.details()) {
 		t.Fatalf("%q:\nDecodeListDetails %+v\nfrom json.Unmarshal %+v", b, details, want.details())
 	}
+	checkEntries(t, b, want, werr)
 }
 
 // TestDecodeListReplyMatchesEncodingJSON: the parser of the plain form
