@@ -653,11 +653,36 @@ func (g *Gateway) ToolsFor(sessionKey string) []string {
 
 // Invoke runs one tool call. The error, when not nil, is a *protocol.Error
 // raised before anything ran.
-func (g *Gateway) Invoke(ctx context.Context, req InvokeRequest) (res protocol.Result, err error) {
+func (g *Gateway) Invoke(ctx context.Context, req InvokeRequest) (protocol.Result, error) {
+	a, err := g.invoke(ctx, req)
+	return a.result(), err
+}
+
+// answer is the result of a tool call: res, or for process list the list
+// with its entries kept as their hosts encoded them, which an HTTP answer
+// writes as they are.
+type answer struct {
+	res  protocol.Result
+	list *protocol.ListResult
+}
+
+// result is the answer's Result.
+func (a *answer) result() protocol.Result {
+	if a.list != nil {
+		return a.list.Result()
+	}
+	return a.res
+}
+
+// invoke is Invoke, answering process list with its entries' JSON.
+func (g *Gateway) invoke(ctx context.Context, req InvokeRequest) (a answer, err error) {
 	if m := g.opts.Metrics; m != nil {
 		start := time.Now()
 		defer func() {
-			status := res.Status()
+			status := a.res.Status()
+			if a.list != nil {
+				status = a.list.Details.Status.Value()
+			}
 			if err != nil {
 				status = "error"
 			}
@@ -665,44 +690,55 @@ func (g *Gateway) Invoke(ctx context.Context, req InvokeRequest) (res protocol.R
 		}()
 	}
 	if g.closing.Load() {
-		return protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Message: "gateway is shutting down", Retryable: true}
+		return answer{}, &protocol.Error{Type: protocol.ErrUnavailable, Message: "gateway is shutting down", Retryable: true}
 	}
 	sessionKey, agentID, err := ParseSessionKey(req.SessionKey)
 	if err != nil {
-		return protocol.Result{}, err
+		return answer{}, err
 	}
 	cfg := g.Config()
 	switch req.Tool {
 	case protocol.ToolExec, protocol.ToolProcess, protocol.ToolApplyPatch:
 	default:
-		return protocol.Result{}, protocol.Errorf(protocol.ErrNotFound, "Tool not available: %s", req.Tool)
+		return answer{}, protocol.Errorf(protocol.ErrNotFound, "Tool not available: %s", req.Tool)
 	}
 	if !toolAllowed(&cfg, agentID, req.Tool, req.Model) {
-		return protocol.Result{}, protocol.Errorf(protocol.ErrNotFound, "Tool not available: %s", req.Tool)
+		return answer{}, protocol.Errorf(protocol.ErrNotFound, "Tool not available: %s", req.Tool)
 	}
 	c := &call{g: g, cfg: cfg, sessionKey: sessionKey, agentID: agentID}
 	switch req.Tool {
 	case protocol.ToolApplyPatch:
 		args, err := protocol.DecodeApplyPatchArgs(req.Args)
 		if err != nil {
-			return protocol.Result{}, err
+			return answer{}, err
 		}
-		return c.applyPatch(ctx, args)
+		a.res, err = c.applyPatch(ctx, args)
+		return a, err
 	case protocol.ToolExec:
 		args, err := protocol.DecodeExecArgs(req.Args)
 		if err != nil {
-			return protocol.Result{}, err
+			return answer{}, err
 		}
 		if req.IdempotencyKey != "" {
-			return c.execOnce(ctx, req.IdempotencyKey, args)
+			a.res, err = c.execOnce(ctx, req.IdempotencyKey, args)
+			return a, err
 		}
-		return c.exec(ctx, args)
+		a.res, err = c.exec(ctx, args)
+		return a, err
 	}
 	args, err := protocol.DecodeProcessArgs(req.Args)
 	if err != nil {
-		return protocol.Result{}, err
+		return answer{}, err
 	}
-	return c.process(ctx, args)
+	if args.Action == "list" {
+		lr, err := c.listEntries(ctx, args)
+		if err != nil {
+			return answer{}, err
+		}
+		return answer{list: &lr}, nil
+	}
+	a.res, err = c.process(ctx, args)
+	return a, err
 }
 
 // invokeAction is the process action of a call, for metrics.

@@ -196,6 +196,10 @@ type invokeResponse struct {
 	OK     bool             `json:"ok"`
 	Result *protocol.Result `json:"result,omitempty"`
 	Error  *protocol.Error  `json:"error,omitempty"`
+	// list, in an HTTP answer, is the result of a process list with its
+	// entries as their hosts encoded them (Result is nil): writeJSON
+	// writes it as it would write Result.
+	list *protocol.ListResult
 }
 
 func (g *Gateway) handleInvoke(w http.ResponseWriter, r *http.Request) {
@@ -209,7 +213,7 @@ func (g *Gateway) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.Errorf(protocol.ErrInvalidRequest, "reading request body: %v", err))
 		return
 	}
-	resp, status := g.InvokeJSON(r.Context(), body, r.Header.Get(IdempotencyHeader))
+	resp, status := g.invokeJSON(r.Context(), body, r.Header.Get(IdempotencyHeader))
 	writeJSON(w, status, resp)
 }
 
@@ -220,6 +224,17 @@ const IdempotencyHeader = "Idempotency-Key"
 // InvokeJSON runs one invoke body and returns the response document and
 // its HTTP status. The NATS endpoint answers with the same document.
 func (g *Gateway) InvokeJSON(ctx context.Context, body []byte, idempotencyKey string) (any, int) {
+	resp, status := g.invokeJSON(ctx, body, idempotencyKey)
+	if resp.list != nil {
+		res := resp.list.Result()
+		resp.Result, resp.list = &res, nil
+	}
+	return resp, status
+}
+
+// invokeJSON is InvokeJSON, a process list's result kept as its entries'
+// JSON (invokeResponse.list).
+func (g *Gateway) invokeJSON(ctx context.Context, body []byte, idempotencyKey string) (invokeResponse, int) {
 	if len(body) > MaxPayloadBytes {
 		e := protocol.Errorf(protocol.ErrTooLarge, "request body exceeds the %d byte limit", MaxPayloadBytes)
 		return invokeResponse{Error: e}, e.Type.HTTPStatus()
@@ -230,7 +245,7 @@ func (g *Gateway) InvokeJSON(ctx context.Context, body []byte, idempotencyKey st
 		return invokeResponse{Error: e}, e.Type.HTTPStatus()
 	}
 	req.IdempotencyKey = idempotencyKey
-	res, err := g.Invoke(ctx, req)
+	a, err := g.invoke(ctx, req)
 	if err != nil {
 		e := protocol.AsError(err)
 		if e.Type == protocol.ErrInternal {
@@ -238,7 +253,10 @@ func (g *Gateway) InvokeJSON(ctx context.Context, body []byte, idempotencyKey st
 		}
 		return invokeResponse{Error: e}, e.Type.HTTPStatus()
 	}
-	return invokeResponse{OK: true, Result: &res}, http.StatusOK
+	if a.list != nil {
+		return invokeResponse{OK: true, list: a.list}, http.StatusOK
+	}
+	return invokeResponse{OK: true, Result: &a.res}, http.StatusOK
 }
 
 // handleEvents serves GET /v1/events?sessionKey=K&waitMs=N[&ack=ID]: the
@@ -419,6 +437,12 @@ func writeError(w http.ResponseWriter, err error) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
+	if r, ok := v.(invokeResponse); ok && r.OK && r.list != nil && r.Error == nil {
+		b := append(make([]byte, 0, 64+r.list.JSONSize()), `{"ok":true,"result":`...)
+		b = r.list.AppendJSON(b)
+		_, _ = w.Write(append(b, '}', '\n'))
+		return
+	}
 	if r, ok := v.(invokeResponse); ok && r.OK && r.Result != nil && r.Error == nil {
 		// A result is written by hand, byte for byte as the encoder
 		// would: a whole process list of ten thousand sessions takes

@@ -179,61 +179,63 @@ func (c *call) lost(ctx context.Context, id string, rec index.Record, args proto
 // newest first. With offset or limit (session.ListPage) every host lists
 // only its End newest entries, and the page is cut from their merge.
 func (c *call) list(ctx context.Context, args protocol.ProcessArgs) (protocol.Result, error) {
-	page, err := session.ListPageOf(args)
+	lr, err := c.listEntries(ctx, args)
 	if err != nil {
 		return protocol.Result{}, err
+	}
+	return lr.Result(), nil
+}
+
+// listEntries is list with the entries kept as their hosts encoded them,
+// which the HTTP answer writes as they are.
+func (c *call) listEntries(ctx context.Context, args protocol.ProcessArgs) (protocol.ListResult, error) {
+	page, err := session.ListPageOf(args)
+	if err != nil {
+		return protocol.ListResult{}, err
 	}
 	end := 0
 	if page.Paged {
 		end = page.End()
 	}
 	g := c.g
-	local, err := g.local.List(ctx, protocol.ListRequest{SessionKey: c.sessionKey, Limit: end})
+	local, err := g.local.ListEntries(ctx, protocol.ListRequest{SessionKey: c.sessionKey, Limit: end})
 	if err != nil {
-		return protocol.Result{}, err
+		return protocol.ListResult{}, err
 	}
 	total := local.Total
 	remote, remoteTotal := c.remoteEntries(ctx, end)
 	total += remoteTotal
-	var all []protocol.Details
-	if len(local.Sessions) == 0 {
-		all = remote // no copy of what may be thousands of entries
-	} else {
-		all = make([]protocol.Details, 0, len(local.Sessions)+len(remote))
-		for _, s := range local.Sessions {
-			all = append(all, s.Details)
-		}
-		all = append(all, remote...)
+	all := remote // no copy of what may be thousands of entries
+	if len(local.Entries) > 0 {
+		all = append(local.Entries, remote...)
 	}
 	// Newest first; within a millisecond each host's own order, hosts in
 	// a fixed order, so that every host's first entries are its newest
 	// and pages of any size fit together. A list from one host is in that
-	// order already; the entries are large, so a stable sort that finds
-	// nothing to do is skipped, and one that has is done on indices.
-	newestFirst := func(a, b *protocol.Details) int { return cmp.Compare(b.StartedAt.Value(), a.StartedAt.Value()) }
+	// order already: a stable sort that finds nothing to do is skipped.
 	for i := 1; i < len(all); i++ {
-		if newestFirst(&all[i-1], &all[i]) > 0 {
-			all = sortedStable(all, newestFirst)
+		if all[i-1].StartedAt < all[i].StartedAt {
+			all = newestFirst(all)
 			break
 		}
 	}
 	if !page.Paged {
-		return session.ListResult(all), nil
+		return session.ListEntriesResult(all), nil
 	}
 	lo, hi := page.Bounds(total)
 	lo, hi = min(lo, len(all)), min(hi, len(all))
-	return session.PagedListResult(page, all[lo:hi], total), nil
+	return session.PagedListEntriesResult(page, all[lo:hi], total), nil
 }
 
-// sortedStable returns entries stably sorted by cmp, moving each entry
-// once rather than at every swap.
-func sortedStable(entries []protocol.Details, cmp func(a, b *protocol.Details) int) []protocol.Details {
+// newestFirst returns entries stably sorted newest first, moving each
+// entry once rather than at every swap.
+func newestFirst(entries []protocol.ListEntry) []protocol.ListEntry {
 	order := make([]int, len(entries))
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(i, j int) int { return cmp(&entries[i], &entries[j]) })
-	out := make([]protocol.Details, len(entries))
+	slices.SortStableFunc(order, func(i, j int) int { return cmp.Compare(entries[j].StartedAt, entries[i].StartedAt) })
+	out := make([]protocol.ListEntry, len(entries))
 	for i, j := range order {
 		out[i] = entries[j]
 	}
@@ -245,7 +247,7 @@ func sortedStable(entries []protocol.Details, cmp func(a, b *protocol.Details) i
 // naming itself in each entry; the sessions of nodes that cannot answer
 // (unreachable, restarted) are shown from the index. With limit > 0 each
 // source gives at most limit entries.
-func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details, int) {
+func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.ListEntry, int) {
 	g := c.g
 	g.index.Await(ctx)
 	hosts := g.index.ScopeHosts(c.sessionKey, func(r index.Record) bool { return !(r.Host == index.HostGateway && r.HostID == g.id) })
@@ -254,7 +256,7 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 	}
 	type answer struct {
 		host    string
-		entries []protocol.Details
+		entries []protocol.ListEntry
 		total   int
 	}
 	var (
@@ -278,7 +280,7 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 	if len(answers) == 1 {
 		return answers[0].entries, answers[0].total
 	}
-	var out []protocol.Details
+	var out []protocol.ListEntry
 	total := 0
 	for _, a := range answers {
 		out = append(out, a.entries...)
@@ -291,7 +293,7 @@ func (c *call) remoteEntries(ctx context.Context, limit int) ([]protocol.Details
 // that host's share of the index, seen before the host is asked (so that
 // a session it starts meanwhile is not taken for one it no longer has).
 func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a struct {
-	entries []protocol.Details
+	entries []protocol.ListEntry
 	total   int
 }) {
 	g := c.g
@@ -300,22 +302,18 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 	restarted := n != nil && any.Instance != "" && n.Instance != "" && n.Instance != any.Instance
 	gone := any.Host == index.HostGateway && any.HostID != g.id && !g.peers.Alive(any.HostID)
 	if err == nil {
-		reply, lerr := listDetails(ctx, hst, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
+		reply, lerr := listEntries(ctx, hst, protocol.ListRequest{SessionKey: c.sessionKey, Limit: limit})
 		if lerr == nil {
 			a.entries = reply.Entries
-			for i := range a.entries {
-				d := &a.entries[i]
-				if n != nil {
-					d.NodeID = protocol.Some(n.ID)
-					if n.Name != "" {
-						d.NodeName = protocol.Some(n.Name)
-					}
+			if n != nil {
+				for i := range a.entries {
+					a.entries[i].SetNode(n.ID, n.Name)
 				}
 			}
 			a.total = reply.Total
 			known := g.index.Held(h, func(yield func(string) bool) { // listed entries with a record here
 				for i := range a.entries {
-					if !yield(a.entries[i].SessionID.Value()) {
+					if !yield(a.entries[i].SessionID) {
 						return
 					}
 				}
@@ -325,7 +323,7 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 			}
 			listed := make(map[string]bool, len(a.entries))
 			for i := range a.entries {
-				listed[a.entries[i].SessionID.Value()] = true
+				listed[a.entries[i].SessionID] = true
 			}
 			// Sessions of an earlier run of the node are lost, and the
 			// ones the host no longer has (swept) are forgotten; a
@@ -368,11 +366,11 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 		a.entries = append(a.entries, c.indexEntry(id, r, n))
 	}
 	a.total = len(a.entries)
-	slices.SortFunc(a.entries, func(x, y protocol.Details) int {
-		if c := cmp.Compare(y.StartedAt.Value(), x.StartedAt.Value()); c != 0 {
+	slices.SortFunc(a.entries, func(x, y protocol.ListEntry) int {
+		if c := cmp.Compare(y.StartedAt, x.StartedAt); c != 0 {
 			return c
 		}
-		return strings.Compare(x.SessionID.Value(), y.SessionID.Value())
+		return strings.Compare(x.SessionID, y.SessionID)
 	})
 	if limit > 0 && len(a.entries) > limit {
 		a.entries = a.entries[:limit]
@@ -380,28 +378,28 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 	return a
 }
 
-// listDetails lists a host's entries: decoded in place from a remote
-// host's reply (hostbus.Remote.ListDetails), else copied out of List's.
-func listDetails(ctx context.Context, h host.Host, req protocol.ListRequest) (protocol.ListDetails, error) {
+// listEntries lists a host's entries: kept as the host encoded them
+// (hostbus.Remote.ListEntries), else encoded from List's.
+func listEntries(ctx context.Context, h host.Host, req protocol.ListRequest) (protocol.ListEntries, error) {
 	if r, ok := h.(interface {
-		ListDetails(context.Context, protocol.ListRequest) (protocol.ListDetails, error)
+		ListEntries(context.Context, protocol.ListRequest) (protocol.ListEntries, error)
 	}); ok {
-		return r.ListDetails(ctx, req)
+		return r.ListEntries(ctx, req)
 	}
 	reply, err := h.List(ctx, req)
 	if err != nil {
-		return protocol.ListDetails{}, err
+		return protocol.ListEntries{}, err
 	}
-	d := protocol.ListDetails{Instance: reply.Instance, Entries: make([]protocol.Details, len(reply.Sessions)), Total: reply.Total, Partial: reply.Partial}
+	d := protocol.ListEntries{Instance: reply.Instance, Entries: make([]protocol.ListEntry, len(reply.Sessions)), Total: reply.Total, Partial: reply.Partial}
 	for i := range reply.Sessions {
-		d.Entries[i] = reply.Sessions[i].Details
+		d.Entries[i] = protocol.EntryOf(&reply.Sessions[i].Details)
 	}
 	return d, nil
 }
 
 // indexEntry is the list entry of a session shown from the index: its
 // host cannot be asked, or no longer has it.
-func (c *call) indexEntry(id string, r index.Record, n *nodes.Node) protocol.Details {
+func (c *call) indexEntry(id string, r index.Record, n *nodes.Node) protocol.ListEntry {
 	status := "unreachable"
 	if r.State == index.StateLost {
 		status = index.StateLost
@@ -421,5 +419,5 @@ func (c *call) indexEntry(id string, r index.Record, n *nodes.Node) protocol.Det
 			d.NodeName = protocol.Some(n.Name)
 		}
 	}
-	return d
+	return protocol.EntryOf(&d)
 }

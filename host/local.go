@@ -375,6 +375,17 @@ func (l *Local) AppendListJSON(ctx context.Context, req protocol.ListRequest, ds
 	return l.mgr.AppendListReply(dst, req.SessionKey, req.Limit, l.instance), nil
 }
 
+// ListEntries is List with the entries kept as their JSON
+// (protocol.DecodeListEntries of AppendListJSON's reply), for a gateway
+// that merges them.
+func (l *Local) ListEntries(ctx context.Context, req protocol.ListRequest) (protocol.ListEntries, error) {
+	b, err := l.AppendListJSON(ctx, req, nil)
+	if err != nil {
+		return protocol.ListEntries{}, err
+	}
+	return protocol.DecodeListEntries(b)
+}
+
 // checkListRequest refuses a list request without a sessionKey or with a
 // negative limit.
 func checkListRequest(req protocol.ListRequest) error {

@@ -189,16 +189,16 @@ func (r *Remote) List(ctx context.Context, req protocol.ListRequest) (protocol.L
 	return reply, nil
 }
 
-// ListDetails is List with the entries' details alone
-// (protocol.DecodeListDetails), for a gateway that merges them.
-func (r *Remote) ListDetails(ctx context.Context, req protocol.ListRequest) (protocol.ListDetails, error) {
+// ListEntries is List with the entries kept as the host encoded them
+// (protocol.DecodeListEntries), for a gateway that merges them.
+func (r *Remote) ListEntries(ctx context.Context, req protocol.ListRequest) (protocol.ListEntries, error) {
 	data, err := r.list(ctx, req)
 	if err != nil {
-		return protocol.ListDetails{}, err
+		return protocol.ListEntries{}, err
 	}
-	d, err := protocol.DecodeListDetails(data)
+	d, err := protocol.DecodeListEntries(data)
 	if err != nil {
-		return protocol.ListDetails{}, protocol.Errorf(protocol.ErrInternal, "list on %s: malformed reply: %v", r.Label, err)
+		return protocol.ListEntries{}, protocol.Errorf(protocol.ErrInternal, "list on %s: malformed reply: %v", r.Label, err)
 	}
 	return d, nil
 }

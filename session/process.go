@@ -770,12 +770,32 @@ func PagedListResult(p ListPage, entries []protocol.Details, total int) protocol
 	if entries == nil {
 		entries = []protocol.Details{}
 	}
+	text, d := pagedList(p, total, func() string { return ListText(entries) })
+	d.Sessions = protocol.Some(entries)
+	return protocol.TextResult(text, d)
+}
+
+// ListEntriesResult is ListResult of the entries' details, kept as the
+// entries are.
+func ListEntriesResult(entries []protocol.ListEntry) protocol.ListResult {
+	return protocol.ListResult{Text: ListEntriesText(entries), Details: protocol.Details{Status: protocol.Some(protocol.StatusCompleted)}, Entries: entries}
+}
+
+// PagedListEntriesResult is PagedListResult of the entries' details,
+// kept as the entries are.
+func PagedListEntriesResult(p ListPage, entries []protocol.ListEntry, total int) protocol.ListResult {
+	text, d := pagedList(p, total, func() string { return ListEntriesText(entries) })
+	return protocol.ListResult{Text: text, Details: d, Entries: entries}
+}
+
+// pagedList is the text and details but for sessions of PagedListResult;
+// list is ListText of the page.
+func pagedList(p ListPage, total int, list func() string) (string, protocol.Details) {
 	lo, hi := p.Bounds(total)
 	d := protocol.Details{
-		Status:   protocol.Some(protocol.StatusCompleted),
-		Sessions: protocol.Some(entries),
-		Total:    protocol.Some(total),
-		Offset:   protocol.Some(p.Offset),
+		Status: protocol.Some(protocol.StatusCompleted),
+		Total:  protocol.Some(total),
+		Offset: protocol.Some(p.Offset),
 	}
 	if p.Limit > 0 {
 		d.Limit = protocol.Some(p.Limit)
@@ -786,7 +806,7 @@ func PagedListResult(p ListPage, entries []protocol.Details, total int) protocol
 	var text string
 	switch {
 	case lo == 0 && hi == total:
-		text = ListText(entries)
+		text = list()
 	case lo == hi:
 		text = "(no sessions at offset " + itoa(p.Offset) + "; " + itoa(total) + " in total)"
 	default:
@@ -794,13 +814,13 @@ func PagedListResult(p ListPage, entries []protocol.Details, total int) protocol
 		if hi-lo == 1 {
 			span = "session " + itoa(hi)
 		}
-		text = ListText(entries) + "\n\n(" + span + " of " + itoa(total)
+		text = list() + "\n\n(" + span + " of " + itoa(total)
 		if hi < total {
 			text += "; next: offset=" + itoa(hi)
 		}
 		text += ")"
 	}
-	return protocol.TextResult(text, d)
+	return text, d
 }
 
 // ListText renders the text of process list for list entries (the
@@ -814,43 +834,73 @@ func ListText(sessions []protocol.Details) string {
 	}
 	var b strings.Builder
 	b.Grow(80 * len(sessions))
-	var scratch [32]byte
 	for i := range sessions {
 		d := &sessions[i] // large: not copied
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		label := truncateMiddle(d.Command.Value(), 120)
-		if name := d.Name.Value(); name != "" {
-			label = truncateMiddle(name, 80)
-		}
-		id, status := d.SessionID.Value(), d.Status.Value()
-		runtime := []byte("n/a")
-		if ms, ok := d.RuntimeMs.Get(); ok {
-			if c, ok := appendCompactDuration(scratch[:0], float64(ms)); ok {
-				runtime = c
-			}
-		}
-		b.WriteString(id)
-		b.WriteByte(' ')
-		b.WriteString(status)
-		for n := utf16Len(status); n < 9; n++ { // padStatus(status, 9), without a string
-			b.WriteByte(' ')
-		}
-		b.WriteByte(' ')
-		b.Write(runtime)
-		if reason := d.ExitReason.Value(); isTimeoutReason(reason) {
-			b.WriteString(" [")
-			b.WriteString(reason)
-			b.WriteByte(']')
-		}
-		if d.WaitingForInput.Value() {
-			b.WriteString(" [input-wait]")
-		}
-		b.WriteString(" :: ")
-		b.WriteString(label)
+		writeListLine(&b, listLine{id: d.SessionID.Value(), status: d.Status.Value(), runtimeMs: d.RuntimeMs,
+			exitReason: d.ExitReason.Value(), waiting: d.WaitingForInput.Value(), name: d.Name.Value(), command: d.Command.Value()})
 	}
 	return b.String()
+}
+
+// ListEntriesText is ListText of the entries' details.
+func ListEntriesText(entries []protocol.ListEntry) string {
+	if len(entries) == 0 {
+		return emptyListText
+	}
+	var b strings.Builder
+	b.Grow(80 * len(entries))
+	for i := range entries {
+		e := &entries[i]
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		writeListLine(&b, listLine{id: e.SessionID, status: e.Status, runtimeMs: e.RuntimeMs,
+			exitReason: e.ExitReason, waiting: e.WaitingForInput, name: e.Name, command: e.Command})
+	}
+	return b.String()
+}
+
+// listLine is what a line of the list text shows of an entry.
+type listLine struct {
+	id, status, exitReason, name, command string
+	runtimeMs                             protocol.Opt[int64]
+	waiting                               bool
+}
+
+// writeListLine writes l's line of the list text.
+func writeListLine(b *strings.Builder, l listLine) {
+	label := truncateMiddle(l.command, 120)
+	if l.name != "" {
+		label = truncateMiddle(l.name, 80)
+	}
+	var scratch [32]byte
+	runtime := []byte("n/a")
+	if ms, ok := l.runtimeMs.Get(); ok {
+		if c, ok := appendCompactDuration(scratch[:0], float64(ms)); ok {
+			runtime = c
+		}
+	}
+	b.WriteString(l.id)
+	b.WriteByte(' ')
+	b.WriteString(l.status)
+	for n := utf16Len(l.status); n < 9; n++ { // padStatus(status, 9), without a string
+		b.WriteByte(' ')
+	}
+	b.WriteByte(' ')
+	b.Write(runtime)
+	if isTimeoutReason(l.exitReason) {
+		b.WriteString(" [")
+		b.WriteString(l.exitReason)
+		b.WriteByte(']')
+	}
+	if l.waiting {
+		b.WriteString(" [input-wait]")
+	}
+	b.WriteString(" :: ")
+	b.WriteString(label)
 }
 
 // itoa is strconv.Itoa, named for brevity in result texts.
