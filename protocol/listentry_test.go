@@ -89,6 +89,22 @@ func TestDecodeListEntriesKeepsOnlyThePlainForm(t *testing.T) {
 		`{"nodeName":null}`,
 		`{"noOutputTimedOut":false,"offset":1}`,
 		`{"noOutputTimedOut":false}`,
+		`{"tail":"a\u001fb\u000a"}`,
+		`{"tail":"\u001F"}`,
+		`{"tail":"\u001f\u2028"}`,
+		`{"cwd":"\u2029x","tail":"\t"}`,
+		`{"cwd":" "}`,
+		`{"cwd":"\ud83c\udf89"}`,
+		`{"cwd":"🎉"}`,
+		`{"usage":{"cpuUserMs":1,"cpuSystemMs":2,"pidsPeak":3,"memoryPeakBytes":4,"scope":"tree"}}`,
+		`{"usage":{"cpuUserMs":1,"cpuSystemMs":2,"memoryPeakBytes":4,"pidsPeak":3,"scope":"tree"}}`,
+		`{"usage":{"cpuUserMs":1,"cpuSystemMs":2,"scope":"tree","pidsPeak":3}}`,
+		`{"usage":{"cpuUserMs":-1,"cpuSystemMs":-0,"scope":"tree"}}`,
+		`{"usage":{"cpuUserMs":1,"cpuSystemMs":2,"scope":null}}`,
+		`{"exitCode":-12,"runtimeMs":null,"startedAt":1764600000000,"waitingForInput":true}`,
+		`{"runtimeMs":1234567890123456789}`,
+		`{"lost":true,"timedOut":false,"truncated":null}`,
+		`{"sessionId":"a","status":"running","waitingForInput":true}`,
 	} {
 		b := []byte(`{"instance":"i","sessions":[{"sessionKey":"k","details":` + entry + `},{"sessionKey":"k","details":` + entry + `}],"total":2}`)
 		var want ListReply
@@ -123,4 +139,36 @@ func TestListEntriesOfManyReplies(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkEntries(t, b, want, nil)
+}
+
+func BenchmarkDecodeListEntries(b *testing.B) {
+	reply := ListReply{Instance: "i", Total: 10000}
+	for i := range 10000 {
+		reply.Sessions = append(reply.Sessions, ListedSession{SessionKey: "agent:main:main", Details: listEntry(i)})
+	}
+	data := reply.AppendJSON(nil)
+	b.Run("entries", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := DecodeListEntries(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("details", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := DecodeListDetails(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	l, _ := DecodeListEntries(data)
+	for i := range l.Entries {
+		l.Entries[i].SetNode("c2bjexyc6hq5vj5q", "alpha")
+	}
+	r := ListResult{Text: strings.Repeat("x", 80*10000), Details: Details{Status: Some(StatusCompleted)}, Entries: l.Entries}
+	b.Run("append", func(b *testing.B) {
+		for b.Loop() {
+			r.AppendJSON(make([]byte, 0, r.JSONSize()))
+		}
+	})
 }
