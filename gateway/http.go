@@ -436,13 +436,18 @@ func writeError(w http.ResponseWriter, err error) {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
 	if r, ok := v.(invokeResponse); ok && r.OK && r.list != nil && r.Error == nil {
+		// A process list, written from its hosts' encoded entries. With
+		// its length known, the megabytes of a long list go out as they
+		// are rather than in chunks of the chunked encoding.
 		b := append(make([]byte, 0, 64+r.list.JSONSize()), `{"ok":true,"result":`...)
-		b = r.list.AppendJSON(b)
-		_, _ = w.Write(append(b, '}', '\n'))
+		b = append(r.list.AppendJSON(b), '}', '\n')
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(status)
+		_, _ = w.Write(b)
 		return
 	}
+	w.WriteHeader(status)
 	if r, ok := v.(invokeResponse); ok && r.OK && r.Result != nil && r.Error == nil {
 		// A result is written by hand, byte for byte as the encoder
 		// would: a whole process list of ten thousand sessions takes

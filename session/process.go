@@ -564,12 +564,26 @@ func (m *Manager) listed(scopeKey string, page ListPage) ([]*session, int) {
 			}
 		}
 	}
-	slices.SortFunc(visible, func(a, b *session) int {
+	// Sorted by keys copied side by side: a comparison reaching into two
+	// sessions was a cache miss or two, ~14 of them per session at 10 000.
+	type sortKey struct {
+		startedAt time.Time
+		seq       uint64
+		s         *session
+	}
+	keys := make([]sortKey, len(visible))
+	for i, s := range visible {
+		keys[i] = sortKey{s.startedAt, s.seq, s}
+	}
+	slices.SortFunc(keys, func(a, b sortKey) int {
 		if c := b.startedAt.Compare(a.startedAt); c != 0 {
 			return c
 		}
 		return int(b.seq) - int(a.seq)
 	})
+	for i := range keys {
+		visible[i] = keys[i].s
+	}
 	total := len(visible)
 	if page.Paged {
 		lo, hi := page.Bounds(total)
