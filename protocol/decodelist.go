@@ -85,6 +85,9 @@ type listParser struct {
 	nodeAt  int
 	lastKey string
 	keyAt   int // where the key object handed to field last starts
+	// fastEntry's key sequences (detailKeys indices): the entry's and
+	// the one before's.
+	keySeq, prevSeq []int8
 }
 
 func (p *listParser) ws() {

@@ -326,21 +326,62 @@ const (
 	kindUsage         // a Usage or null
 )
 
-// detailKind is the kind of the details key k.
-func detailKind(k string) int {
-	switch k {
-	case "aggregated", "approvalId", "approvalSlug", "command", "cwd", "error", "exitReason", "exitSignal",
-		"failureKind", "followUp", "host", "name", "output", "sessionId", "status", "tail":
-		return kindString
-	case "durationMs", "endedAt", "exitCode", "expiresAtMs", "idleMs", "lastOutputAt", "limit", "nextOffset",
-		"offset", "pid", "retryInMs", "runtimeMs", "startedAt", "total", "totalChars", "totalLines":
-		return kindInt
-	case "lost", "noOutputTimedOut", "stdinWritable", "timedOut", "truncated", "waitingForInput":
-		return kindBool
-	case "usage":
-		return kindUsage
+// detailKeys are the keys of Details in the order AppendDetails writes
+// them (TestDetailKeys checks them against the type), with the kind of
+// value fastEntry reads; the lists, and nodeId and nodeName (SetNode
+// needs them absent), are left to the slow path.
+var detailKeys = [...]struct {
+	key  string
+	kind int
+}{
+	{"added", kindNone}, {"aggregated", kindString}, {"approvalId", kindString}, {"approvalSlug", kindString},
+	{"command", kindString}, {"cwd", kindString}, {"deleted", kindNone}, {"durationMs", kindInt},
+	{"endedAt", kindInt}, {"error", kindString}, {"exitCode", kindInt}, {"exitReason", kindString},
+	{"exitSignal", kindString}, {"expiresAtMs", kindInt}, {"failureKind", kindString}, {"followUp", kindString},
+	{"host", kindString}, {"idleMs", kindInt}, {"lastOutputAt", kindInt}, {"limit", kindInt},
+	{"lost", kindBool}, {"modified", kindNone}, {"moved", kindNone}, {"name", kindString},
+	{"nextOffset", kindInt}, {"noOutputTimedOut", kindBool}, {"nodeId", kindNone}, {"nodeName", kindNone},
+	{"offset", kindInt}, {"output", kindString}, {"pid", kindInt}, {"retryInMs", kindInt},
+	{"runtimeMs", kindInt}, {"sessionId", kindString}, {"sessions", kindNone}, {"startedAt", kindInt},
+	{"status", kindString}, {"stdinWritable", kindBool}, {"tail", kindString}, {"timedOut", kindBool},
+	{"total", kindInt}, {"totalChars", kindInt}, {"totalLines", kindInt}, {"truncated", kindBool},
+	{"usage", kindUsage}, {"waitingForInput", kindBool},
+}
+
+// The indices in detailKeys of the keys a ListEntry keeps, and of the
+// last key before where SetNode's keys go.
+const (
+	keyCommand         = 4
+	keyExitReason      = 11
+	keyName            = 23
+	keyNodeName        = 27
+	keyRuntimeMs       = 32
+	keySessionID       = 33
+	keyStartedAt       = 35
+	keyStatus          = 36
+	keyWaitingForInput = 45
+)
+
+// detailKey is the index of k in detailKeys, or -1. Entries of one host
+// have their keys in the same sequence: the key at the same place in
+// the entry before (seq) is tried first.
+func detailKey(k string, j int, seq []int8) int {
+	if j < len(seq) && detailKeys[seq[j]].key == k {
+		return int(seq[j])
 	}
-	return kindNone // nodeId and nodeName too: SetNode needs them absent
+	lo, hi := 0, len(detailKeys)
+	for lo < hi {
+		m := (lo + hi) / 2
+		switch {
+		case detailKeys[m].key == k:
+			return m
+		case detailKeys[m].key < k:
+			lo = m + 1
+		default:
+			hi = m
+		}
+	}
+	return -1
 }
 
 // fastEntry reads, from p.i, a details object in the form AppendDetails
@@ -362,8 +403,9 @@ func (p *listParser) fastEntry(e *ListEntry) bool {
 		p.i = i
 		return true
 	}
-	last := ""
-	for {
+	last := -1
+	p.keySeq = p.keySeq[:0]
+	for j := 0; ; j++ {
 		// A key: plain ASCII, after the one before it.
 		if i >= len(b) || b[i] != '"' {
 			return false
@@ -379,37 +421,37 @@ func (p *listParser) fastEntry(e *ListEntry) bool {
 		if i+1 >= len(b) || b[i+1] != ':' {
 			return false
 		}
-		key := p.s[ks:i]
-		if key <= last {
+		k := detailKey(p.s[ks:i], j, p.prevSeq)
+		if k <= last { // unknown, out of order or twice
 			return false
 		}
-		last = key
-		if e.nodeAt < 0 && key > "nodeName" {
+		last = k
+		p.keySeq = append(p.keySeq, int8(k))
+		if e.nodeAt < 0 && k > keyNodeName {
 			e.nodeAt = ks - 1 - start
 		}
 		i += 2
 		var ok bool
-		switch detailKind(key) {
+		switch detailKeys[k].kind {
 		case kindString:
-			var s string
 			var vs, ve int
 			if vs, ve, ok = p.fastString(i); ok {
-				switch key {
-				case "sessionId", "status", "name", "command", "exitReason":
-					if s, ok = p.fastStringValue(vs, ve); !ok {
+				var dst *string
+				switch k {
+				case keySessionID:
+					dst = &e.SessionID
+				case keyStatus:
+					dst = &e.Status
+				case keyName:
+					dst = &e.Name
+				case keyCommand:
+					dst = &e.Command
+				case keyExitReason:
+					dst = &e.ExitReason
+				}
+				if dst != nil {
+					if *dst, ok = p.fastStringValue(vs, ve); !ok {
 						return false
-					}
-					switch key {
-					case "sessionId":
-						e.SessionID = s
-					case "status":
-						e.Status = s
-					case "name":
-						e.Name = s
-					case "command":
-						e.Command = s
-					default:
-						e.ExitReason = s
 					}
 				}
 				i = ve
@@ -418,17 +460,17 @@ func (p *listParser) fastEntry(e *ListEntry) bool {
 			if nullAt(b, i) {
 				i += 4
 				ok = true
-				if key == "runtimeMs" {
+				if k == keyRuntimeMs {
 					e.RuntimeMs = Null[int64]()
 				}
 				break
 			}
 			var n int64
 			if n, i, ok = fastInt(b, i); ok {
-				switch key {
-				case "startedAt":
+				switch k {
+				case keyStartedAt:
 					e.StartedAt = n
-				case "runtimeMs":
+				case keyRuntimeMs:
 					e.RuntimeMs = Some(n)
 				}
 			}
@@ -436,7 +478,7 @@ func (p *listParser) fastEntry(e *ListEntry) bool {
 			switch {
 			case bytes.HasPrefix(b[i:], []byte("true")):
 				i, ok = i+4, true
-				if key == "waitingForInput" {
+				if k == keyWaitingForInput {
 					e.WaitingForInput = true
 				}
 			case bytes.HasPrefix(b[i:], []byte("false")):
@@ -465,11 +507,21 @@ func (p *listParser) fastEntry(e *ListEntry) bool {
 			}
 			e.JSON = b[start:i:i]
 			p.i = i
+			p.prevSeq, p.keySeq = p.keySeq, p.prevSeq
 			return true
 		}
 		return false
 	}
 }
+
+// plainByte tells the bytes a JSON string holds as they are: printable
+// ASCII but for the quote and the backslash.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func nullAt(b []byte, i int) bool { return len(b)-i >= 4 && string(b[i:i+4]) == "null" }
 
@@ -511,6 +563,12 @@ func (p *listParser) fastString(i int) (start, end int, ok bool) {
 	start = i
 	i++
 	for i < len(b) {
+		for i < len(b) && plainByte[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':

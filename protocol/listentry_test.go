@@ -172,3 +172,36 @@ func BenchmarkDecodeListEntries(b *testing.B) {
 		}
 	})
 }
+
+// TestDetailKeys: fastEntry's table is Details's keys in AppendDetails's
+// order, each with the kind of its field.
+func TestDetailKeys(t *testing.T) {
+	typ := reflect.TypeOf(Details{})
+	if typ.NumField() != len(detailKeys) {
+		t.Fatalf("Details has %d fields, detailKeys %d", typ.NumField(), len(detailKeys))
+	}
+	kinds := map[reflect.Type]int{
+		reflect.TypeOf(Opt[string]{}): kindString, reflect.TypeOf(Opt[int]{}): kindInt, reflect.TypeOf(Opt[int64]{}): kindInt,
+		reflect.TypeOf(Opt[bool]{}): kindBool, reflect.TypeOf(Opt[Usage]{}): kindUsage,
+	}
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		key, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		kind := kinds[f.Type]
+		if key == "nodeId" || key == "nodeName" {
+			kind = kindNone
+		}
+		if detailKeys[i].key != key || detailKeys[i].kind != kind {
+			t.Errorf("detailKeys[%d] = %v, want {%s %d}", i, detailKeys[i], key, kind)
+		}
+		if i > 0 && detailKeys[i-1].key >= key {
+			t.Errorf("key %s after %s", key, detailKeys[i-1].key)
+		}
+	}
+	for want, k := range map[string]int{"command": keyCommand, "exitReason": keyExitReason, "name": keyName, "nodeName": keyNodeName,
+		"runtimeMs": keyRuntimeMs, "sessionId": keySessionID, "startedAt": keyStartedAt, "status": keyStatus, "waitingForInput": keyWaitingForInput} {
+		if detailKeys[k].key != want {
+			t.Errorf("index %d is %s, want %s", k, detailKeys[k].key, want)
+		}
+	}
+}
