@@ -26,54 +26,12 @@ func DecodeListReply(b []byte, r *ListReply) error {
 	return json.Unmarshal(b, r)
 }
 
-// ListDetails is a ListReply with the details of its entries alone: what
-// a gateway merges (each entry's sessionKey is the one it asked for).
-type ListDetails struct {
-	Instance string
-	Entries  []Details // nil when the reply's sessions are null
-	Total    int
-	Partial  bool
-}
-
-// DecodeListDetails decodes a ListReply as DecodeListReply does, and
-// returns its entries' details: DecodeListReply's Sessions[i].Details,
-// decoded in place rather than copied out of the sessions (ten thousand
-// entries are 11 MB).
-func DecodeListDetails(b []byte) (ListDetails, error) {
-	var fast ListReply
-	p := listParser{b: b, s: string(b), detailsOnly: true}
-	if p.listReply(&fast) && p.end() {
-		return ListDetails{Instance: fast.Instance, Entries: p.entries, Total: fast.Total, Partial: fast.Partial}, nil
-	}
-	var r ListReply
-	if err := json.Unmarshal(b, &r); err != nil {
-		return ListDetails{}, err
-	}
-	return r.details(), nil
-}
-
-// details is the ListDetails of r.
-func (r *ListReply) details() ListDetails {
-	d := ListDetails{Instance: r.Instance, Total: r.Total, Partial: r.Partial}
-	if r.Sessions != nil {
-		d.Entries = make([]Details, len(r.Sessions))
-		for i := range r.Sessions {
-			d.Entries[i] = r.Sessions[i].Details
-		}
-	}
-	return d
-}
-
 // listParser reads the plain form of a ListReply; each method reports
 // false at anything outside it.
 type listParser struct {
 	b []byte
 	s string // b as a string: the strings read share its memory
 	i int
-	// detailsOnly: the entries' details go to entries, and the reply's
-	// Sessions stay empty (DecodeListDetails).
-	detailsOnly bool
-	entries     []Details
 	// raw: the entries go to raws as ListEntry values
 	// (DecodeListEntries), each read into scratch first; odd notes an
 	// entry not in the form AppendDetails writes, nodeAt where its keys
@@ -318,12 +276,9 @@ func (p *listParser) listReply(r *ListReply) bool {
 			// they are escaped): no regrowth of a slice of large
 			// elements, and none too large to clear.
 			n := bytes.Count(p.b[p.i:], []byte(`{"sessionKey":`))
-			switch {
-			case p.raw:
+			if p.raw {
 				p.raws = make([]ListEntry, 0, n)
-			case p.detailsOnly:
-				p.entries = make([]Details, 0, n)
-			default:
+			} else {
 				r.Sessions = make([]ListedSession, 0, n)
 			}
 			if !p.byte('[') {
@@ -335,12 +290,8 @@ func (p *listParser) listReply(r *ListReply) bool {
 			for {
 				var ok bool
 				if p.raw {
-					var key string
+					var key string // the one asked for
 					ok = p.listedSession(&key, nil)
-				} else if p.detailsOnly {
-					p.entries = append(p.entries, Details{})
-					var key string
-					ok = p.listedSession(&key, &p.entries[len(p.entries)-1])
 				} else {
 					r.Sessions = append(r.Sessions, ListedSession{})
 					s := &r.Sessions[len(r.Sessions)-1]
