@@ -164,13 +164,18 @@ func (e *ListEntry) AppendJSON(dst []byte) []byte {
 // Details decodes the entry.
 func (e *ListEntry) Details() Details {
 	d, _ := DecodeDetails(e.JSON) // valid: written by AppendDetails, or checked as its form
+	e.setNodeIn(&d)
+	return d
+}
+
+// setNodeIn sets in d, the entry's JSON decoded, what SetNode named.
+func (e *ListEntry) setNodeIn(d *Details) {
 	if e.nodeID != "" || e.nodeName != "" {
 		d.NodeID = Some(e.nodeID)
 		if e.nodeName != "" {
 			d.NodeName = Some(e.nodeName)
 		}
 	}
-	return d
 }
 
 // DecodeDetails decodes one details object as json.Unmarshal does.
@@ -272,14 +277,31 @@ type ListResult struct {
 	Entries []ListEntry
 }
 
-// Result is the list's Result, every entry decoded.
+// Result is the list's Result, every entry decoded (their strings from
+// one copy of all of them, not one each).
 func (r *ListResult) Result() Result {
-	d := r.Details
-	s := make([]Details, len(r.Entries))
+	n := 0
 	for i := range r.Entries {
-		s[i] = r.Entries[i].Details()
+		n += len(r.Entries[i].JSON)
 	}
-	d.Sessions = Some(s)
+	all := make([]byte, 0, n)
+	for i := range r.Entries {
+		all = append(all, r.Entries[i].JSON...)
+	}
+	p := listParser{b: all, s: string(all)}
+	sessions := make([]Details, len(r.Entries))
+	for i := range r.Entries {
+		e := &r.Entries[i]
+		start := p.i
+		if d := &sessions[i]; !p.details(d) || p.i != start+len(e.JSON) {
+			*d = e.Details()
+			p.i = start + len(e.JSON)
+			continue
+		}
+		e.setNodeIn(&sessions[i])
+	}
+	d := r.Details
+	d.Sessions = Some(sessions)
 	return TextResult(r.Text, d)
 }
 
