@@ -843,36 +843,34 @@ func pagedList(p ListPage, total int, list func() string) (string, protocol.Deta
 //
 //	<sessionId> <status padded to 9> <runtime>[ [overall-timeout]][ [input-wait]] :: <name or command>
 func ListText(sessions []protocol.Details) string {
-	if len(sessions) == 0 {
-		return emptyListText
-	}
-	var b strings.Builder
-	b.Grow(80 * len(sessions))
-	for i := range sessions {
+	return listText(len(sessions), func(i int) listLine {
 		d := &sessions[i] // large: not copied
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		writeListLine(&b, listLine{id: d.SessionID.Value(), status: d.Status.Value(), runtimeMs: d.RuntimeMs,
-			exitReason: d.ExitReason.Value(), waiting: d.WaitingForInput.Value(), name: d.Name.Value(), command: d.Command.Value()})
-	}
-	return b.String()
+		return listLine{id: d.SessionID.Value(), status: d.Status.Value(), runtimeMs: d.RuntimeMs,
+			exitReason: d.ExitReason.Value(), waiting: d.WaitingForInput.Value(), name: d.Name.Value(), command: d.Command.Value()}
+	})
 }
 
 // ListEntriesText is ListText of the entries' details.
 func ListEntriesText(entries []protocol.ListEntry) string {
-	if len(entries) == 0 {
+	return listText(len(entries), func(i int) listLine {
+		e := &entries[i]
+		return listLine{id: e.SessionID, status: e.Status, runtimeMs: e.RuntimeMs,
+			exitReason: e.ExitReason, waiting: e.WaitingForInput, name: e.Name, command: e.Command}
+	})
+}
+
+// listText is the list text of n entries; line(i) is what entry i shows.
+func listText(n int, line func(i int) listLine) string {
+	if n == 0 {
 		return emptyListText
 	}
 	var b strings.Builder
-	b.Grow(80 * len(entries))
-	for i := range entries {
-		e := &entries[i]
+	b.Grow(80 * n)
+	for i := range n {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		writeListLine(&b, listLine{id: e.SessionID, status: e.Status, runtimeMs: e.RuntimeMs,
-			exitReason: e.ExitReason, waiting: e.WaitingForInput, name: e.Name, command: e.Command})
+		writeListLine(&b, line(i))
 	}
 	return b.String()
 }
