@@ -33,7 +33,8 @@ type ListEntry struct {
 	// first key after them, or the closing brace); -1 when JSON has
 	// either key already (SetNode then encodes the entry again).
 	nodeAt           int
-	nodeID, nodeName string // set by SetNode, written at nodeAt
+	named            bool // SetNode named the node, written at nodeAt
+	nodeID, nodeName string
 }
 
 // EntryOf is the list entry of d.
@@ -123,7 +124,7 @@ func (p *listParser) skipValue() bool {
 // entries a node lists.
 func (e *ListEntry) SetNode(id, name string) {
 	if e.nodeAt >= 0 {
-		e.nodeID, e.nodeName = id, name
+		e.named, e.nodeID, e.nodeName = true, id, name
 		return
 	}
 	d, err := DecodeDetails(e.JSON)
@@ -140,7 +141,7 @@ func (e *ListEntry) SetNode(id, name string) {
 
 // AppendJSON appends the entry's details object.
 func (e *ListEntry) AppendJSON(dst []byte) []byte {
-	if e.nodeID == "" && e.nodeName == "" {
+	if !e.named {
 		return append(dst, e.JSON...)
 	}
 	at := e.nodeAt
@@ -170,7 +171,7 @@ func (e *ListEntry) Details() Details {
 
 // setNodeIn sets in d, the entry's JSON decoded, what SetNode named.
 func (e *ListEntry) setNodeIn(d *Details) {
-	if e.nodeID != "" || e.nodeName != "" {
+	if e.named {
 		d.NodeID = Some(e.nodeID)
 		if e.nodeName != "" {
 			d.NodeName = Some(e.nodeName)
