@@ -80,8 +80,11 @@ type ServerWatch struct {
 	silent   error // non-nil while the server is silent
 	since    time.Time
 	lastPing time.Time // when the last ping was sent
-	asked    bool      // a ping is wanted now (wake)
-	waiters  map[*serverWaiter]struct{}
+	// due is when Run looks again (zero while it pings): a call that
+	// needs an earlier look kicks it, others leave it asleep.
+	due     time.Time
+	asked   bool // a ping is wanted now (wake)
+	waiters map[*serverWaiter]struct{}
 }
 
 type serverWaiter struct{ cancel context.CancelCauseFunc }
@@ -110,6 +113,9 @@ func (w *ServerWatch) Run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if d := w.untilDue(); d > 0 {
+			w.mu.Lock()
+			w.due = time.Now().Add(d)
+			w.mu.Unlock()
 			t.Reset(d)
 			select {
 			case <-ctx.Done():
@@ -121,7 +127,7 @@ func (w *ServerWatch) Run(ctx context.Context) {
 			}
 		}
 		w.mu.Lock()
-		w.lastPing, w.asked = time.Now(), false
+		w.lastPing, w.asked, w.due = time.Now(), false, time.Time{}
 		w.mu.Unlock()
 		if !w.nc.IsConnected() {
 			// Not connected: calls fail at once as such; a new
@@ -224,7 +230,10 @@ func (w *ServerWatch) Watch(ctx context.Context) (context.Context, context.Cance
 		cancel(w.silent)
 	} else {
 		w.waiters[wt] = struct{}{}
-		if len(w.waiters) == 1 {
+		if len(w.waiters) == 1 && w.lastPing.Add(w.opts.Interval).Before(w.due) {
+			// The first call after a pause: pings are due every
+			// Interval now, not IdleInterval. Calls one after another
+			// find Run already set for that and do not wake it.
 			w.resched()
 		}
 		w.wake()

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -591,20 +590,46 @@ type InvokeRequest struct {
 	IdempotencyKey string `json:"-"`
 }
 
-// sessionKeyRe is agent:<agentId>:<rest>.
-var sessionKeyRe = regexp.MustCompile(`^agent:([a-z0-9][a-z0-9_-]{0,63}):([A-Za-z0-9._:@/+=-]{1,190})$`)
-
 // ParseSessionKey validates a sessionKey and returns its agent id. The empty
-// key is the default `agent:main:main`.
+// key is the default `agent:main:main`. A key is agent:<agentId>:<name>:
+// the agent id 1 to 64 of [a-z0-9_-], starting with a letter or digit, the
+// name 1 to 190 of [A-Za-z0-9._:@/+=-] (checked by hand: every call parses
+// one, and the regular expression this replaces cost microseconds).
 func ParseSessionKey(key string) (sessionKey, agentID string, err error) {
 	if key == "" {
 		key = DefaultSessionKey
 	}
-	m := sessionKeyRe.FindStringSubmatch(key)
-	if m == nil {
+	agent, ok := splitSessionKey(key)
+	if !ok {
 		return "", "", protocol.Errorf(protocol.ErrInvalidRequest, "invalid sessionKey %q: expected agent:<agentId>:<name> (agent id: lower-case letters, digits, '-', '_')", key)
 	}
-	return key, m[1], nil
+	return key, agent, nil
+}
+
+// splitSessionKey returns the agent id of a well-formed session key.
+func splitSessionKey(key string) (agent string, ok bool) {
+	rest, ok := strings.CutPrefix(key, "agent:")
+	i := strings.IndexByte(rest, ':')
+	if !ok || i < 1 || i > 64 {
+		return "", false
+	}
+	agent, name := rest[:i], rest[i+1:]
+	for j := 0; j < len(agent); j++ {
+		c := agent[j]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || j > 0 && (c == '_' || c == '-')) {
+			return "", false
+		}
+	}
+	if len(name) < 1 || len(name) > 190 {
+		return "", false
+	}
+	for j := 0; j < len(name); j++ {
+		c := name[j]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._:@/+=-", c) >= 0) {
+			return "", false
+		}
+	}
+	return agent, true
 }
 
 // toolAllowed applies tools.allow/tools.deny and the agent's tools.deny.

@@ -769,15 +769,18 @@ func TestBackgroundSessionsHoldOnlyPipes(t *testing.T) {
 	}
 }
 
-// spareFDs counts the descriptors m's spare groups keep open (their
-// control files), which tests counting descriptors leave out.
+// spareFDs counts the descriptors m keeps open for reuse (its spare
+// groups' control files, the files of its free record slots), which tests
+// counting descriptors leave out.
 func spareFDs(m *Manager) int {
+	m.records.mu.Lock()
+	n := len(m.records.freeOpen)
+	m.records.mu.Unlock()
 	if m.cg == nil {
-		return 0
+		return n
 	}
 	m.cg.mu.Lock()
 	defer m.cg.mu.Unlock()
-	n := 0
 	for _, g := range m.cg.spares {
 		if g.files != nil {
 			n += cgroup.FilesOpen

@@ -232,6 +232,7 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 		case <-t.C:
 			if s.markBackgrounded() {
 				s.tree.backgrounded()
+				m.releaseRecordFile(s.treeName)
 				return s.runningResult(warningText), nil
 			}
 			<-s.done

@@ -84,12 +84,27 @@ type LostSession struct {
 // maxFreeSlots bounds the blank record slots a Manager keeps for reuse.
 const maxFreeSlots = 64
 
+// maxOpenSlots bounds the record files a Manager keeps open. A foreground
+// session's record is written at its start, on the command's path, and
+// blanked a moment after its end: through a kept descriptor each is one
+// pwrite(2) instead of an open, a write and a close (the open's path walk
+// was most of it). The files are kept by foreground sessions and by the
+// free slots they leave; background sessions take slots without one (and
+// give back the file of a foreground session that turns background), so
+// that they hold only their pipes.
+const maxOpenSlots = 16
+
 // recordSlots hands out the state dir's record files.
 type recordSlots struct {
 	mu    sync.Mutex
 	next  int                   // number of the next new slot
-	free  []recordSlot          // blank slots
+	free  []recordSlot          // blank slots without an open file
 	inUse map[string]recordSlot // tree name → its slot
+	// freeOpen are blank slots whose file is kept open; open counts the
+	// slot files kept open, in use or free (at most maxOpenSlots). A kept
+	// file is written and closed only under mu.
+	freeOpen []recordSlot
+	open     int
 	// held are the trees (by session id) whose record waits for
 	// ExitStored (Config.ConfirmExits); heldTrees the same by tree name,
 	// so that a tree's end finds its hold without a scan of every
@@ -114,6 +129,56 @@ type heldRecord struct {
 type recordSlot struct {
 	n    int
 	size int
+	// file is the slot's file kept open (maxOpenSlots), or nil.
+	file *os.File
+}
+
+// takeLocked takes a slot for a new record: for a foreground session
+// (keep) one whose file is open when there is one, otherwise one
+// without; a new slot when none is free. Caller holds mu.
+func (rs *recordSlots) takeLocked(keep bool) recordSlot {
+	pop := func(l *[]recordSlot) recordSlot {
+		k := len(*l) - 1
+		sl := (*l)[k]
+		*l = (*l)[:k]
+		return sl
+	}
+	switch {
+	case keep && len(rs.freeOpen) > 0:
+		return pop(&rs.freeOpen)
+	case len(rs.free) > 0:
+		return pop(&rs.free)
+	case len(rs.freeOpen) > 0:
+		return pop(&rs.freeOpen)
+	}
+	sl := recordSlot{n: rs.next}
+	rs.next++
+	return sl
+}
+
+// putFreeLocked returns a blank slot to its free list. Caller holds mu.
+func (rs *recordSlots) putFreeLocked(sl recordSlot) {
+	if sl.file != nil {
+		rs.freeOpen = append(rs.freeOpen, sl)
+	} else {
+		rs.free = append(rs.free, sl)
+	}
+}
+
+// freeCount is the number of blank slots kept.
+func (rs *recordSlots) freeCount() int {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return len(rs.free) + len(rs.freeOpen)
+}
+
+// closeLocked closes a slot's kept file. Caller holds mu.
+func (rs *recordSlots) closeLocked(sl *recordSlot) {
+	if sl.file != nil {
+		_ = sl.file.Close()
+		sl.file = nil
+		rs.open--
+	}
 }
 
 // recordPath is the file of a slot.
@@ -142,7 +207,7 @@ func (m *Manager) writeRecord(s *session, exited bool) error {
 	s.tree.where(&r)
 	b, err := json.Marshal(r)
 	if err == nil {
-		err = m.storeRecord(s.treeName, b)
+		err = m.storeRecord(s.treeName, b, !exited && !s.backgrounded)
 	}
 	if err != nil && exited {
 		s.log.Warn("cannot record the session's exit in the state dir; a crash would report it lost", "err", err)
@@ -213,23 +278,17 @@ func (m *Manager) recordsUsable() error {
 	}
 	rs := &m.records
 	rs.mu.Lock()
-	var sl recordSlot
-	fresh := true
-	if k := len(rs.free); k > 0 {
-		sl, fresh = rs.free[k-1], false
-		rs.free = rs.free[:k-1]
-	} else {
-		sl = recordSlot{n: rs.next}
-		rs.next++
-	}
+	fresh := rs.next
+	sl := rs.takeLocked(false)
+	rs.closeLocked(&sl) // the probe writes by path: the check is of the directory
 	rs.mu.Unlock()
 	size, err := writeSlot(m.recordPath(sl.n), bytes.Repeat([]byte{' '}, max(sl.size, probeSize)), 0)
 	if err != nil {
-		if fresh {
+		if sl.n == fresh {
 			_ = os.Remove(m.recordPath(sl.n))
 		} else {
 			rs.mu.Lock()
-			rs.free = append(rs.free, sl)
+			rs.putFreeLocked(sl)
 			rs.mu.Unlock()
 		}
 		m.noteRecords(err)
@@ -237,44 +296,78 @@ func (m *Manager) recordsUsable() error {
 	}
 	sl.size = size
 	rs.mu.Lock()
-	rs.free = append(rs.free, sl)
+	rs.putFreeLocked(sl)
 	rs.mu.Unlock()
 	m.noteRecords(nil)
 	return nil
 }
 
 // storeRecord writes b into the slot of name, taking a slot when name has
-// none yet.
-func (m *Manager) storeRecord(name string, b []byte) error {
+// none yet; keep: the session is a foreground one, which may keep the
+// slot's file open (maxOpenSlots).
+func (m *Manager) storeRecord(name string, b []byte, keep bool) error {
 	rs := &m.records
 	rs.mu.Lock()
 	sl, ok := rs.inUse[name]
 	if !ok {
-		if k := len(rs.free); k > 0 {
-			sl = rs.free[k-1]
-			rs.free = rs.free[:k-1]
-		} else {
-			sl = recordSlot{n: rs.next}
-			rs.next++
+		sl = rs.takeLocked(keep)
+	}
+	if sl.file != nil {
+		size, err := writeSlotFile(sl.file, b, sl.size)
+		if (!ok && !keep) || err != nil {
+			rs.closeLocked(&sl) // a background session's first record
 		}
+		if err == nil {
+			sl.size = size
+			rs.setInUseLocked(name, sl)
+		} else if !ok {
+			_ = os.Remove(m.recordPath(sl.n)) // not reused: its content is unknown
+		}
+		rs.mu.Unlock()
+		m.noteRecords(err)
+		return err
+	}
+	keep = keep && rs.open < maxOpenSlots
+	if keep {
+		rs.open++ // taken now, so that concurrent starts stay within the bound
 	}
 	rs.mu.Unlock()
-	size, err := writeSlot(m.recordPath(sl.n), b, sl.size)
+	f, size, err := openWriteSlot(m.recordPath(sl.n), b, sl.size, keep)
 	m.noteRecords(err)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if keep && f == nil {
+		rs.open--
+	}
 	if err != nil {
 		if !ok {
 			_ = os.Remove(m.recordPath(sl.n)) // not reused: its content is unknown
 		}
 		return err
 	}
-	sl.size = size
-	rs.mu.Lock()
+	sl.size, sl.file = size, f
+	rs.setInUseLocked(name, sl)
+	return nil
+}
+
+// setInUseLocked records the slot of name. Caller holds mu.
+func (rs *recordSlots) setInUseLocked(name string, sl recordSlot) {
 	if rs.inUse == nil {
 		rs.inUse = map[string]recordSlot{}
 	}
 	rs.inUse[name] = sl
-	rs.mu.Unlock()
-	return nil
+}
+
+// releaseRecordFile closes the kept file of name's slot: its session
+// turned background, and background sessions hold only their pipes.
+func (m *Manager) releaseRecordFile(name string) {
+	rs := &m.records
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if sl, ok := rs.inUse[name]; ok && sl.file != nil {
+		rs.closeLocked(&sl)
+		rs.inUse[name] = sl
+	}
 }
 
 // writeSlot writes b over the file at path with one write(2), padded with
@@ -283,22 +376,42 @@ func (m *Manager) storeRecord(name string, b []byte) error {
 // old content (a blank slot or the record before) or the new one. It
 // returns the bytes the file now holds.
 func writeSlot(path string, b []byte, size int) (int, error) {
+	_, n, err := openWriteSlot(path, b, size, false)
+	return n, err
+}
+
+// openWriteSlot is writeSlot that, with keep, returns the file open.
+func openWriteSlot(path string, b []byte, size int, keep bool) (*os.File, int, error) {
 	if len(b) < size {
 		b = append(b, bytes.Repeat([]byte{' '}, size-len(b))...)
 	}
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return 0, &os.PathError{Op: "open", Path: path, Err: err}
+		return nil, 0, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	n, err := unix.Pwrite(fd, b, 0)
-	if cerr := unix.Close(fd); err == nil {
-		err = cerr
-	}
 	if err == nil && n != len(b) {
 		err = fmt.Errorf("short write (%d of %d bytes)", n, len(b))
 	}
-	if err != nil {
-		return 0, &os.PathError{Op: "write", Path: path, Err: err}
+	if err != nil || !keep {
+		if cerr := unix.Close(fd); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, 0, &os.PathError{Op: "write", Path: path, Err: err}
+		}
+		return nil, max(size, len(b)), nil
+	}
+	return os.NewFile(uintptr(fd), path), max(size, len(b)), nil
+}
+
+// writeSlotFile is writeSlot through the slot's kept file.
+func writeSlotFile(f *os.File, b []byte, size int) (int, error) {
+	if len(b) < size {
+		b = append(b, bytes.Repeat([]byte{' '}, size-len(b))...)
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		return 0, err // an *os.PathError naming the file
 	}
 	return max(size, len(b)), nil
 }
@@ -327,7 +440,7 @@ func (m *Manager) markExitPending(s *session) {
 	s.tree.where(&r)
 	b, err := json.Marshal(r)
 	if err == nil {
-		err = m.storeRecord(s.treeName, b)
+		err = m.storeRecord(s.treeName, b, false)
 	}
 	if err != nil {
 		s.log.Debug("cannot mark the session's exit pending in its record", "err", err)
@@ -345,7 +458,21 @@ func (m *Manager) removeRecord(name string) {
 	rs.mu.Lock()
 	sl, ok := rs.inUse[name]
 	delete(rs.inUse, name)
-	keep := len(rs.free) < maxFreeSlots
+	keep := len(rs.free)+len(rs.freeOpen) < maxFreeSlots
+	if ok && sl.file != nil {
+		var err error
+		if keep {
+			if _, err = writeSlotFile(sl.file, nil, sl.size); err == nil {
+				rs.putFreeLocked(sl)
+				rs.mu.Unlock()
+				return
+			}
+		}
+		rs.closeLocked(&sl)
+		rs.mu.Unlock()
+		m.removeSlotFile(sl.n, err)
+		return
+	}
 	rs.mu.Unlock()
 	if !ok {
 		return
@@ -355,11 +482,18 @@ func (m *Manager) removeRecord(name string) {
 	if keep {
 		if _, err = writeSlot(path, nil, sl.size); err == nil {
 			rs.mu.Lock()
-			rs.free = append(rs.free, sl)
+			rs.putFreeLocked(sl)
 			rs.mu.Unlock()
 			return
 		}
 	}
+	m.removeSlotFile(sl.n, err)
+}
+
+// removeSlotFile removes the file of slot n, whose blanking failed with
+// err (or was not tried: nil).
+func (m *Manager) removeSlotFile(n int, err error) {
+	path := m.recordPath(n)
 	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 		err = errors.Join(err, rerr)
 	} else {
@@ -435,8 +569,17 @@ func (m *Manager) removeFreeSlots() {
 	}
 	rs := &m.records
 	rs.mu.Lock()
-	free := rs.free
-	rs.free = nil
+	free := append(rs.free, rs.freeOpen...)
+	rs.free, rs.freeOpen = nil, nil
+	for i := range free {
+		rs.closeLocked(&free[i])
+	}
+	for name, sl := range rs.inUse {
+		if sl.file != nil { // its record stays, for the next run
+			rs.closeLocked(&sl)
+			rs.inUse[name] = sl
+		}
+	}
 	rs.mu.Unlock()
 	for _, sl := range free {
 		if err := os.Remove(m.recordPath(sl.n)); err != nil && !errors.Is(err, fs.ErrNotExist) {

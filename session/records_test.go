@@ -46,10 +46,7 @@ func TestRecordSlotsReused(t *testing.T) {
 				return fmt.Errorf("slot still holds %.80q after the kill", b)
 			}
 			// Blanked first, then handed back for reuse.
-			m.records.mu.Lock()
-			free := len(m.records.free)
-			m.records.mu.Unlock()
-			if free == 0 {
+			if m.records.freeCount() == 0 {
 				return fmt.Errorf("blank slot not back in the free list yet")
 			}
 			return nil
@@ -63,10 +60,11 @@ func TestRecordSlotsReused(t *testing.T) {
 	settled := func() {
 		t.Helper()
 		checkFor(t, waitLimit, 5*time.Millisecond, func() error {
+			free := m.records.freeCount()
 			m.records.mu.Lock()
 			defer m.records.mu.Unlock()
-			if len(m.records.inUse) > 0 || len(m.records.free) == 0 {
-				return fmt.Errorf("%d records in use, %d free", len(m.records.inUse), len(m.records.free))
+			if len(m.records.inUse) > 0 || free == 0 {
+				return fmt.Errorf("%d records in use, %d free", len(m.records.inUse), free)
 			}
 			return nil
 		})
@@ -301,5 +299,122 @@ func TestLostRecordKeptUntilConfirmed(t *testing.T) {
 	}
 	if _, lost3 := open(); len(lost3) != 0 {
 		t.Errorf("third run lost: %+v", lost3)
+	}
+}
+
+// openRecordFiles lists the descriptors of this process open on files
+// in dir (fd → path).
+func openRecordFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range ents {
+		if p, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(p, dir+"/") {
+			out[e.Name()] = p
+		}
+	}
+	return out
+}
+
+// TestForegroundRecordsKeepTheirFile: a foreground session's record is
+// written through a descriptor kept open (no open and close on the
+// command's path), the slot keeps it for the next foreground session, at
+// most maxOpenSlots are kept, and background sessions hold none: a
+// background start takes a slot without one, a foreground session that
+// turns background gives its own back.
+func TestForegroundRecordsKeepTheirFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := newManager(t, func(c *Config) { c.StateDir = dir })
+	settled := func(want int) {
+		t.Helper()
+		checkFor(t, waitLimit, 5*time.Millisecond, func() error {
+			m.records.mu.Lock()
+			defer m.records.mu.Unlock()
+			if n := len(m.records.inUse); n > 0 {
+				return fmt.Errorf("%d records in use", n)
+			}
+			if n := len(m.records.freeOpen); n != want {
+				return fmt.Errorf("%d free slots with a kept file, want %d", n, want)
+			}
+			return nil
+		})
+	}
+	mustExec(t, m, ExecRequest{Command: "true"})
+	settled(1)
+	first := openRecordFiles(t, dir)
+	if len(first) != 1 {
+		t.Fatalf("after one foreground run %d record files are open (%v), want 1", len(first), first)
+	}
+	for range 5 {
+		mustExec(t, m, ExecRequest{Command: "true"})
+		settled(1)
+	}
+	if got := openRecordFiles(t, dir); fmt.Sprint(got) != fmt.Sprint(first) {
+		t.Fatalf("the kept record file changed: %v, then %v", first, got)
+	}
+
+	// Concurrent foreground sessions keep at most maxOpenSlots files.
+	const n = maxOpenSlots + 4
+	y := 30000.0
+	done := make(chan error, n)
+	for range n {
+		go func() {
+			res, err := m.Exec(t.Context(), ExecRequest{Command: "sleep 0.5", YieldMs: &y})
+			if err == nil && res.Status() != protocol.StatusCompleted {
+				err = fmt.Errorf("status %s", res.Status())
+			}
+			done <- err
+		}()
+	}
+	checkFor(t, waitLimit, 5*time.Millisecond, func() error {
+		m.records.mu.Lock()
+		defer m.records.mu.Unlock()
+		if k := len(m.records.inUse); k != n {
+			return fmt.Errorf("%d of %d sessions recorded", k, n)
+		}
+		return nil
+	})
+	if got := len(openRecordFiles(t, dir)); got != maxOpenSlots {
+		t.Errorf("%d foreground sessions hold %d record files, want %d (maxOpenSlots)", n, got, maxOpenSlots)
+	}
+	for range n {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	settled(maxOpenSlots)
+
+	// Background sessions hold none: every kept file stays with a free
+	// slot, or is closed.
+	var ids []string
+	for i := range 4 {
+		req := ExecRequest{Command: "sleep " + token(), Background: true}
+		if i%2 == 1 {
+			y := 10.0
+			req = ExecRequest{Command: "sleep " + token(), YieldMs: &y}
+		}
+		res, err := m.Exec(t.Context(), req)
+		if err != nil || res.Status() != protocol.StatusRunning {
+			t.Fatalf("%v %s", err, res.Status())
+		}
+		ids = append(ids, res.SessionID())
+	}
+	m.records.mu.Lock()
+	freeOpen := len(m.records.freeOpen)
+	for name, sl := range m.records.inUse {
+		if sl.file != nil {
+			t.Errorf("background session %s holds its record file", name)
+		}
+	}
+	m.records.mu.Unlock()
+	if got := len(openRecordFiles(t, dir)); got != freeOpen {
+		t.Errorf("%d record files open with 4 background sessions running, want the %d of free slots", got, freeOpen)
+	}
+	for _, id := range ids {
+		killSession(t, m, "", id)
 	}
 }
