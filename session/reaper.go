@@ -206,7 +206,45 @@ func (r *Reaper) awaitExit(pid int) {
 	if pid <= 0 || r.collect(pid) {
 		return
 	}
-	// The pid cannot be reused meanwhile: it is our child, not yet waited for.
+	r.awaitPidfd(pid, false)
+}
+
+// awaitPidfd waits up to hintAge for leader pid's exit on a pidfd and
+// collects it. Meanwhile pid is awaited (claimed says the caller marked
+// it so already): collectHinted leaves it to this wait, and a full pass
+// that collects it found nothing for itself.
+func (r *Reaper) awaitPidfd(pid int, claimed bool) {
+	r.mu.Lock()
+	if !claimed && r.awaited[pid] {
+		r.mu.Unlock()
+		return // another goroutine waits for it already
+	}
+	if r.leaders[pid] == nil {
+		// Collected already, or being collected (a pass, or the wait
+		// its kill set up): its pid may be another process's soon.
+		if claimed {
+			delete(r.awaited, pid)
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.awaited[pid] = true
+	r.mu.Unlock()
+	collected := false
+	defer func() {
+		r.mu.Lock()
+		delete(r.awaited, pid)
+		r.mu.Unlock()
+		if claimed && !collected {
+			// Not dead yet after hintAge (or no pidfd): the hint has
+			// passes collect it by pid, as a reader's would.
+			r.hintExit(pid)
+		}
+	}()
+	// The pid is a leader not yet waited for. Should a pass take it
+	// before the pidfd pins it, and its pid be reused, the pidfd names
+	// another process: this wait ends at that one's exit or the deadline,
+	// and collect finds no exit of its own to take.
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return
@@ -217,19 +255,11 @@ func (r *Reaper) awaitExit(pid int) {
 	if err != nil || f.SetReadDeadline(time.Now().Add(hintAge)) != nil {
 		return
 	}
-	r.mu.Lock()
-	r.awaited[pid] = true
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.awaited, pid)
-		r.mu.Unlock()
-	}()
 	waited := false
 	// A pidfd turns readable when its process exits; the first call only
 	// sends Read to the poller.
 	if rc.Read(func(uintptr) bool { w := waited; waited = true; return w }) == nil {
-		r.collect(pid)
+		collected = r.collect(pid)
 	}
 }
 
@@ -361,6 +391,7 @@ func (r *Reaper) walkAll() (next time.Duration, useful bool) {
 		}
 		r.mu.Lock()
 		_, hinted := r.hinted[pid]
+		hinted = hinted || r.awaited[pid]
 		r.mu.Unlock()
 		switch r.take(pid) {
 		case taken:
@@ -461,10 +492,10 @@ func (r *Reaper) take(pid int) takeResult {
 // suffices, no pidfd). It reports whether it did; an exited leader not
 // yet reaped takes the signals as a zombie, harmlessly. (ch tells this
 // leader from a later one that got the pid of a reaped one.) The leader
-// is hinted (hintExit): it is about to exit, and its exit is then
-// collected by pid, where the peek of a full pass costs O(children) (a
-// kill of thousands of sessions would pay that per exit; a leader whose
-// child holds its output open has no reader to hint it).
+// is about to exit: a goroutine waits for that on a pidfd and collects it
+// (awaitPidfd), where the peek of a full pass costs O(children) (a kill
+// of thousands of sessions would pay that per exit; a leader whose child
+// holds its output open has no reader to collect it).
 func (r *Reaper) signalLeader(pid int, ch chan<- exitStatus, sigs ...unix.Signal) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -474,7 +505,10 @@ func (r *Reaper) signalLeader(pid int, ch chan<- exitStatus, sigs ...unix.Signal
 	for _, sig := range sigs {
 		_ = unix.Kill(pid, sig)
 	}
-	r.hinted[pid] = time.Now()
+	if !r.awaited[pid] {
+		r.awaited[pid] = true // before the goroutine runs: no wait4 of it per pass meanwhile
+		go r.awaitPidfd(pid, true)
+	}
 	return true
 }
 
