@@ -38,9 +38,10 @@ import (
 // thread and no descriptor per session. The kernel walks every child for
 // such a peek, so with thousands of sessions a burst of exits would cost
 // O(sessions) each: full passes are held to a tenth of the time (at most
-// 10 ms apart, and none longer than that), and the leaders that are known
-// to be ending (their output reached its end: hintExit) are collected by
-// pid, O(1) each. A child it
+// 10 ms apart, and none longer than that; a hundredth of the time after a
+// pass that found only hinted exits), and the leaders that are known to
+// be ending (their output reached its end, or their session signalled
+// them: hintExit) are collected by pid, O(1) each. A child it
 // did not register (an os/exec child of other code in the process, waited
 // for by its owner) stops the peek; only then are the process's children
 // listed, to collect the leaders behind it. When the process is a child
@@ -84,6 +85,10 @@ type Reaper struct {
 	// collects them by pid, O(1) each; a hint goes when its leader is
 	// collected, or with a full pass hintAge after it.
 	hinted map[int]time.Time
+	// awaited are hinted leaders whose reader waits for the exit on a
+	// pidfd (awaitExit) and collects it itself: collectHinted leaves
+	// them to it, instead of a wait4 for each at every pass.
+	awaited map[int]bool
 	// walks counts the full passes begun (the peek over every child,
 	// under mu); nextWalk is the earliest time for the next (unix ns).
 	walks    uint64
@@ -127,6 +132,7 @@ func NewReaper(cfg ReaperConfig) *Reaper {
 		busy:    map[int]bool{},
 		zombies: map[int]time.Time{},
 		hinted:  map[int]time.Time{},
+		awaited: map[int]bool{},
 	}
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
 	go r.run()
@@ -200,7 +206,45 @@ func (r *Reaper) awaitExit(pid int) {
 	if pid <= 0 || r.collect(pid) {
 		return
 	}
-	// The pid cannot be reused meanwhile: it is our child, not yet waited for.
+	r.awaitPidfd(pid, false)
+}
+
+// awaitPidfd waits up to hintAge for leader pid's exit on a pidfd and
+// collects it. Meanwhile pid is awaited (claimed says the caller marked
+// it so already): collectHinted leaves it to this wait, and a full pass
+// that collects it found nothing for itself.
+func (r *Reaper) awaitPidfd(pid int, claimed bool) {
+	r.mu.Lock()
+	if !claimed && r.awaited[pid] {
+		r.mu.Unlock()
+		return // another goroutine waits for it already
+	}
+	if r.leaders[pid] == nil {
+		// Collected already, or being collected (a pass, or the wait
+		// its kill set up): its pid may be another process's soon.
+		if claimed {
+			delete(r.awaited, pid)
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.awaited[pid] = true
+	r.mu.Unlock()
+	collected := false
+	defer func() {
+		r.mu.Lock()
+		delete(r.awaited, pid)
+		r.mu.Unlock()
+		if claimed && !collected {
+			// Not dead yet after hintAge (or no pidfd): the hint has
+			// passes collect it by pid, as a reader's would.
+			r.hintExit(pid)
+		}
+	}()
+	// The pid is a leader not yet waited for. Should a pass take it
+	// before the pidfd pins it, and its pid be reused, the pidfd names
+	// another process: this wait ends at that one's exit or the deadline,
+	// and collect finds no exit of its own to take.
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return
@@ -215,7 +259,7 @@ func (r *Reaper) awaitExit(pid int) {
 	// A pidfd turns readable when its process exits; the first call only
 	// sends Read to the poller.
 	if rc.Read(func(uintptr) bool { w := waited; waited = true; return w }) == nil {
-		r.collect(pid)
+		collected = r.collect(pid)
 	}
 }
 
@@ -263,8 +307,8 @@ func (r *Reaper) reapAll() time.Duration {
 	r.mu.Lock()
 	r.walks++
 	r.mu.Unlock()
-	next := r.walkAll()
-	r.walked(now)
+	next, useful := r.walkAll()
+	r.walked(now, useful)
 	return next
 }
 
@@ -274,16 +318,25 @@ func (r *Reaper) reapAll() time.Duration {
 // stops after maxWalkPause (exits keep coming in a burst, and each peek
 // walks the children again). A pass over a few children takes
 // microseconds, so this matters only with thousands, where hinted exits
-// are collected meanwhile.
+// are collected meanwhile. A pass that found nothing for itself (every
+// exit it saw was hinted: the leaders' readers collect those through
+// their pidfds, as in a burst of kills) holds the next to idleWalkShare,
+// within the same maxWalkPause.
 const (
-	walkShare    = 0.1
-	maxWalkPause = 10 * time.Millisecond
+	walkShare     = 0.1
+	idleWalkShare = 0.01
+	maxWalkPause  = 10 * time.Millisecond
 )
 
-// walked records a full pass that began at start.
-func (r *Reaper) walked(start time.Time) {
+// walked records a full pass that began at start; useful tells whether
+// it collected an exit no hint announced.
+func (r *Reaper) walked(start time.Time, useful bool) {
 	end := time.Now()
-	pause := min(time.Duration(float64(end.Sub(start))*(1-walkShare)/walkShare), maxWalkPause)
+	share := walkShare
+	if !useful {
+		share = idleWalkShare
+	}
+	pause := min(time.Duration(float64(end.Sub(start))*(1-share)/share), maxWalkPause)
 	r.nextWalk.Store(end.Add(pause).UnixNano())
 	// Hints older than hintAge before this pass are settled: had their
 	// leader exited, the pass would have collected it.
@@ -309,7 +362,9 @@ func (r *Reaper) collectHinted() {
 			delete(r.hinted, pid)
 			continue
 		}
-		pids = append(pids, pid)
+		if !r.awaited[pid] {
+			pids = append(pids, pid)
+		}
 	}
 	r.mu.Unlock()
 	for _, pid := range pids {
@@ -318,22 +373,29 @@ func (r *Reaper) collectHinted() {
 }
 
 // walkAll is the full pass: it peeks at exited children one at a time.
-func (r *Reaper) walkAll() time.Duration {
+// It reports when to look again (see reapAll) and whether it collected
+// an exit no hint announced, or listed the children (useful).
+func (r *Reaper) walkAll() (next time.Duration, useful bool) {
 	r.awaitSpawn.Store(false)
 	start := time.Now()
 	recheck := 0 // a child that take found no leader, peeked at again
 	for {
 		if time.Since(start) > maxWalkPause {
-			return time.Millisecond // a burst: go on after a pause (walked)
+			return time.Millisecond, useful // a burst: go on after a pause (walked)
 		}
 		r.collectHinted()
 		pid, ok := peekExited()
 		if !ok {
 			r.deferred = 0
-			return 0
+			return 0, useful
 		}
+		r.mu.Lock()
+		_, hinted := r.hinted[pid]
+		hinted = hinted || r.awaited[pid]
+		r.mu.Unlock()
 		switch r.take(pid) {
 		case taken:
+			useful = useful || !hinted
 			continue
 		case taking:
 			// Another goroutine is reaping it this moment: peek again
@@ -355,14 +417,15 @@ func (r *Reaper) walkAll() time.Duration {
 		// awaitSpawn set came before it, so the leader is found now.
 		r.awaitSpawn.Store(true)
 		if res := r.take(pid); res == taken || res == taking {
+			useful = useful || res == taken
 			continue
 		}
 		if r.spawning.Load() > 0 && r.deferred < maxDeferred {
 			r.deferred++
-			return deferWait
+			return deferWait, true
 		}
 		r.deferred = 0
-		return r.slowPass()
+		return r.slowPass(), true
 	}
 }
 
@@ -428,7 +491,11 @@ func (r *Reaper) take(pid int) takeResult {
 // unreaped meanwhile, so its pid names it and no other process (kill(2)
 // suffices, no pidfd). It reports whether it did; an exited leader not
 // yet reaped takes the signals as a zombie, harmlessly. (ch tells this
-// leader from a later one that got the pid of a reaped one.)
+// leader from a later one that got the pid of a reaped one.) The leader
+// is about to exit: a goroutine waits for that on a pidfd and collects it
+// (awaitPidfd), where the peek of a full pass costs O(children) (a kill
+// of thousands of sessions would pay that per exit; a leader whose child
+// holds its output open has no reader to collect it).
 func (r *Reaper) signalLeader(pid int, ch chan<- exitStatus, sigs ...unix.Signal) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -437,6 +504,10 @@ func (r *Reaper) signalLeader(pid int, ch chan<- exitStatus, sigs ...unix.Signal
 	}
 	for _, sig := range sigs {
 		_ = unix.Kill(pid, sig)
+	}
+	if !r.awaited[pid] {
+		r.awaited[pid] = true // before the goroutine runs: no wait4 of it per pass meanwhile
+		go r.awaitPidfd(pid, true)
 	}
 	return true
 }

@@ -291,7 +291,7 @@ func TestReaperPeekOfLeaderBeingTaken(t *testing.T) {
 	r.busy[pid] = true
 	r.mu.Unlock()
 	done := make(chan time.Duration, 1)
-	go func() { done <- r.walkAll() }()
+	go func() { next, _ := r.walkAll(); done <- next }()
 	time.Sleep(2 * time.Millisecond)
 	var ws unix.WaitStatus
 	if got, err := wait4(pid, &ws, 0, nil); err != nil || got != pid {
@@ -348,6 +348,74 @@ func TestReaperSignalLeader(t *testing.T) {
 	}
 }
 
+// TestReaperSignalledLeaderCollectedWhilePassesPause: a leader its
+// session signalled is collected by pid while full passes are put off,
+// as in a kill of thousands of sessions (a peek per exit walks every
+// child); its output may stay open (a child holds it), so no reader
+// hints it.
+func TestReaperSignalledLeaderCollectedWhilePassesPause(t *testing.T) {
+	r := newTestReaper(t)
+	r.nextWalk.Store(time.Now().Add(time.Hour).UnixNano())
+	pid, ch := startLeader(t, r, "/bin/sleep", "60")
+	r.mu.Lock()
+	own := r.leaders[pid]
+	r.mu.Unlock()
+	if !r.signalLeader(pid, own, unix.SIGTERM) {
+		t.Fatal("its own session could not signal the leader")
+	}
+	if st := awaitExit(t, ch, 3*time.Second, "signalled leader"); !st.ws.Signaled() || st.ws.Signal() != unix.SIGTERM {
+		t.Fatalf("status %v, want killed by SIGTERM", st.ws)
+	}
+}
+
+// TestReaperIdlePassesSpacedOut: a full pass that found only exits hinted
+// (their readers collect them through pidfds) puts the next off longer
+// than one that collected an exit nobody announced, within maxWalkPause.
+func TestReaperIdlePassesSpacedOut(t *testing.T) {
+	r := bareReaper()
+	const took = 50 * time.Microsecond
+	pauseAfter := func(useful bool) time.Duration {
+		r.walked(time.Now().Add(-took), useful)
+		return time.Duration(r.nextWalk.Load() - time.Now().UnixNano())
+	}
+	if got, want := pauseAfter(false), time.Duration(float64(took)*(1-idleWalkShare)/idleWalkShare)-time.Millisecond; got < want || got > maxWalkPause {
+		t.Fatalf("after an idle pass of %v the next waits %v, want %v to %v", took, got, want, maxWalkPause)
+	}
+	if got := pauseAfter(true); got > maxWalkPause {
+		t.Fatalf("after a useful pass the next waits %v, more than %v", got, maxWalkPause)
+	}
+
+	// walkAll tells the two apart.
+	for stray, ok := peekExited(); ok; stray, ok = peekExited() {
+		var ws unix.WaitStatus
+		_, _ = wait4(stray, &ws, 0, nil)
+	}
+	for _, hint := range []bool{true, false} {
+		pid, ch := startLeader(t, r, "/bin/sh", "-c", "exit 4")
+		awaitZombie(t, pid)
+		if hint {
+			r.mu.Lock()
+			r.hinted[pid] = time.Now()
+			r.mu.Unlock()
+			// collectHinted, which walkAll runs first, would take it:
+			// the reader that holds the hint is taking it (awaited).
+			r.mu.Lock()
+			r.awaited[pid] = true
+			r.mu.Unlock()
+		}
+		next, useful := r.walkAll()
+		r.mu.Lock()
+		delete(r.awaited, pid)
+		r.mu.Unlock()
+		if st := awaitExit(t, ch, time.Second, "leader"); st.ws.ExitStatus() != 4 {
+			t.Fatalf("exit status %d, want 4", st.ws.ExitStatus())
+		}
+		if next != 0 || useful == hint {
+			t.Fatalf("hinted %v: walkAll = %v, useful %v", hint, next, useful)
+		}
+	}
+}
+
 // bareReaper is a Reaper without its run loop: nothing takes SIGCHLD, so
 // only what a test calls collects exits.
 func bareReaper() *Reaper {
@@ -358,5 +426,6 @@ func bareReaper() *Reaper {
 		busy:    map[int]bool{},
 		zombies: map[int]time.Time{},
 		hinted:  map[int]time.Time{},
+		awaited: map[int]bool{},
 	}
 }
