@@ -13,9 +13,11 @@ import (
 )
 
 // HeaderChunk marks one part of a chunked reply: "i/n", 1 ≤ i ≤ n, parts
-// numbered from 1. Every part of a RespondChunked reply carries it, a
-// single-part reply too ("1/1"). nats.Header does not canonicalise keys:
-// use this exact spelling.
+// numbered from 1. Every part of a RespondChunked reply of several parts
+// carries it; a reply that fits in one message goes out plain, without
+// it (a header costs both ends a MIME parse per reply, and a requester
+// takes a message without it as the whole reply). nats.Header does not
+// canonicalise keys: use this exact spelling.
 const HeaderChunk = "Execmesh-Chunk"
 
 // Chunking limits.
@@ -75,7 +77,8 @@ func ChunkSize(nc *nats.Conn) int {
 
 // RespondChunked sends payload to reply (msg.Reply, or micro's
 // req.Reply()) in parts that fit under the server's max_payload, each
-// marked with HeaderChunk. hdr goes on the first part only.
+// marked with HeaderChunk. hdr goes on the first part only. A payload
+// that fits in one message is sent as it is, with hdr alone.
 //
 // Flow control: parts go out in windows of about FlowWindow bytes. When a
 // reply needs more than one window, the last part of each window carries a
@@ -110,6 +113,18 @@ func respondChunked(nc *nats.Conn, reply string, payload []byte, hdr nats.Header
 	n := max((len(payload)+size-1)/size, 1)
 	if n > MaxChunks {
 		return fmt.Errorf("bus: respond: payload of %d bytes needs %d parts, more than %d", len(payload), n, MaxChunks)
+	}
+	if n == 1 {
+		// One message: plain, as a nats.go Respond (a nil Header sends
+		// no header block at all).
+		m := &nats.Msg{Subject: reply, Data: payload}
+		if len(hdr) > 0 {
+			m.Header = hdr
+		}
+		if err := nc.PublishMsg(m); err != nil {
+			return fmt.Errorf("bus: respond: %w", err)
+		}
+		return nil
 	}
 	window := max(windowBytes/size, 1)
 

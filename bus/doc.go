@@ -46,7 +46,8 @@
 //
 // A reply larger than ChunkSize(nc) is sent by RespondChunked as parts on
 // the reply subject, each with the header HeaderChunk = "i/n" (1-based);
-// the first part also carries the caller's headers. RequestChunked
+// the first part also carries the caller's headers. A reply that fits in
+// one message goes out plain (the caller's headers alone). RequestChunked
 // subscribes to a fresh inbox with the bus pending limits, publishes the
 // request and reassembles the parts in index order. "No responders"
 // becomes ErrUnreachable at once. Replies over one FlowWindow (8 MB) are

@@ -70,9 +70,10 @@ type Server struct {
 
 	// ctx ends when Close begins, so that waits (yield windows, polls)
 	// answer promptly.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	workers workers
 
 	mu      sync.Mutex
 	closing bool
@@ -131,8 +132,8 @@ func (s *Server) AddTo(nc *nats.Conn, g micro.Group) error {
 
 // Endpoint adapts fn to micro. Every endpoint is a single subscription
 // whose messages are handled one at a time, so the handler only hands the
-// request to a tracked goroutine: a poll waiting 30 s must not hold up the
-// next exec. Once Close has begun requests are refused as retryable.
+// request to a tracked goroutine (a worker, see workers): a poll waiting
+// 30 s must not hold up the next exec. Once Close has begun requests are refused as retryable.
 func (s *Server) Endpoint(name string, fn HandlerFunc) micro.HandlerFunc {
 	if s.cfg.Count != nil {
 		fn = s.cfg.Count(name, fn)
@@ -151,7 +152,7 @@ func (s *Server) Endpoint(name string, fn HandlerFunc) micro.HandlerFunc {
 		s.wg.Add(1)
 		nc := s.nc
 		s.mu.Unlock()
-		go func() {
+		s.workers.run(func() {
 			defer s.wg.Done()
 			defer func() {
 				if r := recover(); r != nil {
@@ -177,7 +178,7 @@ func (s *Server) Endpoint(name string, fn HandlerFunc) micro.HandlerFunc {
 				// list reply may be written over it.
 				s.listBuf.Store(&reply)
 			}
-		}()
+		})
 	}
 }
 
@@ -188,6 +189,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.closing = true
 	s.mu.Unlock()
 	s.cancel()
+	s.workers.close()
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
