@@ -133,7 +133,8 @@ func (s *Server) AddTo(nc *nats.Conn, g micro.Group) error {
 // Endpoint adapts fn to micro. Every endpoint is a single subscription
 // whose messages are handled one at a time, so the handler only hands the
 // request to a tracked goroutine (a worker, see workers): a poll waiting
-// 30 s must not hold up the next exec. Once Close has begun requests are refused as retryable.
+// 30 s must not hold up the next exec. Once Close has begun requests are
+// refused as retryable.
 func (s *Server) Endpoint(name string, fn HandlerFunc) micro.HandlerFunc {
 	if s.cfg.Count != nil {
 		fn = s.cfg.Count(name, fn)
