@@ -145,11 +145,7 @@ func TestListEntriesOfManyReplies(t *testing.T) {
 }
 
 func BenchmarkDecodeListEntries(b *testing.B) {
-	reply := ListReply{Instance: "i", Total: 10000}
-	for i := range 10000 {
-		reply.Sessions = append(reply.Sessions, ListedSession{SessionKey: "agent:main:main", Details: listEntry(i)})
-	}
-	data := reply.AppendJSON(nil)
+	data := bigListReply(10000)
 	b.Run("entries", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := DecodeListEntries(data); err != nil {
