@@ -291,7 +291,12 @@ func (p *listParser) listReply(r *ListReply) bool {
 				var ok bool
 				if p.raw {
 					var key string // the one asked for
+					before := len(p.raws)
 					ok = p.listedSession(&key, nil)
+					if ok && len(p.raws) == before {
+						// No details: empty ones, as encoding/json decodes it.
+						p.raws = append(p.raws, EntryOf(&Details{}))
+					}
 				} else {
 					r.Sessions = append(r.Sessions, ListedSession{})
 					s := &r.Sessions[len(r.Sessions)-1]

@@ -121,3 +121,13 @@ func mangled(r *rand.Rand, b []byte, key string) []byte {
 		return bytes.Replace(m, []byte(key), []byte(strings.ToUpper(key[:2])+key[2:]), 1)
 	}
 }
+
+// FuzzDecodeListReply: on any input (a node's reply is untrusted), the
+// list parsers agree with encoding/json, never panic, and keep only
+// entries that re-encode as they came.
+func FuzzDecodeListReply(f *testing.F) {
+	f.Add(bigListReply(2))
+	f.Add([]byte(`{"instance":"i","sessions":[{"sessionKey":"k","details":{"sessionId":"a"}}],"total":1}`))
+	f.Add([]byte(`{"sessions":null}`))
+	f.Fuzz(func(t *testing.T, b []byte) { decodeBoth(t, b) })
+}

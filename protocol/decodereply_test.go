@@ -69,3 +69,11 @@ func TestDecodeRepliesMatchEncodingJSON(t *testing.T) {
 		decodeReplyBoth(t, []byte(b))
 	}
 }
+
+// FuzzDecodeReplies: on any input (a node's reply is untrusted), the exec
+// and process reply parsers agree with encoding/json and never panic.
+func FuzzDecodeReplies(f *testing.F) {
+	f.Add([]byte(`{"result":{"content":[{"type":"text","text":"hi\n"}],"details":{"status":"completed","exitCode":0}},"instance":"i"}`))
+	f.Add([]byte(`{"result":{"content":[],"details":{"status":"running","sessionId":"a"}},"gone":true}`))
+	f.Fuzz(func(t *testing.T, b []byte) { decodeReplyBoth(t, b) })
+}
