@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/internal/cgroup"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -44,6 +46,7 @@ type fltProc struct {
 	cmd    *exec.Cmd
 	done   chan struct{}
 	err    error
+	pids   []int // of every run, for cleanup
 }
 
 func newFltProc(t *testing.T, name, dir string, prefix, env []string, argv ...string) *fltProc {
@@ -70,6 +73,7 @@ func (p *fltProc) start() {
 		p.t.Fatalf("start %s: %v", p.name, err)
 	}
 	p.cmd, p.done, p.err = cmd, make(chan struct{}), nil
+	p.pids = append(p.pids, cmd.Process.Pid)
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -146,12 +150,44 @@ func (p *fltProc) cleanup() {
 	if err := p.stop(); err != nil {
 		p.t.Logf("%s: %v", p.name, err)
 	}
+	endKilledRuns(p.t, p.pids)
 	if p.t.Failed() || os.Getenv("FLT_LOG") != "" {
 		b, _ := os.ReadFile(p.log)
 		if len(b) > 8000 && os.Getenv("FLT_FULL_LOG") == "" {
 			b = append([]byte("…"), b[len(b)-8000:]...)
 		}
 		p.t.Logf("--- %s log:\n%s", p.name, b)
+	}
+}
+
+// endKilledRuns ends the sessions that runs of a daemon killed with
+// SIGKILL left running: by design they outlive their daemon until its
+// next run on the same state dir ends them, which a test that kills a
+// daemon for good never starts. A run's sessions are in its cgroup,
+// execmesh-<pid>-<tag> below the test's own (a run that stopped removed
+// its own); without cgroups there is nothing to do here.
+func endKilledRuns(t *testing.T, pids []int) {
+	self, err := cgroup.Self()
+	if err != nil {
+		return
+	}
+	ents, err := os.ReadDir(self.Path)
+	if err != nil {
+		return
+	}
+	for _, pid := range pids {
+		prefix := "execmesh-" + strconv.Itoa(pid) + "-"
+		for _, e := range ents {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+				continue
+			}
+			d := self.Child(e.Name())
+			if populated, err := d.Populated(); err == nil && populated {
+				if err := d.Kill(); err != nil {
+					t.Logf("end the sessions a killed run left in %s: %v", d.Path, err)
+				}
+			}
+		}
 	}
 }
 
