@@ -165,13 +165,6 @@ func (rs *recordSlots) putFreeLocked(sl recordSlot) {
 	}
 }
 
-// freeCount is the number of blank slots kept.
-func (rs *recordSlots) freeCount() int {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	return len(rs.free) + len(rs.freeOpen)
-}
-
 // closeLocked closes a slot's kept file. Caller holds mu.
 func (rs *recordSlots) closeLocked(sl *recordSlot) {
 	if sl.file != nil {
@@ -382,9 +375,7 @@ func writeSlot(path string, b []byte, size int) (int, error) {
 
 // openWriteSlot is writeSlot that, with keep, returns the file open.
 func openWriteSlot(path string, b []byte, size int, keep bool) (*os.File, int, error) {
-	if len(b) < size {
-		b = append(b, bytes.Repeat([]byte{' '}, size-len(b))...)
-	}
+	b = padSlot(b, size)
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, 0, &os.PathError{Op: "open", Path: path, Err: err}
@@ -405,11 +396,18 @@ func openWriteSlot(path string, b []byte, size int, keep bool) (*os.File, int, e
 	return os.NewFile(uintptr(fd), path), max(size, len(b)), nil
 }
 
-// writeSlotFile is writeSlot through the slot's kept file.
-func writeSlotFile(f *os.File, b []byte, size int) (int, error) {
+// padSlot pads a record with spaces to the size its slot holds, so that
+// one write replaces all of it.
+func padSlot(b []byte, size int) []byte {
 	if len(b) < size {
 		b = append(b, bytes.Repeat([]byte{' '}, size-len(b))...)
 	}
+	return b
+}
+
+// writeSlotFile is writeSlot through the slot's kept file.
+func writeSlotFile(f *os.File, b []byte, size int) (int, error) {
+	b = padSlot(b, size)
 	if _, err := f.WriteAt(b, 0); err != nil {
 		return 0, err // an *os.PathError naming the file
 	}

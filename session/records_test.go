@@ -46,7 +46,7 @@ func TestRecordSlotsReused(t *testing.T) {
 				return fmt.Errorf("slot still holds %.80q after the kill", b)
 			}
 			// Blanked first, then handed back for reuse.
-			if m.records.freeCount() == 0 {
+			if freeSlots(m) == 0 {
 				return fmt.Errorf("blank slot not back in the free list yet")
 			}
 			return nil
@@ -60,7 +60,7 @@ func TestRecordSlotsReused(t *testing.T) {
 	settled := func() {
 		t.Helper()
 		checkFor(t, waitLimit, 5*time.Millisecond, func() error {
-			free := m.records.freeCount()
+			free := freeSlots(m)
 			m.records.mu.Lock()
 			defer m.records.mu.Unlock()
 			if len(m.records.inUse) > 0 || free == 0 {
@@ -417,4 +417,11 @@ func TestForegroundRecordsKeepTheirFile(t *testing.T) {
 	for _, id := range ids {
 		killSession(t, m, "", id)
 	}
+}
+
+// freeSlots is the number of blank record slots m keeps.
+func freeSlots(m *Manager) int {
+	m.records.mu.Lock()
+	defer m.records.mu.Unlock()
+	return len(m.records.free) + len(m.records.freeOpen)
 }
