@@ -237,6 +237,10 @@ type spareGroup struct {
 	// files are its control files, kept open (a foreground session's,
 	// for the first maxSpareGroups spares); nil when not.
 	files *cgroup.Files
+	// cpuUser and cpuSys are its cpu.stat when it was put back, empty:
+	// nothing runs in it until it is taken, so the next session reports
+	// what it adds to them, and taking it costs no system call.
+	cpuUser, cpuSys uint64
 }
 
 const (
@@ -255,41 +259,24 @@ func (c *cgroupManager) reusable() bool {
 	return !slices.Contains(c.controllers, "memory") && !slices.Contains(c.controllers, "pids")
 }
 
-// takeSpare returns a spare group and its cpu.stat now (the next
-// session reports what it adds to that), if there is one. A spare with
-// groups below it (made by the command that had it) is removed instead.
-func (c *cgroupManager) takeSpare() (g spareGroup, cpuUser, cpuSys uint64, ok bool) {
-	for {
-		c.mu.Lock()
-		k := len(c.spares)
-		if k == 0 {
-			c.mu.Unlock()
-			return spareGroup{}, 0, 0, false
-		}
-		g = c.spares[k-1]
-		c.spares = c.spares[:k-1]
-		c.lastUse = time.Now()
+// takeSpare returns a spare group, if there is one; its cpuUser and
+// cpuSys are what the next session's usage is measured from.
+func (c *cgroupManager) takeSpare() (spareGroup, bool) {
+	c.mu.Lock()
+	k := len(c.spares)
+	if k == 0 {
 		c.mu.Unlock()
-		if g.stop != nil {
-			g.stop()
-			g.stop = nil
-		}
-		var err error
-		if !g.dir.HasChildren() {
-			if g.files != nil {
-				cpuUser, cpuSys, err = g.files.CPUStat()
-			} else {
-				cpuUser, cpuSys, err = g.dir.CPUStat()
-			}
-			if err == nil {
-				return g, cpuUser, cpuSys, true
-			}
-		}
-		if g.files != nil {
-			g.files.Close()
-		}
-		_ = g.dir.RemoveSubtree()
+		return spareGroup{}, false
 	}
+	g := c.spares[k-1]
+	c.spares = c.spares[:k-1]
+	c.lastUse = time.Now()
+	c.mu.Unlock()
+	if g.stop != nil {
+		g.stop()
+		g.stop = nil
+	}
+	return g, true
 }
 
 // putSpare keeps an empty group for reuse; false when enough are kept.
@@ -541,8 +528,8 @@ const pollInterval = 50 * time.Millisecond
 
 func (m *Manager) newCgroupTree(s *session, l protocol.Limits) (*cgroupTree, error) {
 	t := &cgroupTree{m: m, s: s, name: s.treeName, changed: make(chan struct{}, 1), limits: l}
-	if g, user, sys, ok := m.cg.takeSpare(); ok {
-		t.dir, t.files, t.cpuUser, t.cpuSys = g.dir, g.files, user, sys
+	if g, ok := m.cg.takeSpare(); ok {
+		t.dir, t.files, t.cpuUser, t.cpuSys = g.dir, g.files, g.cpuUser, g.cpuSys
 	} else {
 		t.dir = m.cg.dir.Child(s.treeName)
 		if err := t.dir.Create(); err != nil {
@@ -845,9 +832,23 @@ func (t *cgroupTree) recycle() bool {
 	if t.limits.CPUMax > 0 && t.dir.Write("cpu.max", "max") != nil {
 		return false
 	}
-	// The group's watch (a kill sets one) and any groups below it are
-	// dealt with when it is taken or removed, after a burst of exits.
-	if !cg.putSpare(spareGroup{dir: t.dir, stop: t.stop, files: t.files}) {
+	// Groups the command made below its own are not passed on: the group
+	// is removed instead (they are empty, as it is).
+	if t.dir.HasChildren() {
+		return false
+	}
+	// Read now, off the next start's path; the group is empty, so the
+	// figure holds until the next session is cloned into it.
+	g := spareGroup{dir: t.dir, stop: t.stop, files: t.files}
+	var err error
+	if t.files != nil {
+		g.cpuUser, g.cpuSys, err = t.files.CPUStat()
+	} else {
+		g.cpuUser, g.cpuSys, err = t.dir.CPUStat()
+	}
+	// The group's watch (a kill sets one) is ended when it is taken or
+	// removed, after a burst of exits.
+	if err != nil || !cg.putSpare(g) {
 		return false
 	}
 	t.files = nil // the spare's now

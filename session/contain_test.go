@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -718,6 +719,39 @@ func TestSpareGroupReuse(t *testing.T) {
 	}
 	if rel := filepath.Base(first[0]); !strings.Contains(res.Text(), "0::/") || !strings.HasSuffix(strings.TrimSpace(res.Text()), "/"+rel) {
 		t.Errorf("next session ran in %q, want the spare %s", res.Text(), first[0])
+	}
+}
+
+// TestGroupWithChildrenNotReused: a command that made a group below its
+// own leaves no spare: its group goes, with the one below, when it ends,
+// and the next session runs in a group of its own.
+func TestGroupWithChildrenNotReused(t *testing.T) {
+	requireCgroups(t)
+	t.Parallel()
+	m := newManager(t, func(c *Config) { c.Containment = ContainmentCgroup })
+	if !m.cg.reusable() {
+		t.Skipf("session groups have controllers %v: not reused", m.cg.controllers)
+	}
+	base := m.cg.dir.Path
+	res := mustExec(t, m, ExecRequest{Command: fmt.Sprintf(`g=$(sed -n 's|^0::.*/||p' /proc/self/cgroup); mkdir '%s'/"$g"/sub && echo "$g"`, base)})
+	made := strings.TrimSpace(res.Text())
+	if made == "" || strings.Contains(made, "/") {
+		t.Fatalf("the command's group: %q", res.Text())
+	}
+	checkFor(t, waitLimit, 10*time.Millisecond, func() error {
+		if _, err := os.Stat(filepath.Join(base, made)); !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("group %s with a group below it still there (%v)", made, err)
+		}
+		m.cg.mu.Lock()
+		defer m.cg.mu.Unlock()
+		if len(m.cg.spares) != 0 {
+			return fmt.Errorf("%d spare groups, want none", len(m.cg.spares))
+		}
+		return nil
+	})
+	next := mustExec(t, m, ExecRequest{Command: `sed -n 's|^0::.*/||p' /proc/self/cgroup`})
+	if got := strings.TrimSpace(next.Text()); got == made || got == "" {
+		t.Errorf("next session ran in %q (the first ran in %q)", got, made)
 	}
 }
 

@@ -410,7 +410,6 @@ func (s *session) run() {
 	} else {
 		s.drainOutput(func() []string { return []string{pipeLink(s.pipes[0]), pipeLink(s.pipes[1])} },
 			func() { closeFiles(s.pipes[:]...) })
-		closeFiles(s.pipes[:]...)
 		s.stdout.finish()
 		s.stderr.finish()
 	}
@@ -422,6 +421,9 @@ func (s *session) run() {
 		cause = context.Cause(s.ctx)
 	}
 	m.finishSession(s, st, cause)
+	// The readers are done: the pipes are closed after the caller was
+	// answered, not before (two system calls off a short command's path).
+	closeFiles(s.pipes[:]...)
 	// A termination that started must finish before the session is
 	// released: escapees may still need their SIGKILL.
 	if !s.stopTerm() {
