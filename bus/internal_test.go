@@ -228,3 +228,51 @@ func TestFlowControlUnderNodePermissions(t *testing.T) {
 		t.Fatalf("async errors: %v", asyncErrs)
 	}
 }
+
+// TestServerWatchCallsInARowDoNotKick: the first call after a pause
+// has Run look again (pings every Interval now, not IdleInterval); calls
+// that follow it, each ended before the next began, find Run set for that
+// and do not wake it (a wake-up per call on the exec path).
+func TestServerWatchCallsInARowDoNotKick(t *testing.T) {
+	nc := startTestServer(t, 0)
+	w := NewServerWatch(nc, ServerWatchOptions{Interval: time.Hour, IdleInterval: 2 * time.Hour, Timeout: time.Second})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	kicks := func() int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.kicks
+	}
+	waitDue := func(what string, idle bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			w.mu.Lock()
+			set := !w.due.IsZero() && w.dueIdle == idle
+			w.mu.Unlock()
+			if set {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitDue("Run set no idle pause after its first ping", true)
+	k0 := kicks()
+	for i := range 20 {
+		_, release := w.Watch(t.Context())
+		if i == 0 {
+			// Run takes the kick and works out the pause of a call
+			// waiting, while this one does.
+			waitDue("Run did not take the first call's kick", false)
+		}
+		release()
+	}
+	if got := kicks() - k0; got != 1 {
+		t.Errorf("20 calls in a row kicked Run %d times, want 1 (the first)", got)
+	}
+}

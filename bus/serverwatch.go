@@ -82,9 +82,13 @@ type ServerWatch struct {
 	lastPing time.Time // when the last ping was sent
 	// due is when Run looks again (zero while it pings): a call that
 	// needs an earlier look kicks it, others leave it asleep.
-	due     time.Time
+	due time.Time
+	// dueIdle says due was worked out with no call waiting (IdleInterval
+	// after the last ping): the first call to wait must kick Run.
+	dueIdle bool
 	asked   bool // a ping is wanted now (wake)
 	waiters map[*serverWaiter]struct{}
+	kicks   int // kicks sent to Run (tests)
 }
 
 type serverWaiter struct{ cancel context.CancelCauseFunc }
@@ -112,9 +116,9 @@ func (w *ServerWatch) Run(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		if d := w.untilDue(); d > 0 {
+		if d, idle := w.untilDue(); d > 0 {
 			w.mu.Lock()
-			w.due = time.Now().Add(d)
+			w.due, w.dueIdle = time.Now().Add(d), idle
 			w.mu.Unlock()
 			t.Reset(d)
 			select {
@@ -150,18 +154,18 @@ func (w *ServerWatch) Run(ctx context.Context) {
 }
 
 // untilDue is how long until the next ping: Interval after the last one
-// while calls wait or the server is silent, IdleInterval otherwise.
-func (w *ServerWatch) untilDue() time.Duration {
+// while calls wait or the server is silent, IdleInterval otherwise
+// (idle).
+func (w *ServerWatch) untilDue() (d time.Duration, idle bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.asked {
-		return 0
+		return 0, false
 	}
-	pause := w.opts.IdleInterval
 	if len(w.waiters) > 0 || w.silent != nil {
-		pause = w.opts.Interval
+		return w.opts.Interval - time.Since(w.lastPing), false
 	}
-	return pause - time.Since(w.lastPing)
+	return w.opts.IdleInterval - time.Since(w.lastPing), w.opts.IdleInterval > w.opts.Interval
 }
 
 // wake asks Run for a ping when the last one is older than Interval;
@@ -179,6 +183,7 @@ func (w *ServerWatch) wake() {
 func (w *ServerWatch) resched() {
 	select {
 	case w.kick <- struct{}{}:
+		w.kicks++
 	default:
 	}
 }
@@ -230,7 +235,7 @@ func (w *ServerWatch) Watch(ctx context.Context) (context.Context, context.Cance
 		cancel(w.silent)
 	} else {
 		w.waiters[wt] = struct{}{}
-		if len(w.waiters) == 1 && w.lastPing.Add(w.opts.Interval).Before(w.due) {
+		if len(w.waiters) == 1 && w.dueIdle {
 			// The first call after a pause: pings are due every
 			// Interval now, not IdleInterval. Calls one after another
 			// find Run already set for that and do not wake it.
