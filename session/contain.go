@@ -237,9 +237,14 @@ type spareGroup struct {
 	// files are its control files, kept open (a foreground session's,
 	// for the first maxSpareGroups spares); nil when not.
 	files *cgroup.Files
-	// cpuUser and cpuSys are its cpu.stat when it was put back, empty:
-	// nothing runs in it until it is taken, so the next session reports
-	// what it adds to them, and taking it costs no system call.
+	// measured says cpuUser and cpuSys are its cpu.stat when it was put
+	// back, empty, and that it had no groups below it then: nothing runs
+	// in it until it is taken, so the next session reports what it adds
+	// to them, and taking it costs no system call. A foreground
+	// session's group (files kept) is measured when it is put back, off
+	// the next start's path; a burst of background sessions' are looked
+	// at only if taken (most are trimmed unused).
+	measured        bool
 	cpuUser, cpuSys uint64
 }
 
@@ -260,23 +265,49 @@ func (c *cgroupManager) reusable() bool {
 }
 
 // takeSpare returns a spare group, if there is one; its cpuUser and
-// cpuSys are what the next session's usage is measured from.
+// cpuSys are what the next session's usage is measured from. A spare not
+// measured when it was put back is measured now, and removed instead
+// when it has groups below it (made by the command that had it).
 func (c *cgroupManager) takeSpare() (spareGroup, bool) {
-	c.mu.Lock()
-	k := len(c.spares)
-	if k == 0 {
+	for {
+		c.mu.Lock()
+		k := len(c.spares)
+		if k == 0 {
+			c.mu.Unlock()
+			return spareGroup{}, false
+		}
+		g := c.spares[k-1]
+		c.spares = c.spares[:k-1]
+		c.lastUse = time.Now()
 		c.mu.Unlock()
-		return spareGroup{}, false
+		if g.stop != nil {
+			g.stop()
+			g.stop = nil
+		}
+		if g.measured || g.measure() {
+			return g, true
+		}
+		if g.files != nil {
+			g.files.Close()
+		}
+		_ = g.dir.RemoveSubtree()
 	}
-	g := c.spares[k-1]
-	c.spares = c.spares[:k-1]
-	c.lastUse = time.Now()
-	c.mu.Unlock()
-	if g.stop != nil {
-		g.stop()
-		g.stop = nil
+}
+
+// measure reads the empty group's cpu.stat, unless groups exist below it;
+// it reports whether the group may be passed on.
+func (g *spareGroup) measure() bool {
+	if g.dir.HasChildren() {
+		return false
 	}
-	return g, true
+	var err error
+	if g.files != nil {
+		g.cpuUser, g.cpuSys, err = g.files.CPUStat()
+	} else {
+		g.cpuUser, g.cpuSys, err = g.dir.CPUStat()
+	}
+	g.measured = err == nil
+	return g.measured
 }
 
 // putSpare keeps an empty group for reuse; false when enough are kept.
@@ -832,23 +863,17 @@ func (t *cgroupTree) recycle() bool {
 	if t.limits.CPUMax > 0 && t.dir.Write("cpu.max", "max") != nil {
 		return false
 	}
-	// Groups the command made below its own are not passed on: the group
-	// is removed instead (they are empty, as it is).
-	if t.dir.HasChildren() {
-		return false
-	}
-	// Read now, off the next start's path; the group is empty, so the
-	// figure holds until the next session is cloned into it.
 	g := spareGroup{dir: t.dir, stop: t.stop, files: t.files}
-	var err error
-	if t.files != nil {
-		g.cpuUser, g.cpuSys, err = t.files.CPUStat()
-	} else {
-		g.cpuUser, g.cpuSys, err = t.dir.CPUStat()
+	// A foreground session's group (its files kept) is measured now, off
+	// the next start's path; groups the command made below its own are
+	// not passed on: the group is removed instead (they are empty, as it
+	// is).
+	if t.files != nil && !g.measure() {
+		return false
 	}
 	// The group's watch (a kill sets one) is ended when it is taken or
 	// removed, after a burst of exits.
-	if err != nil || !cg.putSpare(g) {
+	if !cg.putSpare(g) {
 		return false
 	}
 	t.files = nil // the spare's now
