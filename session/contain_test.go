@@ -682,16 +682,25 @@ func TestStaleCgroupsRemoved(t *testing.T) {
 	}
 }
 
-// TestSpareGroupReuse: where groups may be reused (no memory or pids
-// controller), the next session is cloned into the empty group of the
-// last one, and reports only its own CPU time.
-func TestSpareGroupReuse(t *testing.T) {
+// reusingManager is a cgroup-contained Manager whose session groups may
+// be reused (no memory or pids controller); the test is skipped where
+// they may not.
+func reusingManager(t *testing.T) *Manager {
+	t.Helper()
 	requireCgroups(t)
 	t.Parallel()
 	m := newManager(t, func(c *Config) { c.Containment = ContainmentCgroup })
 	if !m.cg.reusable() {
 		t.Skipf("session groups have controllers %v: not reused", m.cg.controllers)
 	}
+	return m
+}
+
+// TestSpareGroupReuse: where groups may be reused (no memory or pids
+// controller), the next session is cloned into the empty group of the
+// last one, and reports only its own CPU time.
+func TestSpareGroupReuse(t *testing.T) {
+	m := reusingManager(t)
 	spares := func() []string {
 		m.cg.mu.Lock()
 		defer m.cg.mu.Unlock()
@@ -726,12 +735,7 @@ func TestSpareGroupReuse(t *testing.T) {
 // own leaves no spare: its group goes, with the one below, when it ends,
 // and the next session runs in a group of its own.
 func TestGroupWithChildrenNotReused(t *testing.T) {
-	requireCgroups(t)
-	t.Parallel()
-	m := newManager(t, func(c *Config) { c.Containment = ContainmentCgroup })
-	if !m.cg.reusable() {
-		t.Skipf("session groups have controllers %v: not reused", m.cg.controllers)
-	}
+	m := reusingManager(t)
 	base := m.cg.dir.Path
 	res := mustExec(t, m, ExecRequest{Command: fmt.Sprintf(`g=$(sed -n 's|^0::.*/||p' /proc/self/cgroup); mkdir '%s'/"$g"/sub && echo "$g"`, base)})
 	made := strings.TrimSpace(res.Text())
