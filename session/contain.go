@@ -260,7 +260,11 @@ const (
 )
 
 // reusable reports whether finished sessions' groups may be reused.
-func (c *cgroupManager) reusable() bool {
+func (c *cgroupManager) reusable() bool { return c.cpuOnly() }
+
+// cpuOnly reports whether a session's usage is CPU times only: neither
+// the memory nor the pids controller (with their peaks) is enabled.
+func (c *cgroupManager) cpuOnly() bool {
 	return !slices.Contains(c.controllers, "memory") && !slices.Contains(c.controllers, "pids")
 }
 

@@ -264,9 +264,106 @@ func TestListUsageAge(t *testing.T) {
 	s := m.lookup("", id)
 	s.mu.Lock()
 	s.listUsageAt = time.Now().Add(-listUsageMaxAge)
+	s.listUsageRound = 0 // nor known exact at a later round
 	s.listUsage = protocol.Usage{Scope: "stale"}
 	s.mu.Unlock()
 	if u := usage(); u.Scope == "stale" {
 		t.Fatalf("list showed usage older than %v: %+v", listUsageMaxAge, u)
 	}
+}
+
+// TestListUsageIdleRounds: a list, and the background refresh of its
+// usage figures, read no session's cpu.stat when the manager group's CPU
+// figures show that no session ran since the figure was read, and read
+// every one again once some session did.
+func TestListUsageIdleRounds(t *testing.T) {
+	requireCgroups(t)
+	t.Parallel()
+	m := newManager(t, func(c *Config) { c.Containment = ContainmentCgroup })
+	if !m.cg.cpuOnly() {
+		t.Skipf("session groups have controllers %v: their figures are not CPU times alone", m.cg.controllers)
+	}
+	var sessions []*session
+	for range 3 {
+		id := startBackground(t, m, ExecRequest{Command: "sleep 600"})
+		sessions = append(sessions, m.anySession(id))
+	}
+	newRound := func() usageRound { // without waiting usageFlushEvery
+		m.usage.mu.Lock()
+		m.usage.last.at = m.usage.last.at.Add(-usageFlushEvery)
+		m.usage.mu.Unlock()
+		return m.usageNow()
+	}
+	refresh := func() {
+		t.Helper()
+		newRound()
+		m.refreshUsage(sessions)
+		for deadline := time.Now().Add(10 * time.Second); m.usageRefresh.Load(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the usage refresh did not end")
+			}
+		}
+	}
+	const kept = "kept"
+	figures := func(want string, since time.Time) {
+		t.Helper()
+		for _, s := range sessions {
+			s.mu.Lock()
+			u, at := s.listUsage, s.listUsageAt
+			s.mu.Unlock()
+			if u.Scope != want {
+				t.Fatalf("session %s: usage scope %q, want %q (%+v)", s.id, u.Scope, want, u)
+			}
+			if at.Before(since) {
+				t.Fatalf("session %s: figure of %v, not marked exact after %v", s.id, at, since)
+			}
+		}
+	}
+	mark := func(age time.Duration) { // what a read would replace
+		for _, s := range sessions {
+			s.mu.Lock()
+			s.listUsage, s.listUsageAt = protocol.Usage{Scope: kept}, s.listUsageAt.Add(-age)
+			s.listUsageVer++
+			s.mu.Unlock()
+		}
+	}
+	// Until the shells have started their sleep and stay idle.
+	for i := 0; ; i++ {
+		if r := newRound(); r.since < r.round {
+			break
+		}
+		if i == 200 {
+			t.Fatal("the sleeping sessions' group never stopped using CPU")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	refresh() // reads every figure: none was read before
+	figures(protocol.UsageScopeTree, time.Time{})
+
+	// Nothing ran: the refresh reads nothing, yet the figures are exact now.
+	mark(0)
+	before := time.Now()
+	refresh()
+	figures(kept, before)
+
+	// Nor does a list that finds the figures too old to show.
+	mark(listUsageMaxAge)
+	before = time.Now()
+	newRound()
+	m.usage.mu.Lock()
+	m.usage.last.at = m.usage.last.at.Add(-usageFlushEvery)
+	m.usage.mu.Unlock()
+	for _, d := range proc(t, m, "", protocol.ProcessArgs{Action: "list"}).Details.Sessions.Value() {
+		if u := d.Usage.Value(); u.Scope != kept {
+			t.Fatalf("list read the usage of %s again though no session ran: %+v", d.SessionID.Value(), u)
+		}
+	}
+	figures(kept, before)
+
+	// A session that runs: every figure is read again.
+	busy := startBackground(t, m, ExecRequest{Command: "while :; do :; done"})
+	time.Sleep(50 * time.Millisecond)
+	sessions = append(sessions, m.anySession(busy))
+	refresh()
+	figures(protocol.UsageScopeTree, time.Time{})
 }

@@ -36,7 +36,7 @@ type listKey struct {
 	writable   bool
 	seq        uint64
 	lastOutput time.Time
-	usageAt    time.Time
+	usageVer   uint64
 	endedAt    time.Time
 }
 
@@ -68,6 +68,7 @@ func (m *Manager) appendListReply(dst []byte, scopeKey string, limit int, instan
 	prefix = append(prefix, `,"details":`...)
 	n := 0
 	var stale []*session
+	round := listRound{m: m}
 	for _, s := range visible {
 		mark := len(dst)
 		if n > 0 {
@@ -75,7 +76,7 @@ func (m *Manager) appendListReply(dst []byte, scopeKey string, limit int, instan
 		}
 		dst = append(dst, prefix...)
 		var ok, old bool
-		dst, ok, old = s.appendListEntry(dst, now)
+		dst, ok, old = s.appendListEntry(dst, now, &round)
 		if !ok { // swept since it was counted
 			dst = dst[:mark]
 		} else {
@@ -100,17 +101,17 @@ func (m *Manager) appendListReply(dst []byte, scopeKey string, limit int, instan
 
 // appendListEntry appends the JSON of the session's list entry at now,
 // from its cache when that is still valid; ok and stale are listEntry's.
-func (s *session) appendListEntry(dst []byte, now time.Time) (_ []byte, ok, stale bool) {
+func (s *session) appendListEntry(dst []byte, now time.Time, r *listRound) (_ []byte, ok, stale bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.listedLocked() {
 		return dst, false, false
 	}
 	if !s.exited {
-		_, stale = s.listUsageLocked(now) // reads it itself when too old
+		_, stale = s.listUsageLocked(now, r) // reads it itself when too old
 	}
 	key := listKey{valid: true, exited: s.exited, writable: s.writableLocked(), seq: s.out.seq,
-		lastOutput: s.lastOutput, usageAt: s.listUsageAt, endedAt: s.endedAt}
+		lastOutput: s.lastOutput, usageVer: s.listUsageVer, endedAt: s.endedAt}
 	c := &s.listJSON
 	if c.key != key {
 		c.key = key

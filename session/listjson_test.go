@@ -129,6 +129,7 @@ func TestAppendListReplyMatchesList(t *testing.T) {
 	s := m.anySession(running[0])
 	s.mu.Lock()
 	s.listUsage, s.listUsageAt = protocol.Usage{CPUUserMs: 987654321, Scope: "test"}, time.Now()
+	s.listUsageVer++
 	s.mu.Unlock()
 	if got := checkListReply(t, m, scope, 0, time.Now()); !bytes.Contains(got, []byte(`987654321`)) {
 		t.Fatalf("the new usage figure is not in the list:\n%s", got)

@@ -57,6 +57,7 @@ type Manager struct {
 	records      recordSlots  // the state dir's record files (records.go)
 	usageRefresh atomic.Bool  // a refreshUsage pass runs
 	usageFlushAt atomic.Int64 // when flushUsage last read the manager group's cpu.stat (Unix ns)
+	usage        usageRounds  // list usage figures known exact without a read (rstat.go)
 	nullFD       int          // /dev/null, every pipe session's stdin; -1 if it could not be opened
 
 	snapMu      sync.Mutex // guards snap and snapReading (process-group containment)

@@ -518,9 +518,10 @@ func (m *Manager) listEntries(scopeKey string, page ListPage, now time.Time) ([]
 	visible, total := m.listed(scopeKey, page)
 	entries := make([]protocol.Details, 0, len(visible))
 	var stale []*session
+	round := listRound{m: m}
 	for _, s := range visible {
 		// nil when the session was swept since it was counted.
-		d, ok, old := s.listEntry(now)
+		d, ok, old := s.listEntry(now, &round)
 		if ok {
 			entries = append(entries, d)
 		}
@@ -610,14 +611,15 @@ func (m *Manager) refreshUsage(stale []*session) {
 	go func() {
 		defer m.wg.Done()
 		defer m.usageRefresh.Store(false)
-		m.flushUsage()
+		r := m.usageNow()
 		for _, s := range stale {
 			if m.root.Err() != nil {
 				return
 			}
 			s.mu.Lock()
-			if !s.exited { // the tree is released only after the exit
-				s.listUsage, s.listUsageAt = s.tree.usage(nil), time.Now()
+			// The tree is released only after the exit.
+			if !s.exited && !s.keepListUsageLocked(r) {
+				s.readListUsageLocked(time.Now(), r)
 			}
 			s.mu.Unlock()
 		}
@@ -636,14 +638,14 @@ func (s *session) listedLocked() bool {
 
 // listEntry is the list entry of a session; ok is false when list does
 // not show it, stale is set when its usage is to be read again.
-func (s *session) listEntry(now time.Time) (d protocol.Details, ok, stale bool) {
+func (s *session) listEntry(now time.Time, r *listRound) (d protocol.Details, ok, stale bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.listedLocked() {
 		return protocol.Details{}, false, false
 	}
 	if !s.exited {
-		_, stale = s.listUsageLocked(now)
+		_, stale = s.listUsageLocked(now, r)
 	}
 	return s.listDetailsLocked(now), true, stale
 }
@@ -687,14 +689,35 @@ const (
 
 // listUsageLocked returns the usage of a running session for its list
 // entry, and whether it is to be read again. Caller holds s.mu.
-func (s *session) listUsageLocked(now time.Time) (u protocol.Usage, stale bool) {
+func (s *session) listUsageLocked(now time.Time, r *listRound) (u protocol.Usage, stale bool) {
 	age := now.Sub(s.listUsageAt)
+	if age < listUsageAge && age >= 0 {
+		return s.listUsage, false
+	}
+	round := r.get()
+	if s.keepListUsageLocked(round) {
+		return s.listUsage, false // exact at round, at most usageFlushEvery ago
+	}
 	if s.listUsageAt.IsZero() || age >= listUsageMaxAge || age < 0 {
-		s.m.flushUsage()
-		s.listUsage, s.listUsageAt = s.tree.usage(nil), now
+		s.readListUsageLocked(now, round)
 		return s.listUsage, false
 	}
 	return s.listUsage, age >= listUsageAge
+}
+
+// listRound is the usage round of one list, taken when a figure in it
+// first needs it.
+type listRound struct {
+	m     *Manager
+	r     usageRound
+	taken bool
+}
+
+func (l *listRound) get() usageRound {
+	if !l.taken {
+		l.r, l.taken = l.m.usageNow(), true
+	}
+	return l.r
 }
 
 // completedDetails is {status: "completed"}.

@@ -116,6 +116,8 @@ type session struct {
 	expiresAt       time.Time
 	listUsage       protocol.Usage // the usage list entries show, read at listUsageAt
 	listUsageAt     time.Time
+	listUsageVer    uint64    // counts the changes of listUsage's value (the list cache's key)
+	listUsageRound  uint64    // listUsage was exact at or after that usage round (rstat.go)
 	listJSON        listCache // its encoded list entry (listjson.go)
 }
 
