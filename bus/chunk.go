@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -352,11 +353,24 @@ func (a *assembler) msg(inbox string) *nats.Msg {
 		out.Data = a.parts[0]
 		return out
 	}
-	out.Data = make([]byte, 0, a.size)
-	for _, p := range a.parts {
-		out.Data = append(out.Data, p...)
-	}
+	out.Data = joinParts(a.parts, a.size)
 	return out
+}
+
+// joinParts returns the parts, of size bytes in all, as one slice in
+// memory that is not cleared first (a list's reply is megabytes, every
+// byte of which is then written): strings.Builder allocates so.
+func joinParts(parts [][]byte, size int) []byte {
+	if size == 0 {
+		return []byte{}
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, p := range parts {
+		b.Write(p)
+	}
+	s := b.String() // not used as a string: its bytes are the slice's alone
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
 func parseChunk(v string) (i, n int, err error) {
