@@ -153,6 +153,8 @@ type Gateway struct {
 
 	opMu        sync.Mutex
 	opFileToken string // the generated operator token (operator.go)
+
+	answerBufs sync.Pool // *[]byte: process list answers' buffers (writeList)
 }
 
 // SessionExecDefaults are per-sessionKey exec defaults set through

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,7 +215,37 @@ func (g *Gateway) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, status := g.invokeJSON(r.Context(), body, r.Header.Get(IdempotencyHeader))
+	if resp.OK && resp.list != nil && resp.Error == nil {
+		g.writeList(w, status, resp.list)
+		return
+	}
 	writeJSON(w, status, resp)
+}
+
+// maxPooledAnswer bounds the answer buffers writeList keeps for reuse.
+const maxPooledAnswer = 64 << 20
+
+// writeList writes a process list answer from its hosts' encoded
+// entries, as writeJSON would write it decoded. With its length known,
+// the megabytes of a long list go out as they are rather than in chunks
+// of the chunked encoding, from a buffer kept for the next list (a fresh
+// one of megabytes is cleared and faulted in at each list).
+func (g *Gateway) writeList(w http.ResponseWriter, status int, list *protocol.ListResult) {
+	bp, _ := g.answerBufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	b := slices.Grow((*bp)[:0], 64+list.JSONSize())
+	b = append(b, `{"ok":true,"result":`...)
+	b = append(list.AppendJSON(b), '}', '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b) // written or copied when it returns
+	if cap(b) <= maxPooledAnswer {
+		*bp = b[:0]
+		g.answerBufs.Put(bp)
+	}
 }
 
 // IdempotencyHeader names the header (HTTP, and on NATS requests) whose
@@ -436,17 +467,6 @@ func writeError(w http.ResponseWriter, err error) {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	if r, ok := v.(invokeResponse); ok && r.OK && r.list != nil && r.Error == nil {
-		// A process list, written from its hosts' encoded entries. With
-		// its length known, the megabytes of a long list go out as they
-		// are rather than in chunks of the chunked encoding.
-		b := append(make([]byte, 0, 64+r.list.JSONSize()), `{"ok":true,"result":`...)
-		b = append(r.list.AppendJSON(b), '}', '\n')
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.WriteHeader(status)
-		_, _ = w.Write(b)
-		return
-	}
 	w.WriteHeader(status)
 	if r, ok := v.(invokeResponse); ok && r.OK && r.Result != nil && r.Error == nil {
 		// A result is written by hand, byte for byte as the encoder
