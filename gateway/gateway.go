@@ -154,7 +154,8 @@ type Gateway struct {
 	opMu        sync.Mutex
 	opFileToken string // the generated operator token (operator.go)
 
-	answerBufs sync.Pool // *[]byte: process list answers' buffers (writeList)
+	answerMu  sync.Mutex
+	answerBuf []byte // a process list answer's buffer, kept for the next (writeList)
 }
 
 // SessionExecDefaults are per-sessionKey exec defaults set through

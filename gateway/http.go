@@ -222,29 +222,34 @@ func (g *Gateway) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, resp)
 }
 
-// maxPooledAnswer bounds the answer buffers writeList keeps for reuse.
-const maxPooledAnswer = 64 << 20
+// maxKeptAnswer bounds the answer buffer writeList keeps for the next
+// list.
+const maxKeptAnswer = 16 << 20
 
 // writeList writes a process list answer from its hosts' encoded
 // entries, as writeJSON would write it decoded. With its length known,
 // the megabytes of a long list go out as they are rather than in chunks
-// of the chunked encoding, from a buffer kept for the next list (a fresh
-// one of megabytes is cleared and faulted in at each list).
+// of the chunked encoding. The buffer is kept for the next list: a fresh
+// one of megabytes is cleared and faulted in at each list, and a
+// sync.Pool loses it to the collections that a list's garbage starts.
 func (g *Gateway) writeList(w http.ResponseWriter, status int, list *protocol.ListResult) {
-	bp, _ := g.answerBufs.Get().(*[]byte)
-	if bp == nil {
-		bp = new([]byte)
-	}
-	b := slices.Grow((*bp)[:0], 64+list.JSONSize())
+	g.answerMu.Lock()
+	b := g.answerBuf
+	g.answerBuf = nil
+	g.answerMu.Unlock()
+	b = slices.Grow(b[:0], 64+list.JSONSize())
 	b = append(b, `{"ok":true,"result":`...)
 	b = append(list.AppendJSON(b), '}', '\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b) // written or copied when it returns
-	if cap(b) <= maxPooledAnswer {
-		*bp = b[:0]
-		g.answerBufs.Put(bp)
+	if cap(b) <= maxKeptAnswer {
+		g.answerMu.Lock()
+		if cap(b) > cap(g.answerBuf) {
+			g.answerBuf = b[:0]
+		}
+		g.answerMu.Unlock()
 	}
 }
 
