@@ -895,7 +895,9 @@ func routeStat(r *client) *RouteStat {
 // Lock should be held.
 func (s *Server) sendStatsz(subj string) {
 	var m ServerStatsMsg
-	s.updateServerUsage(&m.Stats)
+	// execmesh: the usage (a read of /proc/self/stat) is taken below,
+	// once the update is known to go out; a standalone server with no
+	// one listening read it every 10 s for nothing.
 
 	if s.limitStatsz(subj) {
 		return
@@ -944,6 +946,7 @@ func (s *Server) sendStatsz(subj string) {
 		}
 	}
 
+	s.updateServerUsage(&m.Stats)
 	m.Stats.Start = s.start
 	m.Stats.Connections = len(s.clients)
 	m.Stats.TotalConnections = s.totalClients
