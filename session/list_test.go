@@ -288,10 +288,13 @@ func TestListUsageIdleRounds(t *testing.T) {
 		id := startBackground(t, m, ExecRequest{Command: "sleep 600"})
 		sessions = append(sessions, m.anySession(id))
 	}
-	newRound := func() usageRound { // without waiting usageFlushEvery
+	expireRound := func() { // the next usageNow starts a round without waiting usageFlushEvery
 		m.usage.mu.Lock()
 		m.usage.last.at = m.usage.last.at.Add(-usageFlushEvery)
 		m.usage.mu.Unlock()
+	}
+	newRound := func() usageRound {
+		expireRound()
 		return m.usageNow()
 	}
 	refresh := func() {
@@ -350,9 +353,7 @@ func TestListUsageIdleRounds(t *testing.T) {
 	mark(listUsageMaxAge)
 	before = time.Now()
 	newRound()
-	m.usage.mu.Lock()
-	m.usage.last.at = m.usage.last.at.Add(-usageFlushEvery)
-	m.usage.mu.Unlock()
+	expireRound() // the list starts the next
 	for _, d := range proc(t, m, "", protocol.ProcessArgs{Action: "list"}).Details.Sessions.Value() {
 		if u := d.Usage.Value(); u.Scope != kept {
 			t.Fatalf("list read the usage of %s again though no session ran: %+v", d.SessionID.Value(), u)

@@ -702,7 +702,7 @@ func (s *session) listUsageLocked(now time.Time, r *listRound) (u protocol.Usage
 		s.readListUsageLocked(now, round)
 		return s.listUsage, false
 	}
-	return s.listUsage, age >= listUsageAge
+	return s.listUsage, true // listUsageAge old or more
 }
 
 // listRound is the usage round of one list, taken when a figure in it

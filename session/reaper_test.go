@@ -187,7 +187,7 @@ func TestReaperStartsDoNotWake(t *testing.T) {
 			if !ok {
 				break
 			}
-			if got, _ := unix.Wait4(pid, nil, unix.WNOHANG, nil); got != pid {
+			if reaped, _ := unix.Wait4(pid, nil, unix.WNOHANG, nil); reaped != pid {
 				break
 			}
 		}
