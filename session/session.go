@@ -379,7 +379,7 @@ func (s *session) readPTY() {
 	for {
 		n, err := s.ptmx.Read(rb.next())
 		if rb.fill += n; n > 0 {
-			s.stdout.consume(rb.take())
+			s.stdout.consume(rb.take(time.Now()))
 		}
 		if err != nil {
 			// EIO is the normal end of a PTY; os.ErrClosed follows our
@@ -665,7 +665,7 @@ func (w *streamWriter) ReadFrom(r io.Reader) (int64, error) {
 			_ = dl.SetReadDeadline(time.Time{})
 			deadline = false
 		}
-		if p := rb.take(); len(p) > 0 {
+		if p := rb.take(time.Now()); len(p) > 0 {
 			w.consume(p)
 		}
 		if err == io.EOF {
@@ -687,7 +687,7 @@ func (w *streamWriter) consume(p []byte) {
 	}
 	w.out = w.z.write(w.out[:0], p)
 	w.s.appendOutput(w.stream, w.out, &w.z)
-	if cap(w.out) > 4*pipeBufferSize {
+	if cap(w.out) > 4*floodReadBuffer {
 		w.out = nil // a burst of escapes grew it; do not keep it
 	}
 }
@@ -704,18 +704,24 @@ func (w *streamWriter) finish() {
 
 // readBuffer grows with the output rate: it starts small, so that idle
 // sessions hold little memory while blocked in a read, and doubles up to
-// readBufferSize while reads fill it. A pipe that keeps filling the
-// largest buffer is a flood: it gets a larger kernel buffer, and its
+// readBufferSize while reads fill it. A pipe that delivers floodBytes
+// within floodWindow is a flood: it gets a larger kernel buffer, and its
 // reads are gathered into batches of up to floodReadBuffer (ReadFrom), so
 // that the per-piece work (the sanitizer's cut to the retained window,
-// the copy of that window) is paid per batch, not per read. A batch that
-// comes back nearly empty ends the flood and the large buffer goes.
+// the copy of that window) is paid per batch, not per read. A batch that comes back nearly empty ends the
+// flood and the large buffer goes.
+//
+// The flood is told by its rate, not by reads that fill the buffer: a
+// reader that keeps up with a fast writer sees each of its writes (8 KiB
+// for head or cat) on its own, and would never batch the very floods that
+// need it most.
 type readBuffer struct {
-	buf   []byte
-	fill  int       // bytes of buf read and not taken yet
-	pipe  io.Reader // the pipe being read, for F_SETPIPE_SZ; nil for PTYs
-	full  int       // consecutive reads that filled the largest buffer
-	flood bool
+	buf      []byte
+	fill     int       // bytes of buf read and not taken yet
+	pipe     io.Reader // the pipe being read, for F_SETPIPE_SZ; nil for PTYs
+	winStart time.Time // start of the current rate window
+	winBytes int       // bytes taken since winStart
+	flood    bool
 }
 
 const initialReadBuffer = 1 << 10
@@ -733,34 +739,39 @@ func (rb *readBuffer) next() []byte {
 }
 
 // batching reports whether the next read should go on into the batch
-// rather than hand it over: a flood with room for another pipe's worth.
+// rather than hand it over: a flood with room for another read's worth.
+// Reads keep up with the writer in the pipe's 64 KiB or less; the room
+// asked for is readBufferSize, not the widened pipe, which may be as large
+// as the whole batch.
 func (rb *readBuffer) batching() bool {
-	return rb.flood && rb.fill <= len(rb.buf)-pipeBufferSize
+	return rb.flood && rb.fill <= len(rb.buf)-readBufferSize
 }
 
-// take hands over what was read and sizes the buffer for the next reads.
-// The bytes stay valid until the next read: a grown buffer is a new one.
-func (rb *readBuffer) take() []byte {
+// take hands over what was read (at now) and sizes the buffer for the
+// next reads. The bytes stay valid until the next read: a grown buffer is
+// a new one.
+func (rb *readBuffer) take(now time.Time) []byte {
 	p := rb.buf[:rb.fill]
 	n := rb.fill
 	rb.fill = 0
-	switch {
-	case rb.flood:
+	if rb.flood {
 		if n <= len(rb.buf)/64 {
 			// The flood is over: do not hold its buffer while blocked.
-			rb.flood, rb.full = false, 0
+			rb.flood, rb.winBytes = false, 0
 			rb.buf = make([]byte, readBufferSize)
 		}
-	case n < len(rb.buf):
-		rb.full = 0
-	case len(rb.buf) < readBufferSize:
+		return p
+	}
+	if n == len(rb.buf) && len(rb.buf) < readBufferSize {
 		rb.buf = make([]byte, len(rb.buf)*2)
-	default:
-		if rb.full++; rb.full >= 4 && rb.pipe != nil {
-			rb.flood = true
-			widenPipe(rb.pipe)
-			rb.buf = make([]byte, floodReadBuffer)
-		}
+	}
+	if now.Sub(rb.winStart) > floodWindow {
+		rb.winStart, rb.winBytes = now, 0
+	}
+	if rb.winBytes += n; rb.winBytes >= floodBytes && rb.pipe != nil {
+		rb.flood = true
+		widenPipe(rb.pipe)
+		rb.buf = make([]byte, floodReadBuffer)
 	}
 	return p
 }

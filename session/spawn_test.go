@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -132,7 +133,9 @@ func TestFloodReadInBatches(t *testing.T) {
 }
 
 // TestReadBufferSizes: the read buffer grows while reads fill it, turns
-// to batching after four full reads of the largest, and gives the flood's
+// to batching once floodBytes arrived within floodWindow however small
+// the reads (a reader keeping up sees a writer's 8 KiB at a time), not
+// when the same bytes trickle in more slowly, and gives the flood's
 // buffer back when a batch comes back nearly empty.
 func TestReadBufferSizes(t *testing.T) {
 	r, w, err := os.Pipe()
@@ -141,31 +144,53 @@ func TestReadBufferSizes(t *testing.T) {
 	}
 	defer r.Close()
 	defer w.Close()
+	now := time.Unix(1_000_000, 0)
 	rb := readBuffer{pipe: r}
-	fillAll := func() { rb.fill = len(rb.next()) + rb.fill }
+	read := func(n int, after time.Duration) {
+		t.Helper()
+		now = now.Add(after)
+		n = min(n, len(rb.next()))
+		rb.fill = n
+		if p := rb.take(now); len(p) != n {
+			t.Fatalf("took %d bytes of %d", len(p), n)
+		}
+	}
 	for len(rb.next()) < readBufferSize {
-		fillAll()
-		rb.take()
+		read(len(rb.next()), time.Millisecond)
 	}
 	if rb.flood || len(rb.buf) != readBufferSize {
 		t.Fatalf("after growth: flood %v, buffer %d", rb.flood, len(rb.buf))
 	}
-	for range 4 {
-		fillAll()
-		rb.take()
+	// 8 KiB every 11 ms: far more than floodBytes in all, never within
+	// one window.
+	for range 2 * floodBytes / (8 << 10) {
+		read(8<<10, floodWindow+time.Millisecond)
+	}
+	if rb.flood || len(rb.buf) != readBufferSize {
+		t.Fatalf("after a trickle: flood %v, buffer %d", rb.flood, len(rb.buf))
+	}
+	// 8 KiB every 10 µs: a flood in small reads.
+	for i := 0; i < floodBytes/(8<<10) && !rb.flood; i++ {
+		read(8<<10, 10*time.Microsecond)
 	}
 	if !rb.flood || len(rb.buf) != floodReadBuffer || !rb.batching() {
-		t.Fatalf("after four full reads: flood %v, buffer %d, batching %v", rb.flood, len(rb.buf), rb.batching())
+		t.Fatalf("after %d KiB within %v: flood %v, buffer %d, batching %v",
+			floodBytes>>10, floodWindow, rb.flood, len(rb.buf), rb.batching())
 	}
-	rb.fill = floodReadBuffer - pipeBufferSize + 1
+	rb.fill = floodReadBuffer - readBufferSize + 1
 	if rb.batching() {
 		t.Fatal("batching with less than a pipe's worth of room")
 	}
-	rb.take()
+	rb.take(now)
 	rb.fill = 100
-	rb.take()
+	rb.take(now)
 	if rb.flood || len(rb.buf) != readBufferSize {
 		t.Fatalf("after a nearly empty batch: flood %v, buffer %d", rb.flood, len(rb.buf))
+	}
+	// The window starts afresh: the bytes of the flood do not count.
+	read(8<<10, time.Microsecond)
+	if rb.flood {
+		t.Fatal("a flood again after one read")
 	}
 }
 
