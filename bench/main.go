@@ -50,6 +50,7 @@ type options struct {
 	out          string
 	sections     []string
 	runs         int
+	settle       time.Duration // longest wait for the load to settle
 	warmup       int
 	latencyCalls int
 	tputBytes    int64
@@ -129,11 +130,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			err = multierror.Append(err, f.Close()).ErrorOrNil()
 		}()
 	}
-	res := &results{started: time.Now()}
-	load1, err := loadAverage()
+	load1, err := settleLoad(ctx, loadAverage, o.settle, 2*time.Second, o.progress)
 	if err != nil {
 		return err
 	}
+	res := &results{started: time.Now()}
 	res.noVerdict = load1 > maxLoad
 	o.progress("1-minute load average at the start: %.2f%s", load1,
 		map[bool]string{true: fmt.Sprintf(" (> %g: figures are measured but given no verdict)", maxLoad)}[res.noVerdict])
@@ -226,6 +227,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	return errs.ErrorOrNil()
 }
 
+// settledLoad is the 1-minute load average the benchmark waits for at its
+// start (settleLoad), well below the gate (maxLoad): a 2-core machine that
+// just built the binaries (make bench builds first) is at 2-4 and takes a
+// minute or two to come down.
+const settledLoad = 0.5
+
+// settleLoad waits, polling load every poll, until the load is at most
+// settledLoad or max has passed, and returns the last reading.
+func settleLoad(ctx context.Context, load func() (float64, error), max, poll time.Duration, progress func(string, ...any)) (float64, error) {
+	deadline := time.Now().Add(max)
+	var told time.Time
+	for {
+		l, err := load()
+		if err != nil || l <= settledLoad || !time.Now().Before(deadline) {
+			return l, err
+		}
+		if time.Since(told) >= 15*time.Second {
+			progress("1-minute load average %.2f: waiting up to %v for it to fall to %g (-settle)", l, time.Until(deadline).Round(time.Second), settledLoad)
+			told = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return l, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
 // loadAverage is the 1-minute load average from /proc/loadavg.
 func loadAverage() (float64, error) {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -259,6 +288,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.bin, "execmesh", "", "execmesh binary used for `execmesh node` (default <module root>/bin/execmesh)")
 	fs.StringVar(&o.out, "out", "", "results file (default <module root>/bench/results.json; with -quick $TMPDIR/execmesh-bench-quick.json)")
 	fs.IntVar(&o.runs, "runs", 3, "repetitions of each measurement; figures are medians over runs")
+	fs.DurationVar(&o.settle, "settle", 3*time.Minute, fmt.Sprintf("longest wait at the start for the 1-minute load average to fall to %g (the build before leaves it high); 0: no wait", settledLoad))
 	fs.IntVar(&o.warmup, "warmup", 50, "warm-up calls per path before latency runs")
 	fs.IntVar(&o.latencyCalls, "latency-calls", 500, "exec calls per path and run (latency)")
 	fs.Int64Var(&o.tputBytes, "throughput-bytes", 1_000_000_000, "bytes written to stdout by the throughput command")
@@ -292,6 +322,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			}
 		}
 		def("runs", func() { o.runs = 1 })
+		def("settle", func() { o.settle = 0 })
 		def("warmup", func() { o.warmup = 10 })
 		def("latency-calls", func() { o.latencyCalls = 100 })
 		def("throughput-bytes", func() { o.tputBytes = 100_000_000 })
