@@ -124,7 +124,7 @@ func (g *Gateway) notifyExit(ctx context.Context, ev protocol.ExitEvent) error {
 		if skip || r.Notice == index.NoticePending {
 			return false
 		}
-		r.Notice = index.NoticePending
+		r.Notice, r.NoticeID = index.NoticePending, exitDedupe(ev)
 		return true
 	}); err != nil {
 		return err
@@ -291,7 +291,14 @@ func (g *Gateway) tellLost(ctx context.Context, id, sessionKey string, startedAt
 	}
 	if sessionKey != "" {
 		ev := protocol.SystemEvent{SessionKey: sessionKey, ContextKey: "exec:" + id, Kind: protocol.EventExecLost, Text: lostText(id, reason)}
-		if err := g.events.Push(ctx, ev, "lost:"+protocol.EncodeSessionKeyToken(sessionKey)+":"+id+":"+strconv.FormatInt(startedAt, 10)); err != nil {
+		dedupe := "lost:" + protocol.EncodeSessionKeyToken(sessionKey) + ":" + id + ":" + strconv.FormatInt(startedAt, 10)
+		if known && rec.Notice == index.NoticePending && rec.NoticeID != "" {
+			// Its exit notice may have been stored (the store's answer
+			// or the mark after it was lost): one identity for both, so
+			// the stream keeps only the first.
+			dedupe = rec.NoticeID
+		}
+		if err := g.events.Push(ctx, ev, dedupe); err != nil {
 			return err
 		}
 	}
