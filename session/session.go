@@ -708,8 +708,8 @@ func (w *streamWriter) finish() {
 // within floodWindow is a flood: it gets a larger kernel buffer, and its
 // reads are gathered into batches of up to floodReadBuffer (ReadFrom), so
 // that the per-piece work (the sanitizer's cut to the retained window,
-// the copy of that window) is paid per batch, not per read. A batch that comes back nearly empty ends the
-// flood and the large buffer goes.
+// the copy of that window) is paid per batch, not per read. A batch that
+// comes back nearly empty ends the flood and the large buffer goes.
 //
 // The flood is told by its rate, not by reads that fill the buffer: a
 // reader that keeps up with a fast writer sees each of its writes (8 KiB
