@@ -259,9 +259,10 @@ func (g *Gateway) notice(id, sid string, ms int) {
 }
 
 // approvalFinished turns the exit of an approved run into its Exec
-// finished event. It reports whether RunID named an approval of this
-// sessionKey run by that host.
-func (g *Gateway) approvalFinished(ctx context.Context, ev protocol.ExitEvent) bool {
+// finished event, stored under end, the session's end identity (a lost
+// report of the run's session and this event are one end). It reports
+// whether RunID named an approval of this sessionKey run by that host.
+func (g *Gateway) approvalFinished(ctx context.Context, ev protocol.ExitEvent, end string) bool {
 	rec, ok := g.appr.Lookup(ctx, ev.RunID)
 	if !ok {
 		return false
@@ -275,7 +276,7 @@ func (g *Gateway) approvalFinished(ctx context.Context, ev protocol.ExitEvent) b
 	if rec.Host == hostNode {
 		text = strings.Replace(text, "(gateway id=", "(node="+rec.NodeID+" id=", 1)
 	}
-	g.emitApprovalEvent(ctx, rec, protocol.EventExecFinished, text)
+	g.emit(ctx, protocol.SystemEvent{SessionKey: rec.SessionKey, ContextKey: "exec:" + rec.ID, Kind: protocol.EventExecFinished, Text: text}, end)
 	_ = g.appr.Update(ctx, rec.ID, func(r *approvalRecord) bool {
 		if r.State == approvalstore.StateFinished {
 			return false

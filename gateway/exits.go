@@ -97,13 +97,14 @@ func (g *Gateway) handleExit(ctx context.Context, ev protocol.ExitEvent, nodeID 
 		g.log.Warn("exit event for a session the host does not run dropped", "host", wantID, "sessionId", ev.SessionID, "sessionKey", ev.SessionKey)
 		return nil
 	}
+	end := endIdentity(rec.SessionKey, ev.SessionID, rec.StartedAt)
 	if ev.RunID != "" {
-		if g.approvalFinished(ctx, ev) {
+		if g.approvalFinished(ctx, ev, end) {
 			return g.finish(ctx, ev)
 		}
 	}
 	if ev.Notify && ev.Text != "" && ev.SessionKey != "" && !rec.Polled {
-		if err := g.notifyExit(ctx, ev); err != nil {
+		if err := g.notifyExit(ctx, ev, end); err != nil {
 			return err
 		}
 	}
@@ -116,15 +117,18 @@ func (g *Gateway) handleExit(ctx context.Context, ev protocol.ExitEvent, nodeID 
 // stored and stored after, by compare-and-set; a poll that finds it
 // pending waits for it (polled), and one that comes after the mark sees
 // it and removes the notice, or is seen here and the notice is removed
-// here. Either way no notice stays for a session a poll delivered.
-func (g *Gateway) notifyExit(ctx context.Context, ev protocol.ExitEvent) error {
+// here. Either way no notice stays for a session a poll delivered. The
+// notice is stored under end, the session's end identity, so that a lost
+// report of the same session, stored before or after it, leaves its agent
+// one of the two; a session already told lost gets no notice at all.
+func (g *Gateway) notifyExit(ctx context.Context, ev protocol.ExitEvent, end string) error {
 	skip := false
 	if err := g.index.Update(ctx, ev.SessionID, func(r *index.Record) bool {
-		skip = r.Polled || r.Notice == index.NoticeStored
+		skip = r.Polled || r.Notice == index.NoticeStored || r.LostTold
 		if skip || r.Notice == index.NoticePending {
 			return false
 		}
-		r.Notice, r.NoticeID = index.NoticePending, exitDedupe(ev)
+		r.Notice = index.NoticePending
 		return true
 	}); err != nil {
 		return err
@@ -133,7 +137,7 @@ func (g *Gateway) notifyExit(ctx context.Context, ev protocol.ExitEvent) error {
 		return nil
 	}
 	se := protocol.SystemEvent{SessionKey: ev.SessionKey, ContextKey: "exec:" + ev.SessionID, Kind: protocol.EventExecExit, Text: ev.Text}
-	if err := g.events.Push(ctx, se, exitDedupe(ev)); err != nil {
+	if err := g.events.Push(ctx, se, end); err != nil {
 		return err
 	}
 	polled := false
@@ -166,10 +170,16 @@ func (g *Gateway) finish(ctx context.Context, ev protocol.ExitEvent) error {
 	return nil
 }
 
-// exitDedupe is the identity of one exit: its sessionKey, its session and
-// the run of the host it happened on (never the session id alone).
-func exitDedupe(ev protocol.ExitEvent) string {
-	return "exit:" + protocol.EncodeSessionKeyToken(ev.SessionKey) + ":" + ev.SessionID + ":" + ev.Instance + ":" + strconv.FormatInt(ev.StartedAt, 10)
+// endIdentity is the identity of a session's end in the event queue: the
+// exit notice (exec.exit, or exec.finished of an approved run) and the
+// lost report (exec.lost) are both stored under it, so that the queue's
+// duplicate window keeps whichever came first, whatever the order and
+// whoever tells it (the exit feed, a redelivered exit, a host's lost
+// report, a gateway noticing a restart). It is derived from the index
+// record (sessionKey, id and the record's StartedAt, never the session id
+// alone), which every teller reads, not from the host's event.
+func endIdentity(sessionKey, id string, startedAt int64) string {
+	return "end:" + protocol.EncodeSessionKeyToken(sessionKey) + ":" + id + ":" + strconv.FormatInt(startedAt, 10)
 }
 
 // emit stores a system event, retrying in the background until it is
@@ -290,15 +300,11 @@ func (g *Gateway) tellLost(ctx context.Context, id, sessionKey string, startedAt
 		return nil
 	}
 	if sessionKey != "" {
+		// Under the end identity: an exit notice stored before (its
+		// mark lost with a full disk or a crash) or after (an old run's
+		// exit redelivered) keeps this report out, or is kept out.
 		ev := protocol.SystemEvent{SessionKey: sessionKey, ContextKey: "exec:" + id, Kind: protocol.EventExecLost, Text: lostText(id, reason)}
-		dedupe := "lost:" + protocol.EncodeSessionKeyToken(sessionKey) + ":" + id + ":" + strconv.FormatInt(startedAt, 10)
-		if known && rec.Notice == index.NoticePending && rec.NoticeID != "" {
-			// Its exit notice may have been stored (the store's answer
-			// or the mark after it was lost): one identity for both, so
-			// the stream keeps only the first.
-			dedupe = rec.NoticeID
-		}
-		if err := g.events.Push(ctx, ev, dedupe); err != nil {
+		if err := g.events.Push(ctx, ev, endIdentity(sessionKey, id, startedAt)); err != nil {
 			return err
 		}
 	}

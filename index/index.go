@@ -81,13 +81,6 @@ type Record struct {
 	// being stored, NoticeStored once it is; a poll and the exit feed
 	// settle through it which of them removes it.
 	Notice string `json:"notice,omitempty"`
-	// NoticeID is the event identity the exit notice is stored under,
-	// set with NoticePending: a lost report for a session whose notice
-	// may or may not have been stored (a store that timed out, a crash
-	// between the store and NoticeStored) is stored under it too, so
-	// that the event stream keeps whichever came first and the agent
-	// hears of the end once.
-	NoticeID string `json:"noticeId,omitempty"`
 	// LostReason says why a lost session is lost; LostTold that its
 	// agent was sent the exec.lost event.
 	LostReason string `json:"lostReason,omitempty"`
