@@ -121,6 +121,15 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 	}
 }
 
+// clickRow clicks the element with the given id in a table row. The page
+// re-renders its tables from each poll, replacing the rows, so a DevTools
+// click (query the node, then click it) can reach a node already gone;
+// finding and clicking in one evaluation cannot.
+func clickRow(t *testing.T, ctx context.Context, what, id string) {
+	t.Helper()
+	waitJS(t, ctx, what, `(() => { const e = document.getElementById(`+strconv.Quote(id)+`); if (!e) return false; e.click(); return true })()`)
+}
+
 // eval evaluates a JavaScript expression. DevTools evaluation is not
 // subject to the page's Content-Security-Policy.
 func eval[T any](t *testing.T, ctx context.Context, expr string) T {
@@ -253,7 +262,7 @@ func TestBrowserControlPage(t *testing.T) {
 	}
 
 	// Kill it from the page.
-	do(t, ctx, "kill", chromedp.Click(chromedp.ID("kill-"+id)))
+	clickRow(t, ctx, "kill", "kill-"+id)
 	waitJS(t, ctx, "the session to end", row+` && `+row+`.dataset.status !== 'running'`)
 	// A kill is not shown in green (issue 13 item 9), nor a non-zero exit.
 	status := row + `.querySelector('[data-testid="session-status"]')`
@@ -311,10 +320,10 @@ func TestBrowserControlPage(t *testing.T) {
 
 	// The node session's output streams too; killing it from the page
 	// ends its stream with the final status.
-	do(t, ctx, "node session output", chromedp.Click(chromedp.ID("tail-"+nodeSession)))
+	clickRow(t, ctx, "node session output", "tail-"+nodeSession)
 	waitJS(t, ctx, "the node session's output", `document.getElementById('tail-title').textContent === `+strconv.Quote(nodeSession)+
 		` && document.getElementById('tail-output').textContent.includes('node-tick') && document.getElementById('tail-panel').dataset.transport === 'stream'`)
-	do(t, ctx, "kill the node session", chromedp.Click(chromedp.ID("kill-"+nodeSession)))
+	clickRow(t, ctx, "kill the node session", "kill-"+nodeSession)
 	waitJS(t, ctx, "the node session's final status", `document.getElementById('tail-status').dataset.status === 'completed' && document.getElementById('tail-status').textContent.includes('killed')`)
 	waitJS(t, ctx, "the node session row to end", nodeRow+` && `+nodeRow+`.dataset.status === 'completed'`)
 
@@ -331,7 +340,7 @@ func TestBrowserControlPage(t *testing.T) {
 
 	// The tool token cannot decide it (the agent would approve itself):
 	// the page says what is needed and the approval stays pending.
-	do(t, ctx, "allow once with the tool token", chromedp.Click(chromedp.ID("approve-allow-once-"+approvalID)))
+	clickRow(t, ctx, "allow once with the tool token", "approve-allow-once-"+approvalID)
 	waitJS(t, ctx, "the refusal", `document.getElementById('approvals-result').textContent.includes('needs the operator token')`)
 	if left := g.PendingApprovals(); len(left) != 1 {
 		t.Fatalf("the tool token decided an approval: %+v", left)
@@ -346,7 +355,7 @@ func TestBrowserControlPage(t *testing.T) {
 	do(t, ctx, "operator token", chromedp.SendKeys(chromedp.ID("token-input"), opToken), chromedp.Click(chromedp.ID("token-submit")))
 	waitJS(t, ctx, "the operator role", `document.getElementById('conn-status').dataset.role === 'operator' && !document.getElementById('app').hidden`)
 	waitJS(t, ctx, "the pending approval again", arow)
-	do(t, ctx, "allow once", chromedp.Click(chromedp.ID("approve-allow-once-"+approvalID)))
+	clickRow(t, ctx, "allow once", "approve-allow-once-"+approvalID)
 	waitJS(t, ctx, "the approval to go", `!`+arow+` && document.getElementById('approvals-result').textContent === 'Allow once: echo approved-run'`)
 	if left := g.PendingApprovals(); len(left) != 0 {
 		t.Errorf("still pending after allow-once: %+v", left)
