@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -455,5 +456,80 @@ func bareReaper() *Reaper {
 		zombies: map[int]time.Time{},
 		hinted:  map[int]time.Time{},
 		awaited: map[int]bool{},
+	}
+}
+
+// TestReaperIdlePassEndsEarly: a full pass that meets only exits whose
+// waiters are collecting them stops after idleWalkTakes of them (each
+// further peek walks every child, thousands in a burst of kills), and an
+// exit nobody announced behind them is still found by a later pass; a
+// pass that found such an exit goes on through the announced ones.
+func TestReaperIdlePassEndsEarly(t *testing.T) {
+	// A peek finds the children of each thread in the order they were
+	// forked: one thread forks and peeks, so that the order is known.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r := bareReaper()
+	for stray, ok := peekExited(); ok; stray, ok = peekExited() {
+		var ws unix.WaitStatus
+		_, _ = wait4(stray, &ws, 0, nil)
+	}
+	start := func(n int, announced bool) []<-chan exitStatus {
+		var chs []<-chan exitStatus
+		for range n {
+			pid, ch := startLeader(t, r, "/bin/sh", "-c", "exit 3")
+			awaitZombie(t, pid)
+			if announced {
+				r.mu.Lock()
+				r.awaited[pid] = true
+				r.mu.Unlock()
+			}
+			chs = append(chs, ch)
+		}
+		return chs
+	}
+	collected := func(chs []<-chan exitStatus) int {
+		n := 0
+		for _, ch := range chs {
+			select {
+			case st := <-ch:
+				if st.ws.ExitStatus() != 3 {
+					t.Fatalf("exit status %d, want 3", st.ws.ExitStatus())
+				}
+				n++
+			default:
+			}
+		}
+		return n
+	}
+
+	// Announced exits first, one nobody announced behind them.
+	announced := start(2*idleWalkTakes+1, true)
+	stranger := start(1, false)
+	next, useful := r.walkAll()
+	if got := collected(announced); got != idleWalkTakes || next == 0 || useful {
+		t.Fatalf("first pass: took %d announced exits, next %v, useful %v; want %d, a retry, not useful", got, next, useful, idleWalkTakes)
+	}
+	taken := idleWalkTakes
+	for pass := 2; ; pass++ {
+		if pass > 5 {
+			t.Fatal("the exit nobody announced was not found within 5 passes")
+		}
+		r.walkAll()
+		taken += collected(announced)
+		if collected(stranger) == 1 {
+			break
+		}
+	}
+	if taken != len(announced) {
+		t.Fatalf("took %d announced exits in all, want %d", taken, len(announced))
+	}
+
+	// An exit nobody announced first: the pass is useful and goes on.
+	stranger = start(1, false)
+	announced = start(2*idleWalkTakes, true)
+	next, useful = r.walkAll()
+	if got := collected(stranger) + collected(announced); got != 1+2*idleWalkTakes || next != 0 || !useful {
+		t.Fatalf("useful pass: took %d exits, next %v, useful %v; want %d, no retry, useful", got, next, useful, 1+2*idleWalkTakes)
 	}
 }
