@@ -80,8 +80,9 @@ type Reaper struct {
 	busy    map[int]bool
 	zombies map[int]time.Time // non-leader zombie children: when first seen
 	closed  bool
-	// hinted are leaders whose output reached its end: they have exited
-	// or are about to, or closed their output and live on. Each pass
+	// hinted are leaders whose output reached its end or that their
+	// session signalled: they have exited or are about to, or live on
+	// (a closed output, a signal caught). Each pass
 	// collects them by pid, O(1) each; a hint goes when its leader is
 	// collected, or with a full pass hintAge after it.
 	hinted map[int]time.Time
@@ -206,40 +207,30 @@ func (r *Reaper) awaitExit(pid int) {
 	if pid <= 0 || r.collect(pid) {
 		return
 	}
-	r.awaitPidfd(pid, false)
+	r.awaitPidfd(pid)
 }
 
 // awaitPidfd waits up to hintAge for leader pid's exit on a pidfd and
-// collects it. Meanwhile pid is awaited (claimed says the caller marked
-// it so already): collectHinted leaves it to this wait, and a full pass
-// that collects it found nothing for itself.
-func (r *Reaper) awaitPidfd(pid int, claimed bool) {
+// collects it. Meanwhile pid is awaited: collectHinted leaves it to this
+// wait, and a full pass that collects it found nothing for itself.
+func (r *Reaper) awaitPidfd(pid int) {
 	r.mu.Lock()
-	if !claimed && r.awaited[pid] {
+	if r.awaited[pid] {
 		r.mu.Unlock()
 		return // another goroutine waits for it already
 	}
 	if r.leaders[pid] == nil {
-		// Collected already, or being collected (a pass, or the wait
-		// its kill set up): its pid may be another process's soon.
-		if claimed {
-			delete(r.awaited, pid)
-		}
+		// Collected already, or being collected by a pass: its pid may
+		// be another process's soon.
 		r.mu.Unlock()
 		return
 	}
 	r.awaited[pid] = true
 	r.mu.Unlock()
-	collected := false
 	defer func() {
 		r.mu.Lock()
 		delete(r.awaited, pid)
 		r.mu.Unlock()
-		if claimed && !collected {
-			// Not dead yet after hintAge (or no pidfd): the hint has
-			// passes collect it by pid, as a reader's would.
-			r.hintExit(pid)
-		}
 	}()
 	// The pid is a leader not yet waited for. Should a pass take it
 	// before the pidfd pins it, and its pid be reused, the pidfd names
@@ -259,7 +250,7 @@ func (r *Reaper) awaitPidfd(pid int, claimed bool) {
 	// A pidfd turns readable when its process exits; the first call only
 	// sends Read to the poller.
 	if rc.Read(func(uintptr) bool { w := waited; waited = true; return w }) == nil {
-		collected = r.collect(pid)
+		r.collect(pid)
 	}
 }
 
@@ -319,36 +310,39 @@ func (r *Reaper) reapAll() time.Duration {
 // walks the children again). A pass over a few children takes
 // microseconds, so this matters only with thousands, where hinted exits
 // are collected meanwhile. A pass that found nothing for itself (every
-// exit it saw was hinted: the leaders' readers collect those through
-// their pidfds, as in a burst of kills) holds the next to idleWalkShare,
-// within the same maxWalkPause.
+// exit it saw was announced, as in a burst of kills, where passes by pid
+// and the leaders' readers collect them) holds the next to
+// idleWalkShare, within maxIdleWalkPause: with 10 000 children a pass
+// that finds nothing walks them all in a third of a millisecond, and
+// after it an exit nobody announced waits at most that long.
 const (
-	walkShare     = 0.1
-	idleWalkShare = 0.01
-	maxWalkPause  = 10 * time.Millisecond
+	walkShare        = 0.1
+	idleWalkShare    = 0.01
+	maxWalkPause     = 10 * time.Millisecond
+	maxIdleWalkPause = 50 * time.Millisecond
 )
 
 // idleWalkTakes ends a full pass that has found nothing but announced
-// exits (hinted, or awaited by a goroutine on a pidfd: a signalled
-// leader, or one whose output ended): after that many, the pass stops.
+// exits (hinted: a signalled leader, or one whose output ended; or
+// awaited by its reader on a pidfd): after that many, the pass stops.
 // In a burst of kills every peek finds such an exit near the front, and
 // each walks the children up to it (a third of a millisecond with
 // 10 000 of them when it walks them all): a pass that went on for its
-// maxWalkPause spent half of a core on exits that their waiters collect
+// maxWalkPause spent half of a core on exits that are collected by pid
 // in microseconds each. An exit nobody announced behind them is found by
-// the next pass, after the pause of an idle one, once the waiters
-// cleared the front.
+// the next pass, after the pause of an idle one, once the front is
+// cleared.
 const idleWalkTakes = 4
 
 // walked records a full pass that began at start; useful tells whether
 // it collected an exit no hint announced.
 func (r *Reaper) walked(start time.Time, useful bool) {
 	end := time.Now()
-	share := walkShare
+	share, most := walkShare, maxWalkPause
 	if !useful {
-		share = idleWalkShare
+		share, most = idleWalkShare, maxIdleWalkPause
 	}
-	pause := min(time.Duration(float64(end.Sub(start))*(1-share)/share), maxWalkPause)
+	pause := min(time.Duration(float64(end.Sub(start))*(1-share)/share), most)
 	r.nextWalk.Store(end.Add(pause).UnixNano())
 	// Hints older than hintAge before this pass are settled: had their
 	// leader exited, the pass would have collected it.
@@ -512,23 +506,24 @@ func (r *Reaper) take(pid int) takeResult {
 // suffices, no pidfd). It reports whether it did; an exited leader not
 // yet reaped takes the signals as a zombie, harmlessly. (ch tells this
 // leader from a later one that got the pid of a reaped one.) The leader
-// is about to exit: a goroutine waits for that on a pidfd and collects it
-// (awaitPidfd), where the peek of a full pass costs O(children) (a kill
-// of thousands of sessions would pay that per exit; a leader whose child
-// holds its output open has no reader to collect it).
+// is about to exit: it is hinted, so that the pass its SIGCHLD starts
+// collects it by pid, where the peek of a full pass costs O(children) (a
+// kill of thousands of sessions would pay that per exit; a leader whose
+// child holds its output open has no reader to collect it). A goroutine
+// waiting on a pidfd (awaitExit) would take the exit sooner, but a kill
+// needs no microseconds, and the pidfd, its registration with the poller
+// and the goroutine were a tenth of the CPU of a kill of thousands.
 func (r *Reaper) signalLeader(pid int, ch chan<- exitStatus, sigs ...unix.Signal) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if cur := r.leaders[pid]; cur == nil || cur != ch {
+		r.mu.Unlock()
 		return false
 	}
 	for _, sig := range sigs {
 		_ = unix.Kill(pid, sig)
 	}
-	if !r.awaited[pid] {
-		r.awaited[pid] = true // before the goroutine runs: no wait4 of it per pass meanwhile
-		go r.awaitPidfd(pid, true)
-	}
+	r.hinted[pid] = time.Now()
+	r.mu.Unlock()
 	return true
 }
 

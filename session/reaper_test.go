@@ -389,6 +389,19 @@ func TestReaperSignalledLeaderCollectedWhilePassesPause(t *testing.T) {
 	r.mu.Lock()
 	own := r.leaders[pid]
 	r.mu.Unlock()
+	// By the hint, which the pass of its SIGCHLD takes by pid: no pidfd
+	// and no goroutine per signalled leader. (SIGCONT first: it lives
+	// on, so that what the signal left can be looked at.)
+	if !r.signalLeader(pid, own, unix.SIGCONT) {
+		t.Fatal("its own session could not signal the leader")
+	}
+	r.mu.Lock()
+	_, hinted := r.hinted[pid]
+	awaited := r.awaited[pid]
+	r.mu.Unlock()
+	if !hinted || awaited {
+		t.Fatalf("signalled leader: hinted %v, awaited %v; want hinted, not awaited", hinted, awaited)
+	}
 	if !r.signalLeader(pid, own, unix.SIGTERM) {
 		t.Fatal("its own session could not signal the leader")
 	}
@@ -397,21 +410,36 @@ func TestReaperSignalledLeaderCollectedWhilePassesPause(t *testing.T) {
 	}
 }
 
-// TestReaperIdlePassesSpacedOut: a full pass that found only exits hinted
-// (their readers collect them through pidfds) puts the next off longer
-// than one that collected an exit nobody announced, within maxWalkPause.
+// TestReaperIdlePassesSpacedOut: a full pass that found only announced
+// exits (hinted, or awaited by their readers) puts the next off longer
+// than one that collected an exit nobody announced: a hundredth of the
+// time within maxIdleWalkPause, against a tenth within maxWalkPause.
 func TestReaperIdlePassesSpacedOut(t *testing.T) {
 	r := bareReaper()
-	const took = 50 * time.Microsecond
-	pauseAfter := func(useful bool) time.Duration {
+	pauseAfter := func(took time.Duration, useful bool) time.Duration {
 		r.walked(time.Now().Add(-took), useful)
 		return time.Duration(r.nextWalk.Load() - time.Now().UnixNano())
 	}
-	if got, want := pauseAfter(false), time.Duration(float64(took)*(1-idleWalkShare)/idleWalkShare)-time.Millisecond; got < want || got > maxWalkPause {
-		t.Fatalf("after an idle pass of %v the next waits %v, want %v to %v", took, got, want, maxWalkPause)
-	}
-	if got := pauseAfter(true); got > maxWalkPause {
-		t.Fatalf("after a useful pass the next waits %v, more than %v", got, maxWalkPause)
+	for _, c := range []struct {
+		took   time.Duration
+		useful bool
+		want   time.Duration
+	}{
+		{50 * time.Microsecond, false, time.Duration(float64(50*time.Microsecond) * (1 - idleWalkShare) / idleWalkShare)},
+		{50 * time.Microsecond, true, time.Duration(float64(50*time.Microsecond) * (1 - walkShare) / walkShare)},
+		{time.Millisecond, false, maxIdleWalkPause}, // 10 000 children
+		{time.Millisecond, true, time.Duration(float64(time.Millisecond) * (1 - walkShare) / walkShare)},
+		{20 * time.Millisecond, true, maxWalkPause},
+	} {
+		// The pass's own measure includes the call: a slow machine
+		// lengthens an uncapped pause, never a capped one.
+		most := c.want + c.want/2
+		if c.want == maxWalkPause || c.want == maxIdleWalkPause {
+			most = c.want
+		}
+		if got := pauseAfter(c.took, c.useful); got < c.want-time.Millisecond || got > most {
+			t.Errorf("after a pass of %v (useful %v) the next waits %v, want %v", c.took, c.useful, got, c.want)
+		}
 	}
 
 	// walkAll tells the two apart.
