@@ -400,20 +400,20 @@ func (r *Reaper) walkAll() (next time.Duration, useful bool) {
 		_, hinted := r.hinted[pid]
 		awaited := r.awaited[pid]
 		r.mu.Unlock()
-		switch r.take(pid) {
-		case taken:
-			if !hinted && !awaited {
-				useful = true
-			} else if announced++; !useful && announced >= idleWalkTakes {
+		res := r.take(pid)
+		if res == taken && !hinted && !awaited {
+			useful = true
+		} else if res == taken || res == taking {
+			if announced++; !useful && announced >= idleWalkTakes {
 				return time.Millisecond, false // the rest after a pause (walked)
 			}
+		}
+		switch res {
+		case taken:
 			continue
 		case taking:
 			// Another goroutine is reaping it this moment: peek again
 			// once it has (not a stranger, no listing of the children).
-			if announced++; !useful && announced >= idleWalkTakes {
-				return time.Millisecond, false
-			}
 			runtime.Gosched()
 			continue
 		case notLeader:
