@@ -2,7 +2,9 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -134,4 +136,61 @@ func BenchmarkExecBare(b *testing.B) {
 			b.Fatalf("%q %v", out, err)
 		}
 	}
+}
+
+// BenchmarkExecFloodVsBare measures a command flooding its stdout (1 GB
+// of NUL bytes, which the sanitizer rewrites, and of text, which passes
+// through) through a foreground session against os/exec reading the same
+// command's pipe into a counting writer, the two taking turns in each
+// iteration so that both see the same machine. It reports the median of
+// the per-iteration ratios (x-bare), the figure the flood batch sizes
+// (floodReadBuffer, floodWideBuffer) were chosen by; run it with
+// -benchtime=20x on a quiet machine.
+func BenchmarkExecFloodVsBare(b *testing.B) {
+	const size = 1_000_000_000
+	for _, bc := range []struct{ name, command string }{
+		{"nul", fmt.Sprintf("head -c %d /dev/zero", size)},
+		{"text", fmt.Sprintf("yes 'the quick brown fox jumps over the lazy dog' | head -c %d", size)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cfg := testConfig()
+			cfg.Shell = "/bin/sh"
+			m, err := NewManager(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close(context.Background())
+			b.SetBytes(size)
+			var ratios []float64
+			for b.Loop() {
+				b.StopTimer()
+				cmd := exec.Command("/bin/sh", "-c", bc.command)
+				var w countingWriter
+				cmd.Stdout = &w
+				t0 := time.Now()
+				if err := cmd.Run(); err != nil || w.n != size {
+					b.Fatalf("bare: %v, %d bytes", err, w.n)
+				}
+				bare := time.Since(t0)
+				b.StartTimer()
+				t0 = time.Now()
+				res, err := m.Exec(context.Background(), ExecRequest{Command: bc.command, Synchronous: true})
+				if err != nil || res.Status() != protocol.StatusCompleted {
+					b.Fatalf("%v %s", err, res.Text())
+				}
+				ratios = append(ratios, float64(time.Since(t0))/float64(bare))
+			}
+			slices.Sort(ratios)
+			b.ReportMetric(ratios[len(ratios)/2], "x-bare")
+		})
+	}
+}
+
+// countingWriter counts what it is given; as cmd.Stdout it makes os/exec
+// read the pipe in Go, the least a Go reader of the output does.
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n += int64(len(p))
+	return len(p), nil
 }

@@ -124,11 +124,33 @@ const (
 const pipeBufferSize = 1 << 20
 
 // floodReadBuffer bounds one gathered read of a flooding pipe. Larger
-// batches pay the cut to the retained window less often, but every read
-// then lands in memory that has left the caches: on the project's machine
-// a reader alone (with the default pipe) took 1.09-1.13x a bare Go reader
-// for 1 GB of NUL bytes with 1 MiB, 1.54x with 4 MiB.
+// batches pay the per-batch work (cutting to the retained window and
+// copying that window) less often, but every read then lands in memory
+// that has left the caches, and output that passes through unchanged is
+// scanned there once more. 1 GB of text through the session core took a
+// median 1.02x a bare Go reader with 1 MiB batches (two runs of 20),
+// 1.10-1.13x with 4 MiB (BenchmarkExecFloodVsBare/text, on the project's
+// machine: 2 MiB of L2 per core).
 const floodReadBuffer = 1 << 20
+
+// floodWideBuffer is the batch of a flood whose output the sanitizer
+// rewrites into far less than its length (readBuffer.widen), so that each
+// batch costs the retained window: for NUL bytes each materializes the
+// window's 200 000 units of \x00 and copies them twice, about 450 KB.
+// 1 GB of NUL bytes through the session core took a median 1.27-1.39x a
+// bare Go reader with 1 MiB batches (eight runs of 20), 1.20-1.21x with
+// 2 MiB, 0.98-1.13x widening to 4 MiB (six runs), 1.17-1.25x with 8 MiB
+// (BenchmarkExecFloodVsBare/nul). Through the whole system, where runs
+// of the same code spread wider than that, 15 interleaved runs of make
+// bench's throughput section gave 1.45x (host=gateway) and 1.52x
+// (host=node) with 1 MiB, 1.15x and 1.24x with 4 MiB for every flood;
+// 15 more gave 1.25x and 1.18x with 1 MiB, 1.14x and 0.98x widening.
+const floodWideBuffer = 4 << 20
+
+// floodBuffersMax bounds the flood buffers a Manager's readers hold at
+// once (16 wide floods); a flood beyond it is read in ordinary reads, and
+// one that cannot widen stays at floodReadBuffer.
+const floodBuffersMax = 64 << 20
 
 // Environment variables: read by ApplyEnv, and set for commands.
 const (

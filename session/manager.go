@@ -59,6 +59,7 @@ type Manager struct {
 	usageFlushAt atomic.Int64 // when flushUsage last read the manager group's cpu.stat (Unix ns)
 	usage        usageRounds  // list usage figures known exact without a read (rstat.go)
 	nullFD       int          // /dev/null, every pipe session's stdin; -1 if it could not be opened
+	batchBytes   atomic.Int64 // flood buffers held by the sessions' readers (readBuffer)
 
 	snapMu      sync.Mutex // guards snap and snapReading (process-group containment)
 	snap        *procSnapshot

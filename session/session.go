@@ -379,7 +379,7 @@ func (s *session) readPTY() {
 	for {
 		n, err := s.ptmx.Read(rb.next())
 		if rb.fill += n; n > 0 {
-			s.stdout.consume(rb.take(time.Now()))
+			_ = s.stdout.consume(rb.take(time.Now()))
 		}
 		if err != nil {
 			// EIO is the normal end of a PTY; os.ErrClosed follows our
@@ -642,8 +642,8 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 // piece per batch pays that once, and only for the newest output the
 // retention cap keeps.
 func (w *streamWriter) ReadFrom(r io.Reader) (int64, error) {
-	var rb readBuffer
-	rb.pipe = r
+	rb := readBuffer{pipe: r, held: &w.s.m.batchBytes}
+	defer rb.endFlood()
 	dl, _ := r.(interface{ SetReadDeadline(time.Time) error })
 	var total int64
 	deadline := false // a batch deadline is set on r
@@ -665,8 +665,8 @@ func (w *streamWriter) ReadFrom(r io.Reader) (int64, error) {
 			_ = dl.SetReadDeadline(time.Time{})
 			deadline = false
 		}
-		if p := rb.take(time.Now()); len(p) > 0 {
-			w.consume(p)
+		if p := rb.take(time.Now()); len(p) > 0 && w.consume(p) {
+			rb.widen()
 		}
 		if err == io.EOF {
 			return total, nil
@@ -677,19 +677,25 @@ func (w *streamWriter) ReadFrom(r io.Reader) (int64, error) {
 	}
 }
 
-func (w *streamWriter) consume(p []byte) {
+// consume sanitizes p into the session's output. It reports whether the
+// sanitizer rewrote p into less than half its length: its work was then
+// bounded by the retained window (the sanitizer's keep), not by p, and a
+// wider batch pays it less often (readBuffer.widen).
+func (w *streamWriter) consume(p []byte) (windowed bool) {
 	if f := w.s.m.cfg.OnOutput; f != nil {
 		f(len(p))
 	}
 	if w.z.passThrough(p) {
 		w.s.appendOutput(w.stream, p, &w.z) // common case: no copy
-		return
+		return false
 	}
 	w.out = w.z.write(w.out[:0], p)
 	w.s.appendOutput(w.stream, w.out, &w.z)
+	windowed = len(w.out) < len(p)/2
 	if cap(w.out) > 4*floodReadBuffer {
 		w.out = nil // a burst of escapes grew it; do not keep it
 	}
+	return windowed
 }
 
 // finish flushes an incomplete UTF-8 sequence left at the end of the
@@ -709,18 +715,29 @@ func (w *streamWriter) finish() {
 // reads are gathered into batches of up to floodReadBuffer (ReadFrom), so
 // that the per-piece work (the sanitizer's cut to the retained window,
 // the copy of that window) is paid per batch, not per read. A batch that
-// comes back nearly empty ends the flood and the large buffer goes.
+// comes back nearly empty ends the flood and the large buffer goes. A
+// flood whose batches the sanitizer rewrites into far less than their
+// length (NUL bytes: only the retained window's worth is written) gets a
+// wider batch (widen), as its per-batch work is that window; output that
+// passes through unchanged is faster read into a batch that stays in the
+// CPU's cache, and output rewritten whole gains nothing from fewer batches.
 //
 // The flood is told by its rate, not by reads that fill the buffer: a
 // reader that keeps up with a fast writer sees each of its writes (8 KiB
 // for head or cat) on its own, and would never batch the very floods that
 // need it most.
+//
+// Flood buffers are large, so their sum across a Manager is bounded
+// (held, floodBuffersMax): a flood beyond it goes on in ordinary reads,
+// slower but with the same output.
 type readBuffer struct {
 	buf      []byte
-	fill     int       // bytes of buf read and not taken yet
-	pipe     io.Reader // the pipe being read, for F_SETPIPE_SZ; nil for PTYs
-	winStart time.Time // start of the current rate window
-	winBytes int       // bytes taken since winStart
+	fill     int           // bytes of buf read and not taken yet
+	pipe     io.Reader     // the pipe being read, for F_SETPIPE_SZ; nil for PTYs
+	held     *atomic.Int64 // bytes of flood buffers held by the Manager's readers; nil: unbounded
+	reserved int           // bytes of held counted for this flood
+	winStart time.Time     // start of the current rate window
+	winBytes int           // bytes taken since winStart
 	flood    bool
 }
 
@@ -755,9 +772,9 @@ func (rb *readBuffer) take(now time.Time) []byte {
 	n := rb.fill
 	rb.fill = 0
 	if rb.flood {
-		if n <= len(rb.buf)/64 {
+		if n <= floodReadBuffer/64 {
 			// The flood is over: do not hold its buffer while blocked.
-			rb.flood, rb.winBytes = false, 0
+			rb.endFlood()
 			rb.buf = make([]byte, readBufferSize)
 		}
 		return p
@@ -769,11 +786,50 @@ func (rb *readBuffer) take(now time.Time) []byte {
 		rb.winStart, rb.winBytes = now, 0
 	}
 	if rb.winBytes += n; rb.winBytes >= floodBytes && rb.pipe != nil {
+		if !rb.reserve(floodReadBuffer) {
+			// Over the budget: try again in the next window.
+			rb.winStart, rb.winBytes = now, 0
+			return p
+		}
 		rb.flood = true
 		widenPipe(rb.pipe)
 		rb.buf = make([]byte, floodReadBuffer)
 	}
 	return p
+}
+
+// widen gives a flood the wider batch, once, if the budget has room. It
+// is called after the taken bytes were consumed.
+func (rb *readBuffer) widen() {
+	if !rb.flood || len(rb.buf) >= floodWideBuffer || rb.fill > 0 || !rb.reserve(floodWideBuffer-len(rb.buf)) {
+		return
+	}
+	rb.buf = make([]byte, floodWideBuffer)
+}
+
+// reserve counts n more bytes of flood buffer against the Manager's
+// budget, and reports whether they fit.
+func (rb *readBuffer) reserve(n int) bool {
+	if rb.held != nil && rb.held.Add(int64(n)) > floodBuffersMax {
+		rb.held.Add(-int64(n))
+		return false
+	}
+	rb.reserved += n
+	return true
+}
+
+// endFlood ends a flood and gives its buffer's share of the budget back
+// (the caller replaces or drops the buffer). Without a flood it does
+// nothing.
+func (rb *readBuffer) endFlood() {
+	if !rb.flood {
+		return
+	}
+	rb.flood, rb.winBytes = false, 0
+	if rb.held != nil {
+		rb.held.Add(-int64(rb.reserved))
+	}
+	rb.reserved = 0
 }
 
 // widenPipe asks for a larger pipe buffer, best effort. The pipe is reached

@@ -106,29 +106,64 @@ func TestBootTicksIsProcStart(t *testing.T) {
 // TestFloodReadInBatches: a command flooding its stdout is read in
 // batches far larger than its writes (8 KiB at a time, which a reader
 // keeping up would see one by one), and what is retained is the same:
-// the newest output, ending with the last line.
+// the newest output, ending with the last line. NUL bytes, which the
+// sanitizer rewrites into the retained window's worth, get the wide
+// batch; text, which passes through, keeps the smaller one. With the
+// Manager's flood buffers taken, a flood is read in ordinary reads, or
+// in batches that do not widen, with the same output. Either way the
+// budget is as it was once the session ended.
 func TestFloodReadInBatches(t *testing.T) {
-	var pieces, bytes atomic.Int64
-	m := newManager(t, func(c *Config) {
-		c.OnOutput = func(n int) { pieces.Add(1); bytes.Add(int64(n)) }
-	})
-	const size = 256 << 20
-	res, err := m.Exec(t.Context(), ExecRequest{
-		Command:     fmt.Sprintf("head -c %d /dev/zero; echo END", size),
-		Synchronous: true,
-	})
-	if err != nil || res.Status() != protocol.StatusCompleted {
-		t.Fatalf("%v %s", err, res.Status())
-	}
-	if bytes.Load() != size+4 {
-		t.Fatalf("read %d bytes, want %d", bytes.Load(), size+4)
-	}
-	if avg := bytes.Load() / pieces.Load(); avg < 256<<10 {
-		t.Fatalf("%d pieces of %d bytes on average: the flood was not batched", pieces.Load(), avg)
-	}
-	text := res.Text()
-	if !strings.HasSuffix(strings.TrimSpace(text), `\x00\x00END`) {
-		t.Fatalf("retained output ends %q", text[max(0, len(text)-40):])
+	const nul, text = "head -c %d /dev/zero; echo END", "yes 'the quick brown fox' | head -c %d; echo END"
+	for _, tc := range []struct {
+		name    string
+		command string
+		held    int64 // flood buffer bytes held elsewhere
+		size    int
+		batched string // "yes", "no", or "" when the reader's speed decides (text under the race detector)
+		wide    bool   // a piece larger than floodReadBuffer
+		tail    string
+	}{
+		{"NUL bytes", nul, 0, 256 << 20, "yes", true, `\x00\x00END`},
+		{"text", text, 0, 64 << 20, "", false, "fox\nthe END"},
+		{"budget taken", nul, floodBuffersMax - floodReadBuffer + 1, 32 << 20, "no", false, `\x00\x00END`},
+		{"budget for a narrow batch", nul, floodBuffersMax - floodReadBuffer, 64 << 20, "yes", false, `\x00\x00END`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pieces, bytes, largest atomic.Int64
+			m := newManager(t, func(c *Config) {
+				c.OnOutput = func(n int) {
+					pieces.Add(1)
+					bytes.Add(int64(n))
+					if int64(n) > largest.Load() {
+						largest.Store(int64(n)) // one reader per stream: no race on the max
+					}
+				}
+			})
+			m.batchBytes.Store(tc.held)
+			res, err := m.Exec(t.Context(), ExecRequest{Command: fmt.Sprintf(tc.command, tc.size), Synchronous: true})
+			if err != nil || res.Status() != protocol.StatusCompleted {
+				t.Fatalf("%v %s", err, res.Status())
+			}
+			if bytes.Load() != int64(tc.size)+4 {
+				t.Fatalf("read %d bytes, want %d", bytes.Load(), tc.size+4)
+			}
+			avg := bytes.Load() / pieces.Load()
+			batched := avg >= 256<<10
+			if (tc.batched != "" && batched != (tc.batched == "yes")) || (tc.batched == "no" && largest.Load() > readBufferSize) {
+				t.Fatalf("%d pieces of %d bytes on average, the largest %d: batched %v, want %q",
+					pieces.Load(), avg, largest.Load(), batched, tc.batched)
+			}
+			if wide := largest.Load() > floodReadBuffer; wide != tc.wide {
+				t.Fatalf("largest piece %d bytes: wide %v, want %v", largest.Load(), wide, tc.wide)
+			}
+			out := res.Text()
+			if !strings.HasSuffix(strings.TrimSpace(out), tc.tail) {
+				t.Fatalf("retained output ends %q, want %q", out[max(0, len(out)-40):], tc.tail)
+			}
+			if got := m.batchBytes.Load(); got != tc.held {
+				t.Fatalf("flood buffers held after the session: %d bytes, want %d", got, tc.held)
+			}
+		})
 	}
 }
 
@@ -191,6 +226,79 @@ func TestReadBufferSizes(t *testing.T) {
 	read(8<<10, time.Microsecond)
 	if rb.flood {
 		t.Fatal("a flood again after one read")
+	}
+}
+
+// TestReadBufferFloodBudget: a flood takes its buffer from the Manager's
+// budget and gives it back when it ends, once; a flood that does not fit
+// goes on in ordinary reads and tries again in the next window.
+func TestReadBufferFloodBudget(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	var held atomic.Int64
+	now := time.Unix(1_000_000, 0)
+	flood := func(rb *readBuffer) {
+		t.Helper()
+		for i := 0; i < floodBytes/readBufferSize+1 && !rb.flood; i++ {
+			now = now.Add(10 * time.Microsecond)
+			rb.fill = len(rb.next())
+			rb.take(now)
+		}
+	}
+	var floods []*readBuffer
+	for range floodBuffersMax / floodReadBuffer {
+		rb := &readBuffer{pipe: r, held: &held, buf: make([]byte, readBufferSize)}
+		flood(rb)
+		if !rb.flood {
+			t.Fatalf("flood %d not batched with %d bytes held", len(floods)+1, held.Load())
+		}
+		floods = append(floods, rb)
+	}
+	if held.Load() != floodBuffersMax {
+		t.Fatalf("held %d, want %d", held.Load(), floodBuffersMax)
+	}
+	over := &readBuffer{pipe: r, held: &held, buf: make([]byte, readBufferSize)}
+	flood(over)
+	if over.flood || len(over.buf) != readBufferSize || held.Load() != floodBuffersMax {
+		t.Fatalf("over the budget: flood %v, buffer %d, held %d", over.flood, len(over.buf), held.Load())
+	}
+	// One flood ends (a nearly empty batch); its share goes back once.
+	floods[0].fill = 1
+	floods[0].take(now)
+	floods[0].endFlood()
+	if floods[0].flood || held.Load() != floodBuffersMax-floodReadBuffer {
+		t.Fatalf("after a flood ended: flood %v, held %d", floods[0].flood, held.Load())
+	}
+	flood(over)
+	if !over.flood || held.Load() != floodBuffersMax {
+		t.Fatalf("in the next window: flood %v, held %d", over.flood, held.Load())
+	}
+	// Widening needs room for the difference; a flood that widened gives
+	// the whole wide buffer back.
+	over.widen()
+	if len(over.buf) != floodReadBuffer || held.Load() != floodBuffersMax {
+		t.Fatalf("widened without room: buffer %d, held %d", len(over.buf), held.Load())
+	}
+	for _, rb := range floods[1:4] {
+		rb.endFlood()
+	}
+	over.widen()
+	if len(over.buf) != floodWideBuffer || held.Load() != floodBuffersMax-4*floodReadBuffer+floodWideBuffer {
+		t.Fatalf("widened: buffer %d, held %d", len(over.buf), held.Load())
+	}
+	over.widen()
+	if len(over.buf) != floodWideBuffer || held.Load() != floodBuffersMax-4*floodReadBuffer+floodWideBuffer {
+		t.Fatalf("widened twice: buffer %d, held %d", len(over.buf), held.Load())
+	}
+	for _, rb := range append(floods, over) {
+		rb.endFlood() // as ReadFrom does when the pipe ends
+	}
+	if held.Load() != 0 {
+		t.Fatalf("held %d after every reader ended", held.Load())
 	}
 }
 
