@@ -147,11 +147,13 @@ func TestFloodReadInBatches(t *testing.T) {
 			if bytes.Load() != int64(tc.size)+4 {
 				t.Fatalf("read %d bytes, want %d", bytes.Load(), tc.size+4)
 			}
-			avg := bytes.Load() / pieces.Load()
-			batched := avg >= 256<<10
-			if (tc.batched != "" && batched != (tc.batched == "yes")) || (tc.batched == "no" && largest.Load() > readBufferSize) {
-				t.Fatalf("%d pieces of %d bytes on average, the largest %d: batched %v, want %q",
-					pieces.Load(), avg, largest.Load(), batched, tc.batched)
+			// A piece larger than one read can be is a batch. (How many
+			// batches there are depends on the writer keeping up: one
+			// that pauses for floodBatchWait, as under load, ends the
+			// flood until the next window.)
+			if batched := largest.Load() > readBufferSize; tc.batched != "" && batched != (tc.batched == "yes") {
+				t.Fatalf("%d pieces, the largest %d bytes: batched %v, want %q",
+					pieces.Load(), largest.Load(), batched, tc.batched)
 			}
 			if wide := largest.Load() > floodReadBuffer; wide != tc.wide {
 				t.Fatalf("largest piece %d bytes: wide %v, want %v", largest.Load(), wide, tc.wide)
