@@ -210,18 +210,34 @@ func TestInstrument(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	fams := scrape(t, m.Handler())
-	for _, tc := range []struct {
+	// A request is counted when its handler returns. The stream's
+	// handler may still be returning after its client read the flushed
+	// line and moved on (the connection is not reused), so the counts
+	// are awaited, not read once.
+	want := []struct {
 		labels []string
 		want   float64
 	}{
 		{[]string{"route=POST /tools/invoke", "code=400"}, 2},
 		{[]string{"route=GET /v1/events/stream", "code=200"}, 1},
 		{[]string{"route=unmatched", "code=404"}, 2},
-	} {
-		if got := value(fams, "execmesh_http_requests_total", tc.labels...); got != tc.want {
-			t.Errorf("requests%v = %v, want %v", tc.labels, got, tc.want)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fams := scrape(t, m.Handler())
+		var wrong []string
+		for _, tc := range want {
+			if got := value(fams, "execmesh_http_requests_total", tc.labels...); got != tc.want {
+				wrong = append(wrong, fmt.Sprintf("requests%v = %v, want %v", tc.labels, got, tc.want))
+			}
 		}
+		if len(wrong) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(strings.Join(wrong, "; "))
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -169,18 +169,25 @@ func TestFloodReadInBatches(t *testing.T) {
 	}
 }
 
+// testPipe returns the read end of a pipe, for readBuffer's F_SETPIPE_SZ;
+// both ends are closed when the test ends.
+func testPipe(t *testing.T) *os.File {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r
+}
+
 // TestReadBufferSizes: the read buffer grows while reads fill it, turns
 // to batching once floodBytes arrived within floodWindow however small
 // the reads (a reader keeping up sees a writer's 8 KiB at a time), not
 // when the same bytes trickle in more slowly, and gives the flood's
 // buffer back when a batch comes back nearly empty.
 func TestReadBufferSizes(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
+	r := testPipe(t)
 	now := time.Unix(1_000_000, 0)
 	rb := readBuffer{pipe: r}
 	read := func(n int, after time.Duration) {
@@ -235,12 +242,7 @@ func TestReadBufferSizes(t *testing.T) {
 // budget and gives it back when it ends, once; a flood that does not fit
 // goes on in ordinary reads and tries again in the next window.
 func TestReadBufferFloodBudget(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
+	r := testPipe(t)
 	var held atomic.Int64
 	now := time.Unix(1_000_000, 0)
 	flood := func(rb *readBuffer) {
