@@ -134,8 +134,8 @@ const pipeBufferSize = 1 << 20
 const floodReadBuffer = 1 << 20
 
 // floodWideBuffer is the batch of a flood whose output the sanitizer
-// rewrites into far less than its length (readBuffer.widen), so that each
-// batch costs the retained window: for NUL bytes each materializes the
+// cuts to the retained window (readBuffer.widen), so that each batch
+// costs that window: for NUL bytes each materializes the
 // window's 200 000 units of \x00 and copies them twice, about 450 KB.
 // 1 GB of NUL bytes through the session core took a median 1.27-1.39x a
 // bare Go reader with 1 MiB batches (eight runs of 20), 1.20-1.21x with

@@ -678,9 +678,10 @@ func (w *streamWriter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // consume sanitizes p into the session's output. It reports whether the
-// sanitizer rewrote p into less than half its length: its work was then
-// bounded by the retained window (the sanitizer's keep), not by p, and a
-// wider batch pays it less often (readBuffer.widen).
+// sanitizer cut its output to the retained window (keep: units counts
+// what was cut, and no written output has more units than bytes): its
+// work was then bounded by that window, not by p, and a wider batch pays
+// it less often (readBuffer.widen).
 func (w *streamWriter) consume(p []byte) (windowed bool) {
 	if f := w.s.m.cfg.OnOutput; f != nil {
 		f(len(p))
@@ -691,7 +692,7 @@ func (w *streamWriter) consume(p []byte) (windowed bool) {
 	}
 	w.out = w.z.write(w.out[:0], p)
 	w.s.appendOutput(w.stream, w.out, &w.z)
-	windowed = len(w.out) < len(p)/2
+	windowed = w.z.units > len(w.out)
 	if cap(w.out) > 4*floodReadBuffer {
 		w.out = nil // a burst of escapes grew it; do not keep it
 	}
@@ -716,11 +717,11 @@ func (w *streamWriter) finish() {
 // that the per-piece work (the sanitizer's cut to the retained window,
 // the copy of that window) is paid per batch, not per read. A batch that
 // comes back nearly empty ends the flood and the large buffer goes. A
-// flood whose batches the sanitizer rewrites into far less than their
-// length (NUL bytes: only the retained window's worth is written) gets a
-// wider batch (widen), as its per-batch work is that window; output that
-// passes through unchanged is faster read into a batch that stays in the
-// CPU's cache, and output rewritten whole gains nothing from fewer batches.
+// flood whose batches the sanitizer cuts to the retained window (NUL
+// bytes: only the window's worth of \x00 is written) gets a wider batch
+// (widen), as its per-batch work is that window; output that passes
+// through unchanged is faster read into a batch that stays in the CPU's
+// cache, and output written whole gains nothing from fewer batches.
 //
 // The flood is told by its rate, not by reads that fill the buffer: a
 // reader that keeps up with a fast writer sees each of its writes (8 KiB
