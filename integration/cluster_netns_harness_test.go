@@ -528,8 +528,16 @@ func newClCluster(t *testing.T) *clCluster {
 	for _, name := range clNodeNames {
 		n := c.nodes[name]
 		c.waitNode(n.ident.NodeID, "connected", "pending", 30*time.Second)
-		if st, _ := c.do("POST", "/v1/nodes/"+n.ident.NodeID+"/approve", nil); st != 200 {
-			t.Fatalf("approve %s: %d", name, st)
+		// A 503 is retryable: the pairing store's replicated stream may
+		// still be electing its leader this soon after the cluster came up.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			st, raw := c.do("POST", "/v1/nodes/"+n.ident.NodeID+"/approve", nil)
+			if st == 200 {
+				break
+			}
+			if st != 503 || time.Now().After(deadline) {
+				t.Fatalf("approve %s: %d %s", name, st, raw)
+			}
 		}
 	}
 	for _, name := range clNodeNames {
