@@ -735,8 +735,7 @@ type readBuffer struct {
 	buf      []byte
 	fill     int           // bytes of buf read and not taken yet
 	pipe     io.Reader     // the pipe being read, for F_SETPIPE_SZ; nil for PTYs
-	held     *atomic.Int64 // bytes of flood buffers held by the Manager's readers; nil: unbounded
-	reserved int           // bytes of held counted for this flood
+	held     *atomic.Int64 // flood buffer bytes the Manager's readers hold (a flood's: len(buf)); nil: no bound
 	winStart time.Time     // start of the current rate window
 	winBytes int           // bytes taken since winStart
 	flood    bool
@@ -800,9 +799,10 @@ func (rb *readBuffer) take(now time.Time) []byte {
 }
 
 // widen gives a flood the wider batch, once, if the budget has room. It
-// is called after the taken bytes were consumed.
+// is called after take, whose bytes were consumed: nothing is read into
+// the buffer it replaces.
 func (rb *readBuffer) widen() {
-	if !rb.flood || len(rb.buf) >= floodWideBuffer || rb.fill > 0 || !rb.reserve(floodWideBuffer-len(rb.buf)) {
+	if !rb.flood || len(rb.buf) >= floodWideBuffer || !rb.reserve(floodWideBuffer-len(rb.buf)) {
 		return
 	}
 	rb.buf = make([]byte, floodWideBuffer)
@@ -815,12 +815,11 @@ func (rb *readBuffer) reserve(n int) bool {
 		rb.held.Add(-int64(n))
 		return false
 	}
-	rb.reserved += n
 	return true
 }
 
-// endFlood ends a flood and gives its buffer's share of the budget back
-// (the caller replaces or drops the buffer). Without a flood it does
+// endFlood ends a flood and gives its buffer's share of the budget back;
+// the caller then replaces or drops the buffer. Without a flood it does
 // nothing.
 func (rb *readBuffer) endFlood() {
 	if !rb.flood {
@@ -828,9 +827,8 @@ func (rb *readBuffer) endFlood() {
 	}
 	rb.flood, rb.winBytes = false, 0
 	if rb.held != nil {
-		rb.held.Add(-int64(rb.reserved))
+		rb.held.Add(-int64(len(rb.buf)))
 	}
-	rb.reserved = 0
 }
 
 // widenPipe asks for a larger pipe buffer, best effort. The pipe is reached
