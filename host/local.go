@@ -40,7 +40,8 @@ type Config struct {
 	// the gateway id for a gateway.
 	ID string
 	// Session configures the session core; its OnExit is replaced (exit
-	// events go to OnExit below).
+	// events go to OnExit below). An empty Shell is resolved from
+	// Environ's SHELL and PATH (session.ResolveShell).
 	Session session.Config
 	// StateDir holds the host's exec-approvals.json; empty means no
 	// approvals file (nothing loosened or tightened by it, nothing
@@ -151,6 +152,11 @@ func NewLocal(cfg Config) (*Local, error) {
 	l.settings.Store(&Settings{})
 	scfg := cfg.Session
 	scfg.OnExit = nil // every request's hook reports the exit (Exec)
+	if scfg.Shell == "" {
+		// The shell is the one of the environment commands inherit, which
+		// an embedder may give apart from the process's own (Environ).
+		scfg.Shell = session.ResolveShell(l.baseEnv["SHELL"], l.baseEnv["PATH"])
+	}
 	m, err := session.NewManager(scfg)
 	if err != nil {
 		return nil, fmt.Errorf("host: session core: %w", err)

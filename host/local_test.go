@@ -266,3 +266,34 @@ func TestRequestChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestShellFromEnviron: commands run in the shell of the environment the
+// host was given (Config.Environ), not the one of the process that embeds
+// it; an explicit Session.Shell wins.
+func TestShellFromEnviron(t *testing.T) {
+	if _, err := os.Stat("/bin/bash"); err != nil {
+		t.Skip("no /bin/bash")
+	}
+	for _, tc := range []struct {
+		name, environ, process, explicit, want string
+	}{
+		{name: "environ sh, process bash", environ: "/bin/sh", process: "/bin/bash", want: "/bin/sh"},
+		{name: "environ bash, process sh", environ: "/bin/bash", process: "/bin/sh", want: "/bin/bash"},
+		{name: "explicit shell wins", environ: "/bin/bash", process: "/bin/bash", explicit: "/bin/sh", want: "/bin/sh"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("SHELL", tc.process)
+			l := newLocal(t, KindGateway, func(c *Config) {
+				c.Environ = []string{"PATH=" + testPath, "HOME=" + c.Cwd, "SHELL=" + tc.environ, "LANG=C"}
+				c.Session.Shell = tc.explicit
+			})
+			out, err := runCmd(t, l, execReq(l, `echo "$0"`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(out); got != tc.want {
+				t.Errorf("shell %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
