@@ -135,8 +135,7 @@ func TestFloodReadInBatches(t *testing.T) {
 				c.OnOutput = func(n int) {
 					pieces.Add(1)
 					bytes.Add(int64(n))
-					if int64(n) > largest.Load() {
-						largest.Store(int64(n)) // one reader per stream: no race on the max
+					for m := largest.Load(); int64(n) > m && !largest.CompareAndSwap(m, int64(n)); m = largest.Load() {
 					}
 				}
 			})
