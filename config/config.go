@@ -219,7 +219,7 @@ const (
 // Default returns a fresh configuration with every default set.
 func Default() Config {
 	return Config{
-		StateDir: defaultStateDir(),
+		StateDir: DefaultStateDir(nil),
 		Gateway:  Gateway{Listen: DefaultListen},
 		NATS:     NATS{Listen: DefaultNATSListen, Prefix: DefaultPrefix, Replicas: 1},
 		Tools: Tools{
@@ -238,12 +238,27 @@ func Default() Config {
 	}
 }
 
-func defaultStateDir() string {
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		return ".execmesh"
+// StateDirName is the state directory's name in the home directory.
+const StateDirName = ".execmesh"
+
+// DefaultStateDir is the state directory when neither the configuration
+// file nor EXECMESH_STATE_DIR names one: StateDirName in the home
+// directory of the environment getenv reads ($HOME; a nil getenv reads
+// the process's, through os.UserHomeDir), or StateDirName in the working
+// directory when that environment has none. A caller with an environment
+// of its own (the CLI's invocation, a test) passes its lookup, so that the
+// process's home never leaks into it.
+func DefaultStateDir(getenv func(string) string) string {
+	var home string
+	if getenv == nil {
+		home, _ = os.UserHomeDir()
+	} else {
+		home = getenv("HOME")
 	}
-	return filepath.Join(home, ".execmesh")
+	if home == "" {
+		return StateDirName
+	}
+	return filepath.Join(home, StateDirName)
 }
 
 // envOverrides are the EXECMESH_* variables. Pointers: an unset variable
@@ -293,9 +308,14 @@ func EnvVar(keyPath string) string {
 
 // Load builds the configuration: Default, then the JSON file at
 // path (if path is not empty), then EXECMESH_* variables from environ (nil
-// means os.Environ()). The result is validated; every bad key is reported.
+// means os.Environ()). The default state dir comes from that
+// environment's HOME too (DefaultStateDir). The result is validated;
+// every bad key is reported.
 func Load(path string, environ map[string]string) (Config, error) {
 	cfg := Default()
+	if environ != nil {
+		cfg.StateDir = DefaultStateDir(func(k string) string { return environ[k] })
+	}
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {

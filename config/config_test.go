@@ -153,3 +153,39 @@ func TestEnvVarNamesTheKey(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadStateDirFromEnviron: the default state dir is the home
+// directory's of the environment Load is given, never the process's; the
+// file and EXECMESH_STATE_DIR still win over it.
+func TestLoadStateDirFromEnviron(t *testing.T) {
+	home := t.TempDir()
+	withFile := writeConfig(t, `{"stateDir":"/srv/execmesh"}`)
+	cases := []struct {
+		name    string
+		path    string
+		environ map[string]string
+		want    string
+	}{
+		{"home of the environment", "", map[string]string{"HOME": home}, filepath.Join(home, StateDirName)},
+		{"no home in the environment", "", map[string]string{}, StateDirName},
+		{"EXECMESH_STATE_DIR", "", map[string]string{"HOME": home, "EXECMESH_STATE_DIR": "/var/lib/execmesh"}, "/var/lib/execmesh"},
+		{"the file", withFile, map[string]string{"HOME": home}, "/srv/execmesh"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := Load(c.path, c.environ)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.StateDir != c.want {
+				t.Fatalf("stateDir %q, want %q", cfg.StateDir, c.want)
+			}
+			if want := filepath.Join(c.want, "workspace"); cfg.Sandbox.Workspace != want {
+				t.Fatalf("sandbox workspace %q, want %q (it follows the state dir)", cfg.Sandbox.Workspace, want)
+			}
+		})
+	}
+	if got, want := DefaultStateDir(func(string) string { return "" }), StateDirName; got != want {
+		t.Fatalf("DefaultStateDir without HOME: %q, want %q", got, want)
+	}
+}

@@ -183,8 +183,9 @@ func ProbeLoginShellPath(lookup func(string) string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), loginShellProbeTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, shell, "-l", "-c", "env -0")
-	home, _ := os.UserHomeDir()
-	cmd.Env = []string{"HOME=" + home, "PATH=" + lookup("PATH"), "USER=" + lookup("USER"), "LANG=" + lookup("LANG")}
+	// Every variable from the daemon's environment, HOME too: the login
+	// shell reads that home's profile, not the embedding process's.
+	cmd.Env = []string{"HOME=" + lookup("HOME"), "PATH=" + lookup("PATH"), "USER=" + lookup("USER"), "LANG=" + lookup("LANG")}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second

@@ -112,3 +112,19 @@ func TestPolicyFollowsApprovalsFile(t *testing.T) {
 		t.Errorf("file removed: %+v", p)
 	}
 }
+
+// TestLoginShellProbeUsesGivenHome: the login-shell PATH probe runs the
+// shell with the HOME of the environment it is given, so the profile it
+// reads is that home's, not the embedding process's.
+func TestLoginShellProbeUsesGivenHome(t *testing.T) {
+	home := t.TempDir()
+	profile := "PATH=/execmesh-probe-marker:$PATH\nexport PATH\n"
+	if err := os.WriteFile(home+"/.profile", []byte(profile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"SHELL": "/bin/sh", "HOME": home, "PATH": "/usr/bin:/bin"}
+	got := ProbeLoginShellPath(func(k string) string { return env[k] })
+	if !slices.Contains(strings.Split(got, ":"), "/execmesh-probe-marker") {
+		t.Fatalf("login PATH %q: the profile in the given HOME %s was not read", got, home)
+	}
+}

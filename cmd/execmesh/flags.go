@@ -77,12 +77,9 @@ func (f *configFlags) resolveStateDir(c *cli) string {
 	if d := c.getenv(envStateDir); d != "" {
 		return d
 	}
-	// $HOME from the invocation's environment, as os.UserHomeDir reads
-	// it, so that tests never see the real home directory.
-	if home := c.getenv("HOME"); home != "" {
-		return filepath.Join(home, ".execmesh")
-	}
-	return ".execmesh"
+	// $HOME from the invocation's environment, so that tests never see
+	// the real home directory.
+	return config.DefaultStateDir(c.getenv)
 }
 
 // filePath returns the configuration file to read: --config, else

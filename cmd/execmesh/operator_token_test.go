@@ -24,21 +24,7 @@ func TestOperatorTokenSent(t *testing.T) {
 		c.Tools.Exec.Security, c.Tools.Exec.Ask = "", "" // approvals
 	})
 	env["EXECMESH_GATEWAY_TOKEN"] = "tool-tok"
-	pending := func() string {
-		t.Helper()
-		r := runCLI(t, env, "", "call", `{"tool":"exec","args":{"command":"echo needs-approval"}}`)
-		var ans struct {
-			Result struct {
-				Details struct {
-					ApprovalID string `json:"approvalId"`
-				} `json:"details"`
-			} `json:"result"`
-		}
-		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &ans) != nil || ans.Result.Details.ApprovalID == "" {
-			t.Fatalf("call with the tool token: %d %s %s", r.code, r.stdout, r.stderr)
-		}
-		return ans.Result.Details.ApprovalID
-	}
+	pending := func() string { return pendingApproval(t, env) }
 	id := pending()
 	// Without the operator token: the tool token, refused.
 	r := runCLI(t, env, "", "approvals", "resolve", id, "deny")
@@ -81,4 +67,22 @@ func TestOperatorTokenSent(t *testing.T) {
 			t.Errorf("%s %s: operator %v, want %v", c.method, c.path, got, c.want)
 		}
 	}
+}
+
+// pendingApproval makes an exec call that waits for approval, with the
+// environment's tool token, and returns its approval id.
+func pendingApproval(t *testing.T, env map[string]string) string {
+	t.Helper()
+	r := runCLI(t, env, "", "call", `{"tool":"exec","args":{"command":"echo needs-approval"}}`)
+	var ans struct {
+		Result struct {
+			Details struct {
+				ApprovalID string `json:"approvalId"`
+			} `json:"details"`
+		} `json:"result"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &ans) != nil || ans.Result.Details.ApprovalID == "" {
+		t.Fatalf("call with the tool token: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	return ans.Result.Details.ApprovalID
 }

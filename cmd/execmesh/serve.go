@@ -97,12 +97,15 @@ func (c *cli) newServeCmd(mode, short, long, example string) *cobra.Command {
 // is --config, else <state-dir>/config.json when it exists at the time of
 // the call: a reload finds a file created after the start.
 func (c *cli) loadServerConfig(f *serverFlags) (config.Config, string, error) {
+	// The default is the invocation's home directory's, as config.Load
+	// computes it from the same environment.
+	defaultStateDir := config.DefaultStateDir(c.getenv)
 	stateDir := f.stateDir
 	if stateDir == "" {
 		stateDir = c.getenv(envStateDir)
 	}
 	if stateDir == "" {
-		stateDir = config.Default().StateDir
+		stateDir = defaultStateDir
 	}
 	path := f.config
 	if path == "" {
@@ -114,9 +117,9 @@ func (c *cli) loadServerConfig(f *serverFlags) (config.Config, string, error) {
 	if err != nil {
 		return cfg, path, err
 	}
-	if f.stateDir != "" || cfg.StateDir == config.Default().StateDir {
+	if f.stateDir != "" || cfg.StateDir == defaultStateDir {
 		cfg.StateDir = stateDir
-		if cfg.Sandbox.Workspace == filepath.Join(config.Default().StateDir, "workspace") {
+		if cfg.Sandbox.Workspace == filepath.Join(defaultStateDir, "workspace") {
 			cfg.Sandbox.Workspace = filepath.Join(stateDir, "workspace")
 		}
 	}
