@@ -97,8 +97,7 @@ func (c *cli) newServeCmd(mode, short, long, example string) *cobra.Command {
 // is --config, else <state-dir>/config.json when it exists at the time of
 // the call: a reload finds a file created after the start.
 func (c *cli) loadServerConfig(f *serverFlags) (config.Config, string, error) {
-	// The default is the invocation's home directory's, as config.Load
-	// computes it from the same environment.
+	// The same default config.Load derives from this environment.
 	defaultStateDir := config.DefaultStateDir(c.getenv)
 	stateDir := f.stateDir
 	if stateDir == "" {
