@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/execmesh/execmesh/access"
 
@@ -214,6 +215,16 @@ const (
 	// (events.maxQueued), at most MaxMaxQueuedEvents.
 	DefaultMaxQueuedEvents = 1000
 	MaxMaxQueuedEvents     = 1000000
+)
+
+// Timeouts of the HTTP servers (the API and /metrics). A client has
+// HTTPReadHeaderTimeout to send a request's headers once it began, and a
+// kept-alive connection is closed after HTTPIdleTimeout without one:
+// without that bound every idle connection a client opens holds a
+// descriptor and a goroutine of the daemon until the client closes it.
+const (
+	HTTPReadHeaderTimeout = 10 * time.Second
+	HTTPIdleTimeout       = 2 * time.Minute
 )
 
 // Default returns a fresh configuration with every default set.

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/execmesh/execmesh/internal/httpsrv"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -323,11 +324,7 @@ func (m *Metrics) Serve(ctx context.Context, ln net.Listener) error {
 func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
+	srv := httpsrv.New(ctx, mux, nil)
 	stopped := make(chan error, 1)
 	stop := context.AfterFunc(ctx, func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/execmesh/execmesh/config"
+	"github.com/execmesh/execmesh/internal/httpsrv"
 
 	"github.com/execmesh/execmesh/access"
 
@@ -324,13 +325,8 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 			return fmt.Errorf("local node agent: %w", err)
 		}
 	}
-	d.http = &http.Server{
-		Addr:              ln.Addr().String(),
-		Handler:           d.handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
-	}
+	d.http = httpsrv.New(ctx, d.handler(), slog.NewLogLogger(d.log.Handler(), slog.LevelWarn))
+	d.http.Addr = ln.Addr().String()
 	go func() {
 		if err := d.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("http server stopped", "err", err)
