@@ -25,6 +25,7 @@ import (
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/gateway"
+	"github.com/execmesh/execmesh/internal/httpsrv"
 	"github.com/execmesh/execmesh/internal/procfs"
 )
 
@@ -126,11 +127,7 @@ func startCluster(ctx context.Context, log *slog.Logger, bin string) (c *cluster
 		return c, err
 	}
 	c.url = "http://" + ln.Addr().String()
-	c.http = &http.Server{
-		Handler:           c.gw.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	c.http = httpsrv.New(nil, c.gw.Handler(), slog.NewLogLogger(log.Handler(), slog.LevelWarn)) // as the daemon serves it
 	go func() {
 		if err := c.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)

@@ -21,16 +21,21 @@ type httpExec struct {
 	done chan struct{}
 }
 
-// startHTTPExec builds bench/httpexec and runs it as a separate process
-// with the commands' environment and working directory.
-func startHTTPExec(ctx context.Context, c *cluster, o *options) (*httpExec, error) {
+// buildHTTPExec builds bench/httpexec into the cluster's directory.
+func buildHTTPExec(ctx context.Context, c *cluster, o *options) (string, error) {
 	bin := filepath.Join(c.dir, "httpexec")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./bench/httpexec")
 	build.Dir = o.root
 	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./bench/httpexec: %w\n%s", err, out)
+		return "", fmt.Errorf("go build ./bench/httpexec: %w\n%s", err, out)
 	}
-	cmd := exec.Command(bin)
+	return bin, nil
+}
+
+// startHTTPExec runs the bench/httpexec binary bin (with args) as a
+// separate process with the commands' environment and working directory.
+func startHTTPExec(c *cluster, bin string, args ...string) (*httpExec, error) {
+	cmd := exec.Command(bin, args...)
 	cmd.Env, cmd.Dir = c.env, c.workdir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	stdout, err := cmd.StdoutPipe()
@@ -79,10 +84,26 @@ func (h *httpExec) stop() {
 // probe is one call of command through the server, timed like toolExec:
 // the round trip including the body, decoded and checked outside.
 func (h *httpExec) probe(cl *client, command, want string) func(ctx context.Context) (time.Duration, error) {
+	return timedExecCall(command, want, func(ctx context.Context, body []byte) (int, []byte, error) {
+		return cl.postRaw(ctx, h.url, body)
+	})
+}
+
+// leanProbe is probe through a hand-written HTTP/1.1 client (see
+// leanConn).
+func (h *httpExec) leanProbe(lc *leanConn, command, want string) func(ctx context.Context) (time.Duration, error) {
+	return timedExecCall(command, want, func(ctx context.Context, body []byte) (int, []byte, error) {
+		return lc.post(ctx, "/", body)
+	})
+}
+
+// timedExecCall times one post of {"command": command} and checks the
+// answer, outside the timed region, for output want and exit code 0.
+func timedExecCall(command, want string, post func(ctx context.Context, body []byte) (int, []byte, error)) func(ctx context.Context) (time.Duration, error) {
 	body := mustJSON(map[string]string{"command": command})
 	return func(ctx context.Context) (time.Duration, error) {
 		t0 := time.Now()
-		code, raw, err := cl.postRaw(ctx, h.url, body)
+		code, raw, err := post(ctx, body)
 		d := time.Since(t0)
 		if err != nil {
 			return d, err
