@@ -145,10 +145,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var errs *multierror.Error
+	var quietWaits []float64 // s, one per section
 	step := func(name string, f func() error) {
 		if !o.want(name) || ctx.Err() != nil {
 			return
 		}
+		waited, busy, err := quiesce(ctx, readCPUTimes, quietWindow, quietMax)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			o.progress("section %s: CPU times unreadable (%v); not waiting for a quiet machine", name, err)
+		case busy > quietBusy:
+			o.progress("section %s: the CPUs are still %.0f %% busy after %v; measuring anyway", name, busy*100, waited.Round(time.Millisecond))
+		}
+		quietWaits = append(quietWaits, waited.Seconds())
 		o.progress("section %s", name)
 		t0 := time.Now()
 		if err := f(); err != nil {
@@ -209,6 +218,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if l, err := loadAverage(); err == nil {
 		res.addAt(2, figure{Section: "machine", Figure: "1-minute load average at the end", Value: l, Unit: "",
 			Note: "report only: what the run itself and anything else on the machine added"})
+	}
+	if len(quietWaits) > 0 {
+		res.addAt(3, figure{Section: "machine", Figure: "longest wait for quiet CPUs before a section", Value: slices.Max(quietWaits), Unit: "s",
+			Note: fmt.Sprintf("before each section the bench waits until the CPUs are at most %.0f %% busy over %v (at most %v), so that what a section leaves running does not land on the next one's first figures", quietBusy*100, quietWindow, quietMax)})
 	}
 	fmt.Fprintf(stdout, "\nexecmesh benchmarks — %s, %d runs per figure (medians), total %v, load average %.2f at the start%s\n\n",
 		time.Now().Format(time.DateTime), o.runs, time.Since(res.started).Round(time.Second), load1,
