@@ -11,16 +11,23 @@ import (
 	"testing"
 )
 
-// TestRawServerAnswersAsNetHTTP: the hand-written loop gives a standard
-// client (net/http's) the answers the net/http handler gives, on one
-// kept-alive connection.
-func TestRawServerAnswersAsNetHTTP(t *testing.T) {
+// startRaw serves the hand-written loop on a loopback port until the test
+// ends.
+func startRaw(t *testing.T) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = serveRaw(ln) }()
 	t.Cleanup(func() { _ = ln.Close() })
+	return ln
+}
+
+// TestRawServerAnswersAsNetHTTP: the hand-written loop gives a standard
+// client (net/http's) the answers the net/http handler gives.
+func TestRawServerAnswersAsNetHTTP(t *testing.T) {
+	ln := startRaw(t)
 	std := httptest.NewServer(http.HandlerFunc(run))
 	t.Cleanup(std.Close)
 
@@ -63,12 +70,7 @@ func TestRawServerAnswersAsNetHTTP(t *testing.T) {
 // on one connection; a chunked body, which the loop does not read, gets
 // a 400 and the connection closes instead of being misread.
 func TestRawServerKeepsAliveAndRefusesChunked(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = serveRaw(ln) }()
-	t.Cleanup(func() { _ = ln.Close() })
+	ln := startRaw(t)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
