@@ -53,6 +53,10 @@ func (r *leanConn) post(ctx context.Context, path string, body []byte) (int, []b
 	return readLeanResponse(r.br)
 }
 
+// maxLeanBody bounds the body leanConn reads (an exec answer is a few
+// hundred bytes).
+const maxLeanBody = 64 << 20
+
 // readLeanResponse reads one HTTP/1.1 response with a Content-Length body.
 func readLeanResponse(br *bufio.Reader) (int, []byte, error) {
 	status, err := br.ReadString('\n')
@@ -75,7 +79,7 @@ func readLeanResponse(br *bufio.Reader) (int, []byte, error) {
 			break
 		}
 		if k, v, ok := strings.Cut(h, ":"); ok && strings.EqualFold(k, "Content-Length") {
-			if n, err = strconv.Atoi(strings.TrimSpace(v)); err != nil || n < 0 {
+			if n, err = strconv.Atoi(strings.TrimSpace(v)); err != nil || n < 0 || n > maxLeanBody {
 				return 0, nil, fmt.Errorf("lean HTTP client: bad Content-Length %q", v)
 			}
 		}

@@ -81,6 +81,7 @@ func TestReadLeanResponse(t *testing.T) {
 		{"bare newlines", "HTTP/1.0 404 Not Found\nContent-Length: 0\n\n", 404, "", false},
 		{"no length", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n", 0, "", true},
 		{"bad length", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", 0, "", true},
+		{"huge length", "HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n", 0, "", true},
 		{"not HTTP", "SSH-2.0-OpenSSH\r\n\r\n", 0, "", true},
 		{"short body", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhi", 0, "", true},
 		{"cut headers", "HTTP/1.1 200 OK\r\nContent-Le", 0, "", true},
