@@ -62,11 +62,10 @@ func readCPUTimes() (cpuTimes, error) {
 // busyShare is the share of all CPUs busy from a to b (0 when no time
 // passed in the kernel's clock).
 func busyShare(a, b cpuTimes) float64 {
-	total := b.total - a.total
-	if b.total <= a.total || total == 0 {
+	if b.total <= a.total {
 		return 0
 	}
-	idle := b.idle - min(b.idle, a.idle)
+	total, idle := b.total-a.total, b.idle-min(b.idle, a.idle)
 	return 1 - float64(min(idle, total))/float64(total)
 }
 
