@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -36,6 +37,28 @@ import (
 
 // ErrNoV2 means no cgroup v2 hierarchy is mounted.
 var ErrNoV2 = errors.New("no cgroup v2 hierarchy is mounted")
+
+// removedError is what a read or write of a group's file opened before
+// the group was removed fails with: kernfs answers ENODEV where an open
+// made after the rmdir would have answered ENOENT. It is fs.ErrNotExist
+// (and unix.ENODEV), so that one test covers "the group is gone" however
+// the removal fell between the open and the read.
+type removedError struct{}
+
+func (removedError) Error() string { return "group removed (no such device)" }
+
+func (removedError) Is(target error) bool {
+	return target == fs.ErrNotExist || target == unix.ENODEV
+}
+
+// fileError is the *os.PathError of op on path, with ENODEV made a
+// removedError.
+func fileError(op, path string, err error) error {
+	if errors.Is(err, unix.ENODEV) {
+		err = removedError{}
+	}
+	return &os.PathError{Op: op, Path: path, Err: err}
+}
 
 // Dir is a cgroup v2 directory: its path in the file system and its path
 // relative to the hierarchy's root as /proc/<pid>/cgroup shows it.
@@ -235,7 +258,7 @@ func readSmall(path string) ([]byte, error) {
 			continue
 		}
 		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+			return nil, fileError("read", path, err)
 		}
 		if n == 0 {
 			return out, nil
@@ -258,7 +281,10 @@ func (d Dir) Write(file, value string) error {
 	_, werr := f.WriteString(value)
 	cerr := f.Close()
 	if werr != nil {
-		return fmt.Errorf("write %q to %s: %w", value, f.Name(), werr)
+		if pe := (*os.PathError)(nil); errors.As(werr, &pe) {
+			werr = pe.Err
+		}
+		return fmt.Errorf("write %q: %w", value, fileError("write", f.Name(), werr))
 	}
 	return cerr
 }

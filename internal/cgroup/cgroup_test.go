@@ -2,6 +2,7 @@ package cgroup
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strings"
@@ -325,5 +326,60 @@ func TestProcsLongerThanARead(t *testing.T) {
 	b, _ := os.ReadFile(d.Path + "/cgroup.procs")
 	if n := strings.Count(string(b), "\n"); n != len(pids) || len(b) <= 1024 {
 		t.Fatalf("os.ReadFile lists %d pids in %d bytes, Procs %d", n, len(b), len(pids))
+	}
+}
+
+// TestRemovedGroupIsNotExist: a file of a group opened before the group
+// is removed fails with ENODEV, not ENOENT, when it is read or written
+// after; the package reports both as fs.ErrNotExist, so that a kill or a
+// signal pass racing the group's removal sees "gone", not a failure.
+func TestRemovedGroupIsNotExist(t *testing.T) {
+	d := testGroup(t)
+	files, err := OpenFiles(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer files.Close()
+	procs, err := unix.Open(d.Path+"/cgroup.procs", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(procs)
+	kill, err := unix.Open(d.Path+"/cgroup.kill", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(kill)
+	if err := d.Remove(); err != nil {
+		t.Fatal(err)
+	}
+
+	// What the kernel says, which the rest relies on.
+	var buf [64]byte
+	_, rerr := unix.Read(procs, buf[:])
+	_, werr := unix.Write(kill, []byte("1"))
+	if rerr != unix.ENODEV || werr != unix.ENODEV {
+		t.Fatalf("read and write after the rmdir: %v, %v; want ENODEV", rerr, werr)
+	}
+	for _, err := range []error{
+		fileError("read", d.Path+"/cgroup.procs", rerr),
+		fileError("write", d.Path+"/cgroup.kill", werr),
+		func() error { _, _, err := files.CPUStat(); return err }(),
+		func() error { _, err := files.Events(buf[:]); return err }(),
+	} {
+		if !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, unix.ENODEV) || !strings.Contains(err.Error(), d.Path) {
+			t.Errorf("%v: not fs.ErrNotExist and ENODEV with the path", err)
+		}
+	}
+	// An open after the removal is ENOENT, as before.
+	if _, err := d.Procs(); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Procs of a removed group: %v", err)
+	}
+	if err := d.Kill(); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Kill of a removed group: %v", err)
+	}
+	// Other errors are left as they are.
+	if err := fileError("read", "x", unix.EIO); errors.Is(err, fs.ErrNotExist) || !errors.Is(err, unix.EIO) {
+		t.Errorf("EIO: %v", err)
 	}
 }

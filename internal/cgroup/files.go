@@ -76,7 +76,7 @@ func (f *Files) read(i int, buf []byte) ([]byte, error) {
 		case err == unix.EINTR:
 			continue
 		case err != nil:
-			return nil, &os.PathError{Op: "read", Path: f.Dir.Path + "/" + fileNames[i], Err: err}
+			return nil, fileError("read", f.Dir.Path+"/"+fileNames[i], err)
 		case n == len(buf):
 			return nil, fmt.Errorf("%s/%s: longer than %d bytes", f.Dir.Path, fileNames[i], len(buf))
 		}
