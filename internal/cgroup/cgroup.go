@@ -52,12 +52,22 @@ func (removedError) Is(target error) bool {
 }
 
 // fileError is the *os.PathError of op on path, with ENODEV made a
-// removedError.
+// removedError. An open can fail so too: kernfs refuses it once the
+// group is removed, even when the path was still found.
 func fileError(op, path string, err error) error {
 	if errors.Is(err, unix.ENODEV) {
 		err = removedError{}
 	}
 	return &os.PathError{Op: op, Path: path, Err: err}
+}
+
+// osFileError is fileError for an error of the os package.
+func osFileError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fileError(pe.Op, pe.Path, pe.Err)
+	}
+	return err
 }
 
 // Dir is a cgroup v2 directory: its path in the file system and its path
@@ -247,7 +257,7 @@ func readSmall(path string) ([]byte, error) {
 		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		return nil, fileError("open", path, err)
 	}
 	defer unix.Close(fd)
 	var buf [1024]byte
@@ -276,15 +286,12 @@ func readSmall(path string) ([]byte, error) {
 func (d Dir) Write(file, value string) error {
 	f, err := os.OpenFile(filepath.Join(d.Path, file), os.O_WRONLY, 0)
 	if err != nil {
-		return err
+		return osFileError(err)
 	}
 	_, werr := f.WriteString(value)
 	cerr := f.Close()
 	if werr != nil {
-		if pe := (*os.PathError)(nil); errors.As(werr, &pe) {
-			werr = pe.Err
-		}
-		return fmt.Errorf("write %q: %w", value, fileError("write", f.Name(), werr))
+		return fmt.Errorf("write %q: %w", value, osFileError(werr))
 	}
 	return cerr
 }

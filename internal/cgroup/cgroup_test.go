@@ -364,6 +364,8 @@ func TestRemovedGroupIsNotExist(t *testing.T) {
 	for _, err := range []error{
 		fileError("read", d.Path+"/cgroup.procs", rerr),
 		fileError("write", d.Path+"/cgroup.kill", werr),
+		fileError("open", d.Path+"/cgroup.procs", unix.ENODEV),
+		osFileError(&os.PathError{Op: "write", Path: d.Path + "/cgroup.kill", Err: werr}),
 		func() error { _, _, err := files.CPUStat(); return err }(),
 		func() error { _, err := files.Events(buf[:]); return err }(),
 	} {

@@ -45,7 +45,7 @@ func OpenFiles(d Dir) (*Files, error) {
 		fd, err := unix.Open(path, flags, 0)
 		if err != nil {
 			f.Close()
-			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+			return nil, fileError("open", path, err)
 		}
 		f.fds[i] = fd + 1
 	}
