@@ -100,6 +100,9 @@ func browser(t *testing.T, chrome string, extra ...chromedp.ExecAllocatorOption)
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.NoFirstRun,
 		chromedp.UserDataDir(t.TempDir()),
+		// Chromium puts its singleton socket in a directory of its own
+		// under TMPDIR and leaves it there at exit.
+		chromedp.Env("TMPDIR=" + t.TempDir()),
 		chromedp.WindowSize(1280, 1400),
 	}, extra...)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
