@@ -70,9 +70,9 @@ func busyShare(a, b cpuTimes) float64 {
 }
 
 // quiesce waits until one window of the CPUs' time, read with read, is
-// at most quietBusy busy, or max has passed. It returns how long it
+// at most quietBusy busy, or limit has passed. It returns how long it
 // waited and the busy share of the last window.
-func quiesce(ctx context.Context, read func() (cpuTimes, error), window, max time.Duration) (time.Duration, float64, error) {
+func quiesce(ctx context.Context, read func() (cpuTimes, error), window, limit time.Duration) (time.Duration, float64, error) {
 	t0 := time.Now()
 	prev, err := read()
 	if err != nil {
@@ -89,7 +89,7 @@ func quiesce(ctx context.Context, read func() (cpuTimes, error), window, max tim
 			return time.Since(t0), 0, err
 		}
 		busy := busyShare(prev, cur)
-		if busy <= quietBusy || time.Since(t0) >= max {
+		if busy <= quietBusy || time.Since(t0) >= limit {
 			return time.Since(t0), busy, nil
 		}
 		prev = cur

@@ -62,12 +62,12 @@ var clMknodeBinary = sync.OnceValues(func() (string, error) {
 	return bin, clGoBuild(bin, "./deploy/tools/mknode")
 })
 
-// clBinDir is <user cache dir>/execmesh-cluster-test (a temporary
-// directory when there is no cache directory).
+// clBinDir is <user cache dir>/execmesh-cluster-test (testTemp, which
+// TestMain removes, when there is no cache directory).
 var clBinDir = sync.OnceValues(func() (string, error) {
 	base, err := os.UserCacheDir()
 	if err != nil {
-		return os.MkdirTemp("", "execmesh-cluster-bin-")
+		return testTemp.get()
 	}
 	dir := filepath.Join(base, "execmesh-cluster-test")
 	return dir, os.MkdirAll(dir, 0o755)

@@ -21,77 +21,76 @@ import (
 	"github.com/execmesh/execmesh/internal/testutil"
 )
 
-// execmeshBuild is cmd/execmesh, built once per test binary into a
-// temporary directory of its own that TestMain removes: a binary of
-// 42 MB left in the system's temporary directory by every run adds up.
-var execmeshBuild binBuild
+// testTemp is where the package's tests build what has no cache
+// directory to live in; TestMain removes it: a binary of 42 MB left in
+// the system's temporary directory by every run adds up.
+var testTemp tempRoot
 
-// execmeshBinary builds cmd/execmesh once per test binary and returns
-// its path.
-func execmeshBinary() (string, error) { return execmeshBuild.get() }
-
-// TestMain removes what the package's tests built, after they ran.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := execmeshBuild.remove(); err != nil {
-		fmt.Fprintln(os.Stderr, "integration:", err)
-	}
-	os.Exit(code)
-}
-
-// binBuild is a binary built on first use into a temporary directory.
-// The zero value is ready to use.
-type binBuild struct {
-	mu       sync.Mutex
-	done     bool
-	dir, bin string
-	err      error
-}
-
-// get builds the binary on its first call and returns its path; a build
-// that failed is not retried.
-func (b *binBuild) get() (string, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.done {
-		b.done = true
-		b.dir, b.bin, b.err = buildExecmesh()
-	}
-	return b.bin, b.err
-}
-
-// remove deletes the binary's directory, if it was built; a later get
-// fails instead of building again.
-func (b *binBuild) remove() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	dir := b.dir
-	b.done, b.dir, b.bin, b.err = true, "", "", errors.New("the test binary's builds were removed")
-	if dir == "" {
-		return nil
-	}
-	return os.RemoveAll(dir)
-}
-
-// buildExecmesh builds cmd/execmesh into a new temporary directory.
-func buildExecmesh() (dir, bin string, err error) {
-	dir, err = os.MkdirTemp("", "execmesh-bin-")
+// execmeshBinary builds cmd/execmesh once per test binary, into testTemp.
+var execmeshBinary = sync.OnceValues(func() (string, error) {
+	dir, err := testTemp.get()
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	root, err := moduleRoot()
 	if err != nil {
-		return dir, "", err
+		return "", err
 	}
-	bin = filepath.Join(dir, "execmesh")
+	bin := filepath.Join(dir, "execmesh")
 	// -buildvcs=auto: the binary reports its commit (`execmesh version`)
 	// where the tree is a git checkout, whatever GOFLAGS says.
 	cmd := exec.Command("go", "build", "-buildvcs=auto", "-o", bin, "./cmd/execmesh")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return dir, "", fmt.Errorf("go build: %v\n%s", err, out)
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
-	return dir, bin, nil
+	return bin, nil
+})
+
+// TestMain removes testTemp after the package's tests ran.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := testTemp.remove(); err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+	}
+	os.Exit(code)
+}
+
+// tempRoot is one temporary directory, made on first use. The zero value
+// is ready to use.
+type tempRoot struct {
+	mu      sync.Mutex
+	dir     string
+	removed bool
+}
+
+// get returns the directory, making it on the first call.
+func (r *tempRoot) get() (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.removed {
+		return "", errors.New("the test binary's temporary directory was removed")
+	}
+	if r.dir == "" {
+		dir, err := os.MkdirTemp("", "execmesh-test-")
+		if err != nil {
+			return "", err
+		}
+		r.dir = dir
+	}
+	return r.dir, nil
+}
+
+// remove deletes the directory, if it was made; a later get fails.
+func (r *tempRoot) remove() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	dir := r.dir
+	r.dir, r.removed = "", true
+	if dir == "" {
+		return nil
+	}
+	return os.RemoveAll(dir)
 }
 
 func moduleRoot() (string, error) {
