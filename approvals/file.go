@@ -123,9 +123,29 @@ func Load(path string) (*File, string, error) {
 	return f, hash, nil
 }
 
+// readAttempts bounds how often readFile starts again when path was
+// replaced between its Lstat and its open. Every Save renames a new file
+// into place, so a reader racing a writer sees a different file now and
+// then; only a path that keeps changing under the reader is refused.
+const readAttempts = 5
+
+// errReplaced is readFileOnce's report of a path replaced while it was
+// being opened.
+var errReplaced = fmt.Errorf("%w: changed while it was opened", ErrUnsafePath)
+
 // readFile reads path refusing symbolic links and hard-linked files, with
 // checks both before and after opening so that a swap in between is seen.
 func readFile(path string) ([]byte, error) {
+	for range readAttempts - 1 {
+		data, err := readFileOnce(path)
+		if !errors.Is(err, errReplaced) {
+			return data, err
+		}
+	}
+	return readFileOnce(path)
+}
+
+func readFileOnce(path string) ([]byte, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return nil, err
@@ -143,7 +163,7 @@ func readFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	if !os.SameFile(fi, fi2) {
-		return nil, fmt.Errorf("%w: %s changed while it was opened", ErrUnsafePath, path)
+		return nil, fmt.Errorf("%s: %w", path, errReplaced)
 	}
 	if err := safeFileInfo(path, fi2); err != nil {
 		return nil, err

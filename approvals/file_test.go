@@ -359,6 +359,43 @@ func TestConcurrentSaveOneWins(t *testing.T) {
 	}
 }
 
+// Every Save renames a new file into place; a Load racing it must read
+// either the old file or the new one, never report the path as unsafe.
+func TestLoadDuringSaves(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	hash, err := Save(path, NewFile(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, _, err := Load(path); err != nil {
+					t.Errorf("load during saves: %v", err)
+					return
+				}
+			}
+		})
+	}
+	f := NewFile()
+	for i := range 500 {
+		f.AddAllowAlways("main", fmt.Sprintf("/usr/bin/tool%d", i%4))
+		if hash, err = Save(path, f, hash); err != nil {
+			t.Errorf("save %d: %v", i, err)
+			break
+		}
+	}
+	close(done)
+	wg.Wait()
+}
+
 func TestConcurrentUpdateKeepsAll(t *testing.T) {
 	path := filepath.Join(t.TempDir(), FileName)
 	const n = 4
