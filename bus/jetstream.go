@@ -240,6 +240,9 @@ func IsWrongLastSequence(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
+// KeyValueStream names the stream that holds a key-value bucket.
+func KeyValueStream(bucket string) string { return "KV_" + bucket }
+
 // LeaderReadKeyValue creates (or updates) the bucket of cfg and returns a
 // handle whose reads go to the stream leader. A KV bucket allows direct
 // gets, which any replica answers, possibly one that has not applied the
@@ -252,7 +255,7 @@ func LeaderReadKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstre
 	if _, err := EnsureKeyValue(ctx, js, cfg); err != nil {
 		return nil, err
 	}
-	st, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	st, err := js.Stream(ctx, KeyValueStream(cfg.Bucket))
 	if err != nil {
 		return nil, err
 	}

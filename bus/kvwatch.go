@@ -126,7 +126,7 @@ func watchInProcess(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, f
 				send(nil)
 			}
 		}
-	}, nats.BindStream("KV_"+bucket), nats.OrderedConsumer(), nats.IdleHeartbeat(inProcessWatchHeartbeat),
+	}, nats.BindStream(KeyValueStream(bucket)), nats.OrderedConsumer(), nats.IdleHeartbeat(inProcessWatchHeartbeat),
 		nats.DeliverLastPerSubject(), nats.Context(ctx))
 	if err != nil {
 		mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/session"
 )
 
@@ -25,12 +26,18 @@ var errTaken = errors.New("session index: reserved id taken")
 
 // whileLeaderless runs write, again while its stream has no leader,
 // for leaderlessWait at most. Nothing was stored by a write that got no
-// responders, so it is safe to repeat.
-func whileLeaderless(ctx context.Context, write func() error) error {
+// responders, so it is safe to repeat. gone, when set, is asked after
+// each such answer whether the stream no longer exists at all (deleted,
+// a wiped store): then no leader will come, and the write's error is
+// returned at once so that the bucket is created anew without the wait.
+func whileLeaderless(ctx context.Context, gone func(context.Context) bool, write func() error) error {
 	deadline := time.Now().Add(leaderlessWait)
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
 		err := write()
 		if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		if gone != nil && gone(ctx) {
 			return err
 		}
 		t := time.NewTimer(pause)
@@ -40,6 +47,19 @@ func whileLeaderless(ctx context.Context, write func() error) error {
 			return err
 		case <-t.C:
 		}
+	}
+}
+
+// streamGone returns whileLeaderless's check for kv's stream: true only
+// when JetStream answers that the stream does not exist. A leaderless
+// clustered stream is still known to the meta leader, and an unreachable
+// JetStream gives another error: both are waited for.
+func (ix *Index) streamGone(kv jetstream.KeyValue) func(context.Context) bool {
+	return func(ctx context.Context) bool {
+		actx, cancel := context.WithTimeout(ctx, Timeout)
+		defer cancel()
+		_, err := ix.js.Stream(actx, bus.KeyValueStream(kv.Bucket()))
+		return errors.Is(err, jetstream.ErrStreamNotFound)
 	}
 }
 
@@ -221,7 +241,7 @@ func (ix *Index) Commit(ctx context.Context, r Reservation, rec Record) error {
 		return fmt.Errorf("session index: %w", err)
 	}
 	var rev uint64
-	err = whileLeaderless(ctx, func() error {
+	err = whileLeaderless(ctx, ix.streamGone(kv), func() error {
 		actx, cancel := context.WithTimeout(ctx, Timeout)
 		defer cancel()
 		var err error
@@ -339,7 +359,7 @@ func (ix *Index) createRecord(ctx context.Context, rec Record) (string, uint64, 
 			return true
 		}
 		var r uint64
-		err := whileLeaderless(ctx, func() error {
+		err := whileLeaderless(ctx, ix.streamGone(kv), func() error {
 			actx, cancel := context.WithTimeout(ctx, Timeout)
 			defer cancel()
 			var err error

@@ -368,6 +368,15 @@ func TestBucketCreatedAnew(t *testing.T) {
 	// The first operation after the loss fails and forgets the bucket;
 	// a later one creates it anew.
 	rec := Record{SessionKey: "agent:main:main", Host: HostNode, HostID: "n1", State: StateRunning, Command: "after"}
+	// The stream is gone, not leaderless: the first write learns so at
+	// once instead of waiting leaderlessWait for a leader.
+	start := time.Now()
+	if err := ix.Commit(ctx, r, rec); err == nil {
+		t.Fatal("commit into the deleted bucket succeeded")
+	}
+	if d := time.Since(start); d >= leaderlessWait/2 {
+		t.Fatalf("commit into the deleted bucket took %v to fail (leaderlessWait %v)", d, leaderlessWait)
+	}
 	waitFor(t, "a commit into the new bucket", func() bool { return ix.Commit(ctx, r, rec) == nil })
 	got, ok := ix.Lookup(ctx, r.ID)
 	if !ok || got.Command != "after" || got.State != StateRunning {
@@ -402,18 +411,21 @@ func TestWhileLeaderless(t *testing.T) {
 		name    string
 		results []error // what the write returns, call by call; the last repeats
 		want    error
-		calls   int // exact, 0: more than one
+		calls   int  // exact, 0: more than one
+		gone    bool // what the stream check answers
 	}{
-		{"leader elected", []error{jetstream.ErrNoStreamResponse, nats.ErrNoResponders, nil}, nil, 3},
-		{"first try", []error{nil}, nil, 1},
-		{"other error", []error{other}, other, 1},
-		{"leaderless then other", []error{jetstream.ErrNoStreamResponse, other}, other, 2},
-		{"no leader for good", []error{jetstream.ErrNoStreamResponse}, jetstream.ErrNoStreamResponse, 0},
+		{"leader elected", []error{jetstream.ErrNoStreamResponse, nats.ErrNoResponders, nil}, nil, 3, false},
+		{"first try", []error{nil}, nil, 1, false},
+		{"other error", []error{other}, other, 1, false},
+		{"leaderless then other", []error{jetstream.ErrNoStreamResponse, other}, other, 2, false},
+		{"no leader for good", []error{jetstream.ErrNoStreamResponse}, jetstream.ErrNoStreamResponse, 0, false},
+		{"stream gone", []error{jetstream.ErrNoStreamResponse, nil}, jetstream.ErrNoStreamResponse, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls := 0
 			start := time.Now()
-			err := whileLeaderless(t.Context(), func() error {
+			gone := func(context.Context) bool { return tc.gone }
+			err := whileLeaderless(t.Context(), gone, func() error {
 				r := tc.results[min(calls, len(tc.results)-1)]
 				calls++
 				return r
