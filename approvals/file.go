@@ -153,7 +153,7 @@ func readFileOnce(path string) ([]byte, error) {
 	if err := safeFileInfo(path, fi); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|oNoFollow, 0)
+	f, err := openForRead(path)
 	if err != nil {
 		return nil, err
 	}
@@ -176,6 +176,14 @@ func readFileOnce(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: larger than %d bytes", ErrCorrupt, maxFileSize)
 	}
 	return data, nil
+}
+
+// openForRead opens path for reading without following a symbolic link
+// and without waiting: a FIFO put in its place after the Lstat check
+// would otherwise block the open until a writer came. What was opened is
+// checked by the caller.
+func openForRead(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|oNoFollow|oNonBlock, 0)
 }
 
 func safeFileInfo(path string, fi fs.FileInfo) error {

@@ -7,6 +7,9 @@ import "io/fs"
 // oNoFollow is not available here; the Lstat and SameFile checks remain.
 const oNoFollow = 0
 
+// oNonBlock is not available here.
+const oNonBlock = 0
+
 // linkCount cannot be read portably here; hard links are not detected.
 func linkCount(fs.FileInfo) uint64 { return 1 }
 

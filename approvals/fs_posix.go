@@ -15,6 +15,9 @@ import (
 // the Lstat check and the open.
 const oNoFollow = syscall.O_NOFOLLOW
 
+// oNonBlock makes opening a FIFO return at once (see openForRead).
+const oNonBlock = syscall.O_NONBLOCK
+
 // linkCount returns the number of hard links of a file.
 func linkCount(fi fs.FileInfo) uint64 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
