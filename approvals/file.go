@@ -135,14 +135,13 @@ var errReplaced = fmt.Errorf("%w: changed while it was opened", ErrUnsafePath)
 
 // readFile reads path refusing symbolic links and hard-linked files, with
 // checks both before and after opening so that a swap in between is seen.
-func readFile(path string) ([]byte, error) {
-	for range readAttempts - 1 {
-		data, err := readFileOnce(path)
-		if !errors.Is(err, errReplaced) {
-			return data, err
+func readFile(path string) (data []byte, err error) {
+	for range readAttempts {
+		if data, err = readFileOnce(path); !errors.Is(err, errReplaced) {
+			break
 		}
 	}
-	return readFileOnce(path)
+	return data, err
 }
 
 func readFileOnce(path string) ([]byte, error) {

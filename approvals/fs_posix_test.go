@@ -37,17 +37,9 @@ func TestOpenForReadFIFO(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		// Unblock the open so that the goroutine ends.
-		if f, err := openWriteNB(path); err == nil {
-			f()
+		if fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_NONBLOCK, 0); err == nil {
+			syscall.Close(fd)
 		}
 		t.Fatal("opening a FIFO blocked waiting for a writer")
 	}
-}
-
-func openWriteNB(path string) (func(), error) {
-	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	return func() { syscall.Close(fd) }, nil
 }

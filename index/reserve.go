@@ -351,6 +351,7 @@ func (ix *Index) createRecord(ctx context.Context, rec Record) (string, uint64, 
 	b, _ := json.Marshal(rec)
 	var lastErr error
 	var rev uint64
+	gone := ix.streamGone(kv)
 	id := session.NewSessionID(func(candidate string) bool {
 		if lastErr != nil {
 			return false // stop trying; the error is reported below
@@ -359,7 +360,7 @@ func (ix *Index) createRecord(ctx context.Context, rec Record) (string, uint64, 
 			return true
 		}
 		var r uint64
-		err := whileLeaderless(ctx, ix.streamGone(kv), func() error {
+		err := whileLeaderless(ctx, gone, func() error {
 			actx, cancel := context.WithTimeout(ctx, Timeout)
 			defer cancel()
 			var err error
