@@ -31,14 +31,15 @@ const idleCPUTarget = 0.05
 type upProc struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
-	url     string
+	url     string        // GET /healthz
+	base    string        // http://host:port, the API's root
 	startup time.Duration // from exec to the first 200 of /healthz
 	log     tailBuffer
 }
 
-// startUp starts `execmesh up` in dir on free loopback ports and waits
-// until /healthz answers 200.
-func startUp(ctx context.Context, bin, dir string) (*upProc, error) {
+// startUp starts `execmesh up` in dir on free loopback ports, with args
+// appended to its command line, and waits until /healthz answers 200.
+func startUp(ctx context.Context, bin, dir string, args ...string) (*upProc, error) {
 	home, state := filepath.Join(dir, "home"), filepath.Join(dir, "state")
 	for _, d := range []string{home, state} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -53,8 +54,9 @@ func startUp(ctx context.Context, bin, dir string) (*upProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &upProc{done: make(chan struct{}), url: "http://" + httpAddr + "/healthz"}
-	u.cmd = exec.Command(bin, "up", "--state-dir", state, "--listen", httpAddr, "--nats-listen", natsAddr, "--log-level", "warn")
+	u := &upProc{done: make(chan struct{}), base: "http://" + httpAddr}
+	u.url = u.base + "/healthz"
+	u.cmd = exec.Command(bin, append([]string{"up", "--state-dir", state, "--listen", httpAddr, "--nats-listen", natsAddr, "--log-level", "warn"}, args...)...)
 	u.cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "SHELL=" + benchShell, "LANG=C"}
 	u.cmd.Dir = home
 	u.cmd.Stdout, u.cmd.Stderr = &u.log, &u.log
