@@ -145,12 +145,16 @@ func (c *cluster) addNode(ctx context.Context, name string) (*nodeProc, error) {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(c.bin, "node",
-		"--nats-url", c.srv.ClientURL(),
-		"--name", name,
-		"--state-dir", state,
-		"--workdir", c.workdir,
-		"--log-level", "warn")
+	return c.startNode(ctx, name, c.url, []string{"--nats-url", c.srv.ClientURL(), "--state-dir", state}, c.gw.ApproveNode)
+}
+
+// startNode starts `execmesh node` named name with the connection
+// arguments connect, passes its id to approve (nil: it pairs itself, as a
+// joining node does) and waits until the gateway at gatewayURL runs
+// commands on it.
+func (c *cluster) startNode(ctx context.Context, name, gatewayURL string, connect []string, approve func(id string) error) (*nodeProc, error) {
+	args := append([]string{"node", "--name", name, "--workdir", c.workdir, "--log-level", "warn"}, connect...)
+	cmd := exec.Command(c.bin, args...)
 	cmd.Env = c.env
 	cmd.Dir = c.workdir
 	// Its own process group: a Ctrl-C at the terminal reaches only the
@@ -200,12 +204,14 @@ func (c *cluster) addNode(ctx context.Context, name string) (*nodeProc, error) {
 	case <-wctx.Done():
 		return nil, fmt.Errorf("node %s: no id printed: %w: %s", name, wctx.Err(), n.log())
 	}
-	if err := c.gw.ApproveNode(n.id); err != nil {
-		return nil, fmt.Errorf("approve node %s: %w", name, err)
+	if approve != nil {
+		if err := approve(n.id); err != nil {
+			return nil, fmt.Errorf("approve node %s: %w", name, err)
+		}
 	}
 	// The node learns of its pairing asynchronously; probe until a
 	// command runs there.
-	cl := newClient(c.url, 1)
+	cl := newClient(gatewayURL, 1)
 	body := execBody("echo ready", "node", n.id, false)
 	var last string
 	for {

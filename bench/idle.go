@@ -33,6 +33,7 @@ type upProc struct {
 	done    chan struct{}
 	url     string        // GET /healthz
 	base    string        // http://host:port, the API's root
+	state   string        // its --state-dir
 	startup time.Duration // from exec to the first 200 of /healthz
 	log     tailBuffer
 }
@@ -54,7 +55,7 @@ func startUp(ctx context.Context, bin, dir string, args ...string) (*upProc, err
 	if err != nil {
 		return nil, err
 	}
-	u := &upProc{done: make(chan struct{}), base: "http://" + httpAddr}
+	u := &upProc{done: make(chan struct{}), base: "http://" + httpAddr, state: state}
 	u.url = u.base + "/healthz"
 	u.cmd = exec.Command(bin, append([]string{"up", "--state-dir", state, "--listen", httpAddr, "--nats-listen", natsAddr, "--log-level", "warn"}, args...)...)
 	u.cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "SHELL=" + benchShell, "LANG=C"}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -77,11 +79,13 @@ const httpExecTarget = 1.15
 // path but one is called by the bench's net/http client; the floor of an
 // HTTP exec round trip (bench/httpexec -raw) is called by a hand-written
 // one (leanConn), since net/http's hand-offs are part of what it bounds.
-// host=gateway is `execmesh up` in a process of its own, as it is run and
-// as the HTTP exec server it is compared with runs: the gateway in the
-// bench's process, beside its client, answered ~0.1 ms sooner than the
-// same gateway in its own process (its wake-ups overlap the client's), so
-// that figure (host=node's gateway) is reported beside it.
+// The figures with targets are those of the daemon as deployed:
+// `execmesh up` in a process of its own (as the HTTP exec server it is
+// compared with runs), and for host=node a node agent joined to it with
+// `execmesh nodes invite` and `execmesh node --join`. The same gateway
+// inside the bench's process, beside its client, answered host=gateway
+// ~0.1 ms sooner (its wake-ups overlap the client's); its figures, and
+// host=node through it, are reported beside them.
 func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, res *results) error {
 	bin, err := buildHTTPExec(ctx, c, o)
 	if err != nil {
@@ -111,6 +115,15 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 			o.progress("latency: %v", err)
 		}
 	}()
+	unode, err := c.joinNode(ctx, up, "bench-up-1")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := c.removeNode(unode); err != nil {
+			o.progress("latency: %v", err)
+		}
+	}()
 	cl := newClient(c.url, 2)
 	ucl := newClient(up.base, 2)
 	probes := []probe{
@@ -118,8 +131,9 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 		1: {"HTTP exec server", hx.probe(cl, "echo hi", "hi")},
 		2: {"hand-written HTTP exec server", rx.leanProbe(lean, "echo hi", "hi")},
 		3: {"host=gateway", toolExec(ucl, "echo hi", "gateway", "", "hi")},
-		4: {"host=node", toolExec(cl, "echo hi", "node", node.id, "hi")},
+		4: {"host=node", toolExec(ucl, "echo hi", "node", unode.id, "hi")},
 		5: {"host=gateway in the bench's process", toolExec(cl, "echo hi", "gateway", "", "hi")},
+		6: {"host=node through the gateway in the bench's process", toolExec(cl, "echo hi", "node", node.id, "hi")},
 	}
 	if _, err := interleave(ctx, probes, o.warmup, 10); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
@@ -135,8 +149,8 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 			p50[i] = append(p50[i], ms(percentile(ds[i], 50)))
 			p99[i] = append(p99[i], ms(percentile(ds[i], 99)))
 		}
-		o.progress("latency run %d/%d: p50 bare %.2f ms, HTTP exec server %.2f ms (hand-written %.2f ms), gateway %.2f ms (in the bench's process %.2f ms), node %.2f ms", r+1, o.runs,
-			p50[0][r], p50[1][r], p50[2][r], p50[3][r], p50[5][r], p50[4][r])
+		o.progress("latency run %d/%d: p50 bare %.2f ms, HTTP exec server %.2f ms (hand-written %.2f ms), gateway %.2f ms, node %.2f ms (through the gateway in the bench's process %.2f ms, %.2f ms)", r+1, o.runs,
+			p50[0][r], p50[1][r], p50[2][r], p50[3][r], p50[4][r], p50[5][r], p50[6][r])
 	}
 	quantiles := []struct {
 		name string
@@ -161,9 +175,11 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 	against(3, "exec echo hi host=gateway", "host=gateway",
 		fmt.Sprintf("`execmesh up` in its own process, as deployed (NATS, gateway and local node); %d calls × %d runs after %d warm-up calls, the %d paths taking turns in blocks of 10; median over runs", o.latencyCalls, o.runs, o.warmup, len(probes)))
 	against(4, "exec echo hi host=node", "host=node",
-		"through the gateway in the bench's process (below) and NATS to `execmesh node` in its own process")
+		"through `execmesh up` and NATS to `execmesh node --join` in a process of its own")
 	against(5, "exec echo hi host=gateway, gateway in the bench's process", "",
-		"the same gateway run inside the bench, beside its client (host=node's gateway): the difference to host=gateway is what a process of its own costs the daemon")
+		"the same gateway run inside the bench, beside its client: the difference to host=gateway is what a process of its own costs the daemon")
+	against(6, "exec echo hi host=node, gateway in the bench's process", "",
+		"through that gateway and NATS to `execmesh node` in a process of its own")
 	vsServer := figureOf("exec echo hi host=gateway p50, against the HTTP exec server", median(p50[3]), median(p50[1]), "HTTP exec server p50", "")
 	vsServer.Target = ratioAtMost(httpExecTarget)
 	res.add(vsServer)
@@ -184,6 +200,43 @@ func startDeployed(ctx context.Context, c *cluster) (*upProc, error) {
 		return nil, err
 	}
 	return startUp(ctx, c.bin, dir, "--config", cfg)
+}
+
+// joinNode pairs a node agent with the deployed daemon up as an operator
+// does on one machine: `execmesh nodes invite --local` with the daemon's
+// state directory (its operator token), then `execmesh node --join CODE`
+// in a state directory of its own.
+func (c *cluster) joinNode(ctx context.Context, up *upProc, name string) (*nodeProc, error) {
+	inv := exec.CommandContext(ctx, c.bin, "nodes", "invite", "--local", "--name", name, "--gateway", up.base, "--state-dir", up.state)
+	inv.Env = up.cmd.Env
+	out, err := inv.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
+		}
+		return nil, fmt.Errorf("execmesh nodes invite: %w", err)
+	}
+	code, err := joinCode(string(out))
+	if err != nil {
+		return nil, err
+	}
+	state := filepath.Join(c.dir, "node-"+name)
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return nil, err
+	}
+	return c.startNode(ctx, name, up.base, []string{"--join", code, "--state-dir", state}, nil)
+}
+
+// joinCode is the code in what `execmesh nodes invite` prints: one line,
+// `execmesh node --join CODE`.
+func joinCode(out string) (string, error) {
+	line := strings.TrimSpace(out)
+	code, ok := strings.CutPrefix(line, "execmesh node --join ")
+	if !ok || code == "" || strings.ContainsAny(code, " \t\n") {
+		return "", fmt.Errorf("execmesh nodes invite printed %q, want `execmesh node --join CODE`", line)
+	}
+	return code, nil
 }
 
 // figureOf is an exec latency figure in ms against a baseline in ms.
