@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,9 +39,12 @@ const benchShell = "/bin/sh"
 // session's process tree (SIGTERM, grace, SIGKILL) before it exits.
 const nodeStopTimeout = 45 * time.Second
 
-// cluster is what a benchmark run starts: an embedded NATS server, an
-// in-process gateway served over real HTTP on loopback, and node agents
-// run as separate `execmesh node` processes. close undoes all of it.
+// cluster is what a benchmark run starts: the daemon as it is deployed
+// (`execmesh up` in a process of its own) with node agents joined to it
+// as separate `execmesh node` processes, which every section calls; and,
+// for exec latency's reference figures, an embedded NATS server with a
+// gateway inside this process served over real HTTP on loopback. close
+// undoes all of it.
 type cluster struct {
 	log     *slog.Logger
 	dir     string // temporary root; removed by close
@@ -48,11 +52,14 @@ type cluster struct {
 	env     []string
 	bin     string // the execmesh binary, for `execmesh node`
 
+	up  *upProc // the deployed daemon
+	api string  // its root URL: what the sections call
+
 	srv  *bus.Server
 	nc   *nats.Conn
 	gw   *gateway.Gateway
 	http *http.Server
-	url  string
+	url  string // the in-process gateway's root URL
 
 	mu    sync.Mutex
 	nodes []*nodeProc
@@ -68,7 +75,9 @@ type nodeProc struct {
 	stderr strings.Builder // last lines of the agent's log, for errors
 }
 
-// startCluster starts NATS and the gateway. Nodes are added with addNode.
+// startCluster starts the deployed daemon, NATS and the in-process
+// gateway. Nodes are added with addNode (joined to the daemon) and
+// addInProcessNode.
 func startCluster(ctx context.Context, log *slog.Logger, bin string) (c *cluster, err error) {
 	dir, err := os.MkdirTemp("", "execmesh-bench-")
 	if err != nil {
@@ -133,14 +142,71 @@ func startCluster(ctx context.Context, log *slog.Logger, bin string) (c *cluster
 			log.Error("http server stopped", "err", err)
 		}
 	}()
+	if c.up, err = startDeployed(ctx, c); err != nil {
+		return c, err
+	}
+	c.api = c.up.base
 	return c, nil
+}
+
+// startDeployed starts `execmesh up` in a directory of the cluster's, on
+// free loopback ports, configured as the in-process gateway is (commands
+// run without approvals: the benchmark measures the exec path itself).
+func startDeployed(ctx context.Context, c *cluster) (*upProc, error) {
+	dir := filepath.Join(c.dir, "up")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"tools":{"exec":{"security":"full","ask":"off"}}}`), 0o600); err != nil {
+		return nil, err
+	}
+	return startUp(ctx, c.bin, dir, "--config", cfg)
 }
 
 var nodeIDLine = regexp.MustCompile(`execmesh node: id (\S+),`)
 
-// addNode starts `execmesh node` as a separate process, approves it on the
-// gateway and waits until it runs commands.
+// addNode pairs a node agent with the deployed daemon as an operator
+// does on one machine: `execmesh nodes invite --local` with the daemon's
+// state directory (its operator token), then `execmesh node --join CODE`
+// in a state directory of its own. It waits until the node runs commands.
 func (c *cluster) addNode(ctx context.Context, name string) (*nodeProc, error) {
+	inv := exec.CommandContext(ctx, c.bin, "nodes", "invite", "--local", "--name", name, "--gateway", c.up.base, "--state-dir", c.up.state)
+	inv.Env = c.up.cmd.Env
+	out, err := inv.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
+		}
+		return nil, fmt.Errorf("execmesh nodes invite: %w", err)
+	}
+	code, err := joinCode(string(out))
+	if err != nil {
+		return nil, err
+	}
+	state := filepath.Join(c.dir, "node-"+name)
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return nil, err
+	}
+	return c.startNode(ctx, name, c.api, []string{"--join", code, "--state-dir", state}, nil)
+}
+
+// joinCode is the code in what `execmesh nodes invite` prints: one line,
+// `execmesh node --join CODE`.
+func joinCode(out string) (string, error) {
+	line := strings.TrimSpace(out)
+	code, ok := strings.CutPrefix(line, "execmesh node --join ")
+	if !ok || code == "" || strings.ContainsAny(code, " \t\n") {
+		return "", fmt.Errorf("execmesh nodes invite printed %q, want `execmesh node --join CODE`", line)
+	}
+	return code, nil
+}
+
+// addInProcessNode starts `execmesh node` connected to the embedded NATS
+// server, approves it on the in-process gateway and waits until it runs
+// commands.
+func (c *cluster) addInProcessNode(ctx context.Context, name string) (*nodeProc, error) {
 	state := filepath.Join(c.dir, "node-"+name)
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
@@ -297,9 +363,10 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 }
 
 // close stops everything in reverse start order: node agents (which end
-// their sessions), HTTP, the gateway (which ends gateway-host sessions),
-// NATS; then it ends any process re-parented to us and removes the
-// temporary directory. It keeps going after errors and returns them all.
+// their sessions), the deployed daemon, HTTP, the in-process gateway
+// (which ends gateway-host sessions), NATS; then it ends any process
+// re-parented to us and removes the temporary directory. It keeps going
+// after errors and returns them all.
 func (c *cluster) close(ctx context.Context) error {
 	var errs *multierror.Error
 	c.mu.Lock()
@@ -318,6 +385,11 @@ func (c *cluster) close(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	if c.up != nil {
+		if err := c.up.stop(); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
 	if c.http != nil {
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := c.http.Shutdown(hctx); err != nil {
@@ -349,12 +421,16 @@ func (c *cluster) close(ctx context.Context) error {
 	return errs.ErrorOrNil()
 }
 
-// killStrays kills and reaps children of this process that are neither a
-// running node agent nor a gateway-host session: commands of a node agent
-// that was killed, re-parented here (the session core makes this process
-// a child subreaper). It returns how many there were.
+// killStrays kills and reaps children of this process that are neither
+// the deployed daemon, a running node agent nor a gateway-host session:
+// commands of a node agent that was killed, re-parented here (the session
+// core makes this process a child subreaper). It returns how many there
+// were.
 func (c *cluster) killStrays() int {
 	keep := map[int]bool{}
+	if c.up != nil {
+		keep[c.up.cmd.Process.Pid] = true
+	}
 	c.mu.Lock()
 	for _, n := range c.nodes {
 		keep[n.pid()] = true

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -106,34 +102,26 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 		return err
 	}
 	defer lean.close()
-	up, err := startDeployed(ctx, c)
+	// The reference path: a node paired with the gateway in this process.
+	inode, err := c.addInProcessNode(ctx, "bench-in-process")
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if err := up.stop(); err != nil {
-			o.progress("latency: %v", err)
-		}
-	}()
-	unode, err := c.joinNode(ctx, up, "bench-up-1")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := c.removeNode(unode); err != nil {
+		if err := c.removeNode(inode); err != nil {
 			o.progress("latency: %v", err)
 		}
 	}()
 	cl := newClient(c.url, 2)
-	ucl := newClient(up.base, 2)
+	ucl := newClient(c.api, 2)
 	probes := []probe{
 		0: {"bare fork/exec", c.bareExec("echo hi")},
 		1: {"HTTP exec server", hx.probe(cl, "echo hi", "hi")},
 		2: {"hand-written HTTP exec server", rx.leanProbe(lean, "echo hi", "hi")},
 		3: {"host=gateway", toolExec(ucl, "echo hi", "gateway", "", "hi")},
-		4: {"host=node", toolExec(ucl, "echo hi", "node", unode.id, "hi")},
+		4: {"host=node", toolExec(ucl, "echo hi", "node", node.id, "hi")},
 		5: {"host=gateway in the bench's process", toolExec(cl, "echo hi", "gateway", "", "hi")},
-		6: {"host=node through the gateway in the bench's process", toolExec(cl, "echo hi", "node", node.id, "hi")},
+		6: {"host=node through the gateway in the bench's process", toolExec(cl, "echo hi", "node", inode.id, "hi")},
 	}
 	if _, err := interleave(ctx, probes, o.warmup, 10); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
@@ -185,58 +173,6 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 	res.add(vsServer)
 	res.add(figureOf("exec echo hi host=gateway p99, against the HTTP exec server", median(p99[3]), median(p99[1]), "HTTP exec server p99", ""))
 	return nil
-}
-
-// startDeployed starts `execmesh up` in a directory of the cluster's, on
-// free loopback ports, configured as the in-process gateway is (commands
-// run without approvals: the benchmark measures the exec path itself).
-func startDeployed(ctx context.Context, c *cluster) (*upProc, error) {
-	dir := filepath.Join(c.dir, "up")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	cfg := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(cfg, []byte(`{"tools":{"exec":{"security":"full","ask":"off"}}}`), 0o600); err != nil {
-		return nil, err
-	}
-	return startUp(ctx, c.bin, dir, "--config", cfg)
-}
-
-// joinNode pairs a node agent with the deployed daemon up as an operator
-// does on one machine: `execmesh nodes invite --local` with the daemon's
-// state directory (its operator token), then `execmesh node --join CODE`
-// in a state directory of its own.
-func (c *cluster) joinNode(ctx context.Context, up *upProc, name string) (*nodeProc, error) {
-	inv := exec.CommandContext(ctx, c.bin, "nodes", "invite", "--local", "--name", name, "--gateway", up.base, "--state-dir", up.state)
-	inv.Env = up.cmd.Env
-	out, err := inv.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
-		}
-		return nil, fmt.Errorf("execmesh nodes invite: %w", err)
-	}
-	code, err := joinCode(string(out))
-	if err != nil {
-		return nil, err
-	}
-	state := filepath.Join(c.dir, "node-"+name)
-	if err := os.MkdirAll(state, 0o700); err != nil {
-		return nil, err
-	}
-	return c.startNode(ctx, name, up.base, []string{"--join", code, "--state-dir", state}, nil)
-}
-
-// joinCode is the code in what `execmesh nodes invite` prints: one line,
-// `execmesh node --join CODE`.
-func joinCode(out string) (string, error) {
-	line := strings.TrimSpace(out)
-	code, ok := strings.CutPrefix(line, "execmesh node --join ")
-	if !ok || code == "" || strings.ContainsAny(code, " \t\n") {
-		return "", fmt.Errorf("execmesh nodes invite printed %q, want `execmesh node --join CODE`", line)
-	}
-	return code, nil
 }
 
 // figureOf is an exec latency figure in ms against a baseline in ms.
