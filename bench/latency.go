@@ -116,7 +116,7 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 	ucl := newClient(c.api, 2)
 	probes := []probe{
 		0: {"bare fork/exec", c.bareExec("echo hi")},
-		1: {"HTTP exec server", hx.probe(cl, "echo hi", "hi")},
+		1: {"HTTP exec server", hx.probe(ucl, "echo hi", "hi")},
 		2: {"hand-written HTTP exec server", rx.leanProbe(lean, "echo hi", "hi")},
 		3: {"host=gateway", toolExec(ucl, "echo hi", "gateway", "", "hi")},
 		4: {"host=node", toolExec(ucl, "echo hi", "node", node.id, "hi")},
