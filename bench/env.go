@@ -42,7 +42,7 @@ const nodeStopTimeout = 45 * time.Second
 // cluster is what a benchmark run starts: the daemon as it is deployed
 // (`execmesh up` in a process of its own) with node agents joined to it
 // as separate `execmesh node` processes, which every section calls; and,
-// for exec latency's reference figures, an embedded NATS server with a
+// when exec latency runs, its reference: an embedded NATS server with a
 // gateway inside this process served over real HTTP on loopback. close
 // undoes all of it.
 type cluster struct {
@@ -52,9 +52,9 @@ type cluster struct {
 	env     []string
 	bin     string // the execmesh binary, for `execmesh node`
 
-	up  *upProc // the deployed daemon
-	api string  // its root URL: what the sections call
+	up *upProc // the deployed daemon: what the sections call (up.base)
 
+	// The in-process reference (startInProcess); nil until started.
 	srv  *bus.Server
 	nc   *nats.Conn
 	gw   *gateway.Gateway
@@ -75,9 +75,9 @@ type nodeProc struct {
 	stderr strings.Builder // last lines of the agent's log, for errors
 }
 
-// startCluster starts the deployed daemon, NATS and the in-process
-// gateway. Nodes are added with addNode (joined to the daemon) and
-// addInProcessNode.
+// startCluster starts the deployed daemon. Nodes are added with addNode
+// (joined to it); startInProcess adds the in-process gateway, and
+// addInProcessNode nodes paired to that.
 func startCluster(ctx context.Context, log *slog.Logger, bin string) (c *cluster, err error) {
 	dir, err := os.MkdirTemp("", "execmesh-bench-")
 	if err != nil {
@@ -100,22 +100,31 @@ func startCluster(ctx context.Context, log *slog.Logger, bin string) (c *cluster
 		}
 	}
 	c.env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "SHELL=" + benchShell, "LANG=C"}
+	if c.up, err = startDeployed(ctx, c); err != nil {
+		return c, err
+	}
+	return c, nil
+}
 
+// startInProcess starts an embedded NATS server and a gateway inside this
+// process, served over real HTTP on loopback as the daemon serves it:
+// exec latency's reference path. close stops them.
+func (c *cluster) startInProcess(ctx context.Context) (err error) {
 	c.srv, err = bus.StartServer(ctx, bus.ServerConfig{
 		Listen:    "127.0.0.1:-1",
-		StoreDir:  filepath.Join(dir, "nats"),
+		StoreDir:  filepath.Join(c.dir, "nats"),
 		JetStream: true,
 	})
 	if err != nil {
-		return c, fmt.Errorf("embedded NATS: %w", err)
+		return fmt.Errorf("embedded NATS: %w", err)
 	}
 	c.nc, err = bus.Connect(ctx, bus.ClientConfig{Name: "execmesh-bench-gateway", InProcess: c.srv}, nil)
 	if err != nil {
-		return c, fmt.Errorf("NATS connect: %w", err)
+		return fmt.Errorf("NATS connect: %w", err)
 	}
 
 	cfg := config.Default()
-	cfg.StateDir = filepath.Join(dir, "gateway")
+	cfg.StateDir = filepath.Join(c.dir, "gateway")
 	// Commands run without approvals, as on a trusted single-user
 	// machine (README): the benchmark measures the exec path itself.
 	cfg.Tools.Exec.Security = "full"
@@ -129,24 +138,20 @@ func startCluster(ctx context.Context, log *slog.Logger, bin string) (c *cluster
 		Getenv:  func(string) string { return "" },
 	})
 	if err != nil {
-		return c, fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway: %w", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return c, err
+		return err
 	}
 	c.url = "http://" + ln.Addr().String()
-	c.http = httpsrv.New(nil, c.gw.Handler(), slog.NewLogLogger(log.Handler(), slog.LevelWarn)) // as the daemon serves it
+	c.http = httpsrv.New(nil, c.gw.Handler(), slog.NewLogLogger(c.log.Handler(), slog.LevelWarn)) // as the daemon serves it
 	go func() {
 		if err := c.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server stopped", "err", err)
+			c.log.Error("http server stopped", "err", err)
 		}
 	}()
-	if c.up, err = startDeployed(ctx, c); err != nil {
-		return c, err
-	}
-	c.api = c.up.base
-	return c, nil
+	return nil
 }
 
 // startDeployed starts `execmesh up` in a directory of the cluster's, on
@@ -189,7 +194,7 @@ func (c *cluster) addNode(ctx context.Context, name string) (*nodeProc, error) {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
 	}
-	return c.startNode(ctx, name, c.api, []string{"--join", code, "--state-dir", state}, nil)
+	return c.startNode(ctx, name, c.up.base, []string{"--join", code, "--state-dir", state}, nil)
 }
 
 // joinCode is the code in what `execmesh nodes invite` prints: one line,
@@ -422,10 +427,10 @@ func (c *cluster) close(ctx context.Context) error {
 }
 
 // killStrays kills and reaps children of this process that are neither
-// the deployed daemon, a running node agent nor a gateway-host session:
-// commands of a node agent that was killed, re-parented here (the session
-// core makes this process a child subreaper). It returns how many there
-// were.
+// the deployed daemon, a running node agent nor a session of the
+// in-process gateway: commands of a node agent that was killed,
+// re-parented here (when that gateway's session core made this process a
+// child subreaper). It returns how many there were.
 func (c *cluster) killStrays() int {
 	keep := map[int]bool{}
 	if c.up != nil {
@@ -436,8 +441,10 @@ func (c *cluster) killStrays() int {
 		keep[n.pid()] = true
 	}
 	c.mu.Unlock()
-	for _, b := range c.gw.Blockers() {
-		keep[b.PID] = true
+	if c.gw != nil {
+		for _, b := range c.gw.Blockers() {
+			keep[b.PID] = true
+		}
 	}
 	n := 0
 	for _, pid := range procfs.Children() {

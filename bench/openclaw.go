@@ -106,7 +106,7 @@ func benchOpenClaw(ctx context.Context, c *cluster, o *options, res *results) er
 func execmeshOpenClawWorkload(ctx context.Context, c *cluster, o *options, w openclawWorkload) (map[string]openclawFigure, error) {
 	out := map[string]openclawFigure{}
 	emit := func(key string, v float64, unit string) { out[key] = openclawFigure{key, v, unit} }
-	cl := newClient(c.api, 2)
+	cl := newClient(c.up.base, 2)
 	echo := toolExec(cl, "echo hi", "gateway", "", "hi")
 	if _, err := repeat(ctx, w.Warmup, echo); err != nil {
 		return nil, err

@@ -110,7 +110,7 @@ func benchScale(ctx context.Context, c *cluster, o *options, res *results) error
 				hard, n, fdsPerSession*n+200)
 		}
 	}
-	cl := newClient(c.api, o.scaleConc)
+	cl := newClient(c.up.base, o.scaleConc)
 	startBody := execBody("sleep 600", "node", node.id, true)
 
 	// Poll and list with one session: the baselines of the figures at N.

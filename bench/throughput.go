@@ -151,7 +151,7 @@ const (
 // the background and polled to completion, against a bare Go reader of
 // the same command's pipe (or PTY) in the same run (section 2).
 func benchThroughput(ctx context.Context, c *cluster, node *nodeProc, o *options, res *results) error {
-	cl := newClient(c.api, 2)
+	cl := newClient(c.up.base, 2)
 	commands := func(n int64) (zero, text string) {
 		return fmt.Sprintf("head -c %d /dev/zero", n), fmt.Sprintf("yes 'the quick brown fox jumps over the lazy dog' | head -c %d", n)
 	}
