@@ -194,11 +194,12 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 	if err != nil {
 		return protocol.Result{}, err
 	}
+	env := m.sessionEnv(req.Env, s)
 	argv := req.Argv
 	if len(argv) == 0 {
-		argv = append(append([]string{m.shell}, m.shellArgs...), req.Command)
+		argv = append(append([]string{m.shell}, m.shellArgs...), execCommand(m.shell, req.Command, env, cwd))
 	}
-	warning, err := s.spawn(argv, m.sessionEnv(req.Env, s), req.Limits)
+	warning, err := s.spawn(argv, env, req.Limits)
 	if warning != "" {
 		req.Warnings = append(slices.Clip(req.Warnings), warning)
 		warningText = strings.Join(req.Warnings, "\n") + "\n\n"
