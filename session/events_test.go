@@ -87,14 +87,24 @@ func TestNotifyOnExitEmptySuccess(t *testing.T) {
 func TestAcknowledgementFollowsEvent(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
+	delivering := make(chan struct{}, 1)
 	delivered := make(chan protocol.ExitEvent, 1)
 	acked := make(chan string, 1)
 	m := newManager(t, func(c *Config) {
-		c.OnExit = func(ev protocol.ExitEvent) { <-release; delivered <- ev }
+		c.OnExit = func(ev protocol.ExitEvent) { delivering <- struct{}{}; <-release; delivered <- ev }
 		c.OnAcknowledged = func(scope, id string) { acked <- id }
 	})
 	id := startBackground(t, m, ExecRequest{Command: "echo hi", ScopeKey: "k"})
 	waitExited(t, m, id)
+	// The event is computed after done closes: a poll before that would
+	// deliver the terminal status first, and rightly leave the event
+	// without a notification. The case here is the poll during the
+	// delivery.
+	select {
+	case <-delivering:
+	case <-time.After(waitLimit):
+		t.Fatal("the exit event was not delivered")
+	}
 	// The poll's answer waits for the event and the acknowledgement, so a
 	// caller that reads its events after the poll never sees the
 	// notification; the acknowledgement follows the event.
