@@ -86,34 +86,51 @@ func artifactDir(t *testing.T) string {
 }
 
 // browser starts headless Chromium and returns a tab's context; extra
-// adds command-line options.
+// adds command-line options. The browser is started here, not at the
+// first action, and started again (at most twice more, each time with a
+// fresh profile) when it exits before it listens: Chromium in a container
+// now and then quits at start-up without a word (once in CI, at 0.5 s),
+// which says nothing about the page under test.
 func browser(t *testing.T, chrome string, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
-	opts := append([]chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chrome),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.NoFirstRun,
-		chromedp.UserDataDir(t.TempDir()),
-		// Chromium puts its singleton socket in a directory of its own
-		// under TMPDIR and leaves it there at exit.
-		chromedp.Env("TMPDIR=" + t.TempDir()),
-		chromedp.WindowSize(1280, 1400),
-	}, extra...)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
-	ctx, cancelTab := chromedp.NewContext(allocCtx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
-	t.Cleanup(func() {
-		cancelTimeout()
-		cancelTab()
-		cancelAlloc()
-	})
-	return ctx
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		opts := append([]chromedp.ExecAllocatorOption{
+			chromedp.ExecPath(chrome),
+			chromedp.Flag("headless", true),
+			chromedp.NoSandbox,
+			chromedp.Flag("disable-gpu", true),
+			chromedp.Flag("disable-background-networking", true),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true),
+			chromedp.Flag("disable-dev-shm-usage", true),
+			chromedp.NoFirstRun,
+			chromedp.UserDataDir(t.TempDir()),
+			// Chromium puts its singleton socket in a directory of its own
+			// under TMPDIR and leaves it there at exit.
+			chromedp.Env("TMPDIR=" + t.TempDir()),
+			chromedp.WindowSize(1280, 1400),
+		}, extra...)
+		allocCtx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
+		ctx, cancelTab := chromedp.NewContext(allocCtx)
+		err := chromedp.Do(ctx) // no actions: starts the browser
+		if err != nil {
+			cancelTab()
+			cancelAlloc()
+			if attempt == attempts || !strings.Contains(err.Error(), "chrome failed to start") {
+				t.Fatalf("start %s (attempt %d): %v", chrome, attempt, err)
+			}
+			t.Logf("%s quit at start-up (attempt %d), starting it again: %v", chrome, attempt, err)
+			continue
+		}
+		ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+		t.Cleanup(func() {
+			cancelTimeout()
+			cancelTab()
+			cancelAlloc()
+		})
+		return ctx
+	}
 }
 
 // do runs browser actions and fails the test on an error.
