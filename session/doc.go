@@ -6,13 +6,13 @@
 //
 // A Manager runs each command through the user's shell (see ResolveShell)
 // with OPENCLAW_SHELL=exec in its environment, on pipes with stdin at EOF
-// or on a 120×30 pseudo-terminal; a command that is one program with plain
-// arguments is handed to the shell as `exec <command>`, so that it runs
-// in the shell's place (execCommand in shell.go). Manager.Exec waits up to the yield
-// window: a command that ends in time gives a completed or failed result;
-// otherwise the command becomes a background session with a readable id
-// (nimble-coral) that Manager.Process lists, polls, logs, writes to, sends
-// keys to, kills, clears and removes. Results carry OpenClaw's texts,
+// or on a 120×30 pseudo-terminal; a command that is one program with
+// plain arguments is handed to the shell as `exec <command>`, so that it
+// runs in the shell's place (execCommand in shell.go). Manager.Exec waits
+// up to the yield window: a command that ends in time gives a completed
+// or failed result; otherwise the command becomes a background session
+// with a readable id (nimble-coral) that Manager.Process lists, polls,
+// logs, writes to, sends keys to, kills, clears and removes. Results carry OpenClaw's texts,
 // statuses and details, so agents written for OpenClaw work unchanged
 // (conformance fixtures in testdata/conformance).
 //

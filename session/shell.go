@@ -91,20 +91,28 @@ func execCommand(shell, command string, env []string, cwd string) string {
 	if !ok || shellWord(name) {
 		return command
 	}
-	var path string
+	var path string // a regular file
 	if strings.Contains(name, "/") {
-		path = name
-		if !filepath.IsAbs(path) {
+		if path = name; !filepath.IsAbs(path) {
 			path = filepath.Join(cwd, path)
+		}
+		if !regularFile(path) {
+			return command
 		}
 	} else if path = lookShellPath(name, envValue(env, "PATH")); path == "" {
 		return command
 	}
-	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || unix.Access(path, unix.X_OK) != nil {
+	if unix.Access(path, unix.X_OK) != nil {
 		return command
 	}
 	return "exec " + command
+}
+
+// regularFile reports whether path names a regular file (following
+// symbolic links, as exec does).
+func regularFile(path string) bool {
+	var st unix.Stat_t
+	return path != "" && unix.Stat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
 
 // execShell reports whether shell (a base name) is one whose `exec` runs
@@ -177,9 +185,7 @@ func lookShellPath(name, pathEnv string) string {
 		if !filepath.IsAbs(dir) {
 			return ""
 		}
-		p := filepath.Join(dir, name)
-		var st unix.Stat_t
-		if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		if p := filepath.Join(dir, name); regularFile(p) {
 			return p
 		}
 	}
