@@ -23,11 +23,17 @@ type httpExec struct {
 
 // buildHTTPExec builds bench/httpexec into the cluster's directory.
 func buildHTTPExec(ctx context.Context, c *cluster, o *options) (string, error) {
-	bin := filepath.Join(c.dir, "httpexec")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./bench/httpexec")
+	return buildBaseline(ctx, c, o, "httpexec")
+}
+
+// buildBaseline builds the baseline command bench/name into the
+// cluster's directory.
+func buildBaseline(ctx context.Context, c *cluster, o *options, name string) (string, error) {
+	bin := filepath.Join(c.dir, name)
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./bench/"+name)
 	build.Dir = o.root
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./bench/httpexec: %w\n%s", err, out)
+		return "", fmt.Errorf("go build ./bench/%s: %w\n%s", name, err, out)
 	}
 	return bin, nil
 }
@@ -35,15 +41,71 @@ func buildHTTPExec(ctx context.Context, c *cluster, o *options) (string, error) 
 // startHTTPExec runs the bench/httpexec binary bin (with args) as a
 // separate process with the commands' environment and working directory.
 func startHTTPExec(c *cluster, bin string, args ...string) (*httpExec, error) {
+	h, l, err := startBaselineProc(c, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	if u, found := strings.CutPrefix(l, "listening on "); found {
+		h.url = u + "/"
+		return h, nil
+	}
+	h.stop()
+	return nil, fmt.Errorf("%s printed %q, want its address", filepath.Base(bin), l)
+}
+
+// natsExec is the running bench/natsexec pair: the minimal HTTP exec
+// service that runs its commands on a node process over NATS, host=node's
+// baseline as bench/httpexec is host=gateway's.
+type natsExec struct {
+	*httpExec           // the HTTP front with its NATS server
+	node      *httpExec // the node process
+}
+
+// startNATSExec runs the bench/natsexec binary bin twice, as the HTTP
+// front with its NATS server and as a node connected to that over TCP,
+// and returns once the node is subscribed.
+func startNATSExec(c *cluster, bin string) (*natsExec, error) {
+	front, l, err := startBaselineProc(c, bin)
+	if err != nil {
+		return nil, err
+	}
+	addrs := strings.Fields(strings.TrimPrefix(l, "listening on "))
+	if len(addrs) != 2 || !strings.HasPrefix(addrs[0], "http://") || !strings.HasPrefix(addrs[1], "nats://") {
+		front.stop()
+		return nil, fmt.Errorf("natsexec printed %q, want its HTTP and NATS addresses", l)
+	}
+	front.url = addrs[0] + "/"
+	node, l, err := startBaselineProc(c, bin, "-node", addrs[1])
+	if err == nil && l != "ready" {
+		node.stop()
+		err = fmt.Errorf("natsexec -node printed %q, want ready", l)
+	}
+	if err != nil {
+		front.stop()
+		return nil, err
+	}
+	return &natsExec{httpExec: front, node: node}, nil
+}
+
+// stop ends the node, then the front.
+func (n *natsExec) stop() {
+	n.node.stop()
+	n.httpExec.stop()
+}
+
+// startBaselineProc runs bin (with args) as a separate process with the
+// commands' environment and working directory and returns it with the
+// first line it printed.
+func startBaselineProc(c *cluster, bin string, args ...string) (*httpExec, string, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env, cmd.Dir = c.env, c.workdir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	h := &httpExec{cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(h.done) }()
@@ -58,15 +120,14 @@ func startHTTPExec(c *cluster, bin string, args ...string) (*httpExec, error) {
 	}()
 	select {
 	case l, ok := <-line:
-		if u, found := strings.CutPrefix(l, "listening on "); ok && found {
-			h.url = u + "/"
-			return h, nil
+		if ok {
+			return h, l, nil
 		}
 		h.stop()
-		return nil, fmt.Errorf("httpexec printed %q, want its address", l)
+		return nil, "", fmt.Errorf("%s %s printed nothing", filepath.Base(bin), strings.Join(args, " "))
 	case <-time.After(10 * time.Second):
 		h.stop()
-		return nil, fmt.Errorf("httpexec printed no address within 10s")
+		return nil, "", fmt.Errorf("%s %s printed nothing within 10s", filepath.Base(bin), strings.Join(args, " "))
 	}
 }
 

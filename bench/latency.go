@@ -74,14 +74,17 @@ const httpExecTarget = 1.15
 // benchLatency measures `exec echo hi` round trips (section 1). Every
 // path but one is called by the bench's net/http client; the floor of an
 // HTTP exec round trip (bench/httpexec -raw) is called by a hand-written
-// one (leanConn), since net/http's hand-offs are part of what it bounds.
-// The figures with targets are those of the daemon as deployed:
-// `execmesh up` in a process of its own (as the HTTP exec server it is
-// compared with runs), and for host=node a node agent joined to it with
-// `execmesh nodes invite` and `execmesh node --join`. The same gateway
-// inside the bench's process, beside its client, answered host=gateway
-// ~0.1 ms sooner (its wake-ups overlap the client's); its figures, and
-// host=node through it, are reported beside them.
+// one (leanConn) as well, since net/http's hand-offs are part of what it
+// bounds. Beside bare os/exec there are two baselines of the daemon's
+// shape, each a process of its own doing nothing but the call: the
+// minimal net/http exec server (host=gateway's) and the minimal HTTP+NATS
+// exec pair (bench/natsexec, host=node's). The figures with targets are
+// those of the daemon as deployed: `execmesh up` in a process of its own,
+// and for host=node a node agent joined to it with `execmesh nodes
+// invite` and `execmesh node --join`. The same gateway inside the
+// bench's process, beside its client, answered host=gateway ~0.1 ms
+// sooner (its wake-ups overlap the client's); its figures, and host=node
+// through it, are reported beside them.
 func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, res *results) error {
 	bin, err := buildHTTPExec(ctx, c, o)
 	if err != nil {
@@ -102,6 +105,15 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 		return err
 	}
 	defer lean.close()
+	nbin, err := buildBaseline(ctx, c, o, "natsexec")
+	if err != nil {
+		return err
+	}
+	nx, err := startNATSExec(c, nbin)
+	if err != nil {
+		return err
+	}
+	defer nx.stop()
 	// The reference path: a gateway in this process, a node paired to it.
 	if err := c.startInProcess(ctx); err != nil {
 		return err
@@ -125,6 +137,8 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 		4: {"host=node", toolExec(ucl, "echo hi", "node", node.id, "hi")},
 		5: {"host=gateway in the bench's process", toolExec(cl, "echo hi", "gateway", "", "hi")},
 		6: {"host=node through the gateway in the bench's process", toolExec(cl, "echo hi", "node", inode.id, "hi")},
+		7: {"hand-written HTTP exec server, net/http client", rx.probe(ucl, "echo hi", "hi")},
+		8: {"HTTP+NATS exec pair", nx.probe(ucl, "echo hi", "hi")},
 	}
 	if _, err := interleave(ctx, probes, o.warmup, 10); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
@@ -140,8 +154,8 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 			p50[i] = append(p50[i], ms(percentile(ds[i], 50)))
 			p99[i] = append(p99[i], ms(percentile(ds[i], 99)))
 		}
-		o.progress("latency run %d/%d: p50 bare %.2f ms, HTTP exec server %.2f ms (hand-written %.2f ms), gateway %.2f ms, node %.2f ms (through the gateway in the bench's process %.2f ms, %.2f ms)", r+1, o.runs,
-			p50[0][r], p50[1][r], p50[2][r], p50[3][r], p50[4][r], p50[5][r], p50[6][r])
+		o.progress("latency run %d/%d: p50 bare %.2f ms, HTTP exec server %.2f ms (hand-written %.2f ms, with net/http's client %.2f ms), HTTP+NATS exec pair %.2f ms, gateway %.2f ms, node %.2f ms (through the gateway in the bench's process %.2f ms, %.2f ms)", r+1, o.runs,
+			p50[0][r], p50[1][r], p50[2][r], p50[7][r], p50[8][r], p50[3][r], p50[4][r], p50[5][r], p50[6][r])
 	}
 	quantiles := []struct {
 		name string
@@ -163,6 +177,10 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 		"second baseline: bench/httpexec, net/http + os/exec `sh -c` + JSON, a separate process called by the same client as the hosts")
 	against(2, "exec echo hi, hand-written HTTP exec server and client", "",
 		"the floor of an HTTP exec round trip in Go here: bench/httpexec -raw (a hand-written HTTP/1.1 loop instead of net/http, the same os/exec and JSON) called by a hand-written client on one kept-alive connection (bench/leanclient.go) instead of net/http's")
+	against(7, "exec echo hi, hand-written HTTP exec server, net/http client", "",
+		"the floor of host=gateway for the client that calls it: the hand-written server of the figure above, called by net/http's client as host=gateway is; no HTTP exec service called by this client answers sooner here")
+	against(8, "exec echo hi, minimal Go HTTP+NATS exec pair", "",
+		"third baseline, host=node's as the HTTP exec server is host=gateway's: bench/natsexec, net/http + an embedded NATS server in one process, a NATS request to a node process of its own that runs os/exec `sh -c` and replies JSON; called by the same client as the hosts")
 	against(3, "exec echo hi host=gateway", "host=gateway",
 		fmt.Sprintf("`execmesh up` in its own process, as deployed (NATS, gateway and local node); %d calls × %d runs after %d warm-up calls, the %d paths taking turns in blocks of 10; median over runs", o.latencyCalls, o.runs, o.warmup, len(probes)))
 	against(4, "exec echo hi host=node", "host=node",
@@ -175,6 +193,8 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 	vsServer.Target = ratioAtMost(httpExecTarget)
 	res.add(vsServer)
 	res.add(figureOf("exec echo hi host=gateway p99, against the HTTP exec server", median(p99[3]), median(p99[1]), "HTTP exec server p99", ""))
+	res.add(figureOf("exec echo hi host=node p50, against the HTTP+NATS exec pair", median(p50[4]), median(p50[8]), "HTTP+NATS exec pair p50", ""))
+	res.add(figureOf("exec echo hi host=node p99, against the HTTP+NATS exec pair", median(p99[4]), median(p99[8]), "HTTP+NATS exec pair p99", ""))
 	return nil
 }
 
