@@ -82,6 +82,19 @@ func TestFaultHungNATSServer(t *testing.T) {
 	id := gw.background(key, "node", "echo f6; sleep 600")
 	calls := fltNodeCalls(id)
 	fltWorksAgain(t, gw, key, 10*time.Second, calls)
+	// The poll below must find no output to answer with at once: wait for
+	// the session's output, then take it (a poll answers pending output
+	// without waiting, and the poll among the calls above may have come
+	// before the output did).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if strings.Contains(gw.mustCall(key, "process", map[string]any{"action": "log", "sessionId": id}).Text(), "f6") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no output f6 from %s within 10s", id)
+		}
+	}
+	gw.mustCall(key, "process", map[string]any{"action": "poll", "sessionId": id})
 
 	// A poll that waits on the node when the server freezes.
 	inflight := make(chan fltResp, 1)
