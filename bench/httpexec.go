@@ -13,17 +13,19 @@ import (
 	"time"
 )
 
-// httpExec is the running bench/httpexec server: the minimal Go HTTP exec
-// service that is the exec latency's second baseline.
-type httpExec struct {
-	url  string
+// baselineProc is a running baseline command (bench/httpexec,
+// bench/natsexec): a process of its own, stopped with stop.
+type baselineProc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
-// buildHTTPExec builds bench/httpexec into the cluster's directory.
-func buildHTTPExec(ctx context.Context, c *cluster, o *options) (string, error) {
-	return buildBaseline(ctx, c, o, "httpexec")
+// httpExec is a running baseline that answers exec calls over HTTP at
+// url: bench/httpexec (the minimal Go HTTP exec service, the exec
+// latency's second baseline) or the front of bench/natsexec.
+type httpExec struct {
+	*baselineProc
+	url string
 }
 
 // buildBaseline builds the baseline command bench/name into the
@@ -41,15 +43,14 @@ func buildBaseline(ctx context.Context, c *cluster, o *options, name string) (st
 // startHTTPExec runs the bench/httpexec binary bin (with args) as a
 // separate process with the commands' environment and working directory.
 func startHTTPExec(c *cluster, bin string, args ...string) (*httpExec, error) {
-	h, l, err := startBaselineProc(c, bin, args...)
+	p, l, err := startBaselineProc(c, bin, args...)
 	if err != nil {
 		return nil, err
 	}
 	if u, found := strings.CutPrefix(l, "listening on "); found {
-		h.url = u + "/"
-		return h, nil
+		return &httpExec{baselineProc: p, url: u + "/"}, nil
 	}
-	h.stop()
+	p.stop()
 	return nil, fmt.Errorf("%s printed %q, want its address", filepath.Base(bin), l)
 }
 
@@ -57,8 +58,8 @@ func startHTTPExec(c *cluster, bin string, args ...string) (*httpExec, error) {
 // service that runs its commands on a node process over NATS, host=node's
 // baseline as bench/httpexec is host=gateway's.
 type natsExec struct {
-	*httpExec           // the HTTP front with its NATS server
-	node      *httpExec // the node process
+	*httpExec               // the HTTP front with its NATS server
+	node      *baselineProc // the node process
 }
 
 // startNATSExec runs the bench/natsexec binary bin twice, as the HTTP
@@ -74,7 +75,6 @@ func startNATSExec(c *cluster, bin string) (*natsExec, error) {
 		front.stop()
 		return nil, fmt.Errorf("natsexec printed %q, want its HTTP and NATS addresses", l)
 	}
-	front.url = addrs[0] + "/"
 	node, l, err := startBaselineProc(c, bin, "-node", addrs[1])
 	if err == nil && l != "ready" {
 		node.stop()
@@ -84,7 +84,7 @@ func startNATSExec(c *cluster, bin string) (*natsExec, error) {
 		front.stop()
 		return nil, err
 	}
-	return &natsExec{httpExec: front, node: node}, nil
+	return &natsExec{httpExec: &httpExec{baselineProc: front, url: addrs[0] + "/"}, node: node}, nil
 }
 
 // stop ends the node, then the front.
@@ -96,7 +96,7 @@ func (n *natsExec) stop() {
 // startBaselineProc runs bin (with args) as a separate process with the
 // commands' environment and working directory and returns it with the
 // first line it printed.
-func startBaselineProc(c *cluster, bin string, args ...string) (*httpExec, string, error) {
+func startBaselineProc(c *cluster, bin string, args ...string) (*baselineProc, string, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env, cmd.Dir = c.env, c.workdir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
@@ -107,7 +107,7 @@ func startBaselineProc(c *cluster, bin string, args ...string) (*httpExec, strin
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
 	}
-	h := &httpExec{cmd: cmd, done: make(chan struct{})}
+	h := &baselineProc{cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(h.done) }()
 	line := make(chan string, 1)
 	go func() {
@@ -131,8 +131,8 @@ func startBaselineProc(c *cluster, bin string, args ...string) (*httpExec, strin
 	}
 }
 
-// stop ends the server (SIGTERM, then SIGKILL) and waits for it.
-func (h *httpExec) stop() {
+// stop ends the process (SIGTERM, then SIGKILL) and waits for it.
+func (h *baselineProc) stop() {
 	_ = h.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-h.done:

@@ -86,7 +86,7 @@ const httpExecTarget = 1.15
 // sooner (its wake-ups overlap the client's); its figures, and host=node
 // through it, are reported beside them.
 func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, res *results) error {
-	bin, err := buildHTTPExec(ctx, c, o)
+	bin, err := buildBaseline(ctx, c, o, "httpexec")
 	if err != nil {
 		return err
 	}
