@@ -129,6 +129,11 @@ type Exec struct {
 	// (cgroups where a writable cgroup v2 subtree exists), cgroup
 	// (required) or process-group (forced fallback).
 	Containment string `json:"containment,omitempty"`
+	// AllowlistEnv are the request env keys a command under security
+	// allowlist may set: names, or prefixes ending in "*" (LC_*). Default
+	// protocol.DefaultAllowlistEnv; [] lets a request set none. The
+	// blocklists apply on top (DESIGN.md §3.4).
+	AllowlistEnv []string `json:"allowlistEnv"`
 }
 
 // ApplyPatch is `tools.exec.applyPatch`: the apply_patch sub-tool,
@@ -242,6 +247,7 @@ func Default() Config {
 				ApprovalTimeoutMs:       DefaultApprovalMs,
 				KillGraceMs:             DefaultKillGraceMs,
 				ApplyPatch:              ApplyPatch{WorkspaceOnly: true},
+				AllowlistEnv:            protocol.DefaultAllowlistEnv(),
 			},
 		},
 		Sandbox: sandbox.DefaultConfig(""), // workspace and hidden state dir follow stateDir in Validate/New
@@ -634,6 +640,11 @@ func (c *Config) Validate() error {
 	for i, p := range e.PathPrepend {
 		if !filepath.IsAbs(strings.TrimSpace(p)) {
 			bad(fmt.Sprintf("tools.exec.pathPrepend[%d]", i), "%q is not an absolute directory", p)
+		}
+	}
+	for i, p := range e.AllowlistEnv {
+		if err := protocol.ValidateAllowlistEnvPattern(p); err != nil {
+			bad(fmt.Sprintf("tools.exec.allowlistEnv[%d]", i), "%v", err)
 		}
 	}
 	seen := map[string]bool{}

@@ -189,3 +189,37 @@ func TestLoadStateDirFromEnviron(t *testing.T) {
 		t.Fatalf("DefaultStateDir without HOME: %q, want %q", got, want)
 	}
 }
+
+// TestAllowlistEnvKey: tools.exec.allowlistEnv defaults to the short list
+// of protocol.DefaultAllowlistEnv, a file replaces it ([] allows none),
+// and a bad entry is an error naming the key and its index.
+func TestAllowlistEnvKey(t *testing.T) {
+	cfg, err := Load("", map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Tools.Exec.AllowlistEnv, ","); got != "TERM,LANG,LANGUAGE,LC_*,TZ,NO_COLOR,FORCE_COLOR,CLICOLOR,CI,COLUMNS,LINES" {
+		t.Fatalf("default allowlistEnv %q", got)
+	}
+	cfg, err = Load(writeConfig(t, `{"tools":{"exec":{"allowlistEnv":["TERM","MY_*"]}}}`), map[string]string{})
+	if err != nil || strings.Join(cfg.Tools.Exec.AllowlistEnv, ",") != "TERM,MY_*" {
+		t.Fatalf("file value: %q %v", cfg.Tools.Exec.AllowlistEnv, err)
+	}
+	cfg, err = Load(writeConfig(t, `{"tools":{"exec":{"allowlistEnv":[]}}}`), map[string]string{})
+	if err != nil || cfg.Tools.Exec.AllowlistEnv == nil || len(cfg.Tools.Exec.AllowlistEnv) != 0 {
+		t.Fatalf("empty list: %#v %v", cfg.Tools.Exec.AllowlistEnv, err)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{`["TERM","*"]`, `tools.exec.allowlistEnv[1]: "*" would allow every key`},
+		{`["LC_*","A-B"]`, `tools.exec.allowlistEnv[1]: "A-B" is not a variable name`},
+		{`["1X"]`, `tools.exec.allowlistEnv[0]: "1X" is not a variable name`},
+		{`["LC_*X"]`, `tools.exec.allowlistEnv[0]: "LC_*X" is not a variable name`},
+		{`[""]`, `tools.exec.allowlistEnv[0]: empty pattern`},
+		{`"TERM"`, `tools.exec.allowlistEnv`},
+	} {
+		_, err := Load(writeConfig(t, `{"tools":{"exec":{"allowlistEnv":`+tc.body+`}}}`), map[string]string{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("allowlistEnv %s: %v, want an error containing %q", tc.body, err, tc.want)
+		}
+	}
+}

@@ -441,7 +441,7 @@ func applySessionConfig(s *session.Config, cfg config.Config) {
 func (g *Gateway) applySettings(cfg config.Config) {
 	e := cfg.Tools.Exec
 	g.local.SetSettings(host.Settings{PathPrepend: e.PathPrepend, SafeBins: e.SafeBins, SafeBinTrustedDirs: e.SafeBinTrustedDirs,
-		Workspace: cfg.Sandbox.Workspace})
+		AllowlistEnv: e.AllowlistEnv, Workspace: cfg.Sandbox.Workspace})
 }
 
 // config.Config returns a copy of the configuration in force.

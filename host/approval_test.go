@@ -227,7 +227,7 @@ func TestApprovalRefused(t *testing.T) {
 			}
 		}, errType: protocol.ErrDenied, text: BindingChanged + "cwd changed"},
 		{name: "env", edit: func(_ *testing.T, _ *approvalHost, _ *protocol.Decision, req *protocol.ExecRequest) {
-			req.Args.Env = map[string]string{"GREETING": "hi"}
+			req.Args.Env = map[string]string{"TZ": "UTC"} // a key allowlist runs may set
 		}, errType: protocol.ErrDenied, text: BindingChanged + "env changed"},
 		{name: "script content", edit: func(t *testing.T, h *approvalHost, _ *protocol.Decision, _ *protocol.ExecRequest) {
 			if err := os.WriteFile(h.script, []byte("#!/bin/sh\necho something else\n"), 0o755); err != nil {

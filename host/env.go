@@ -9,11 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -43,6 +45,54 @@ func (l *Local) gatewayEnv(overrides map[string]string, s *Settings) ([]string, 
 		l.envCache.put(s, lp, list)
 	}
 	return list, nil
+}
+
+// CheckAllowlistEnv refuses a request env that sets a key outside
+// allowed when the run's effective security is allowlist (DESIGN.md §3.4:
+// only keys of tools.exec.allowlistEnv may be set by a request). The
+// blocklists (protocol.ValidateHostEnvOverrides) still apply on top;
+// under security full and deny only they do. allowed nil means
+// protocol.DefaultAllowlistEnv; an empty, non-nil list lets a request set
+// nothing. Keys are matched as sent, untrimmed: " TERM" is not TERM. The
+// error is an ErrSecurityViolation that names every refused key, before
+// anything runs.
+func CheckAllowlistEnv(requested map[string]string, security string, allowed []string) error {
+	if security != approvals.SecurityAllowlist || len(requested) == 0 {
+		return nil
+	}
+	if allowed == nil {
+		allowed = protocol.DefaultAllowlistEnv()
+	}
+	var refused []string
+	for k := range requested {
+		if !protocol.AllowlistEnvAllows(allowed, k) {
+			refused = append(refused, strconv.Quote(k))
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	slices.Sort(refused)
+	what := "env " + refused[0]
+	if len(refused) > 1 {
+		what = "env keys " + strings.Join(refused, ", ")
+	}
+	list := "none"
+	if len(allowed) > 0 {
+		list = strings.Join(allowed, ", ")
+	}
+	return protocol.Errorf(protocol.ErrSecurityViolation,
+		"Security Violation: %s may not be set by a request under security allowlist (allowed: tools.exec.allowlistEnv: %s).", what, list)
+}
+
+// checkRequestEnv applies CheckAllowlistEnv to req under its effective
+// policy. The policy is computed only when the request sets env: it reads
+// the approvals file (through its cache).
+func (l *Local) checkRequestEnv(req protocol.ExecRequest, s *Settings) error {
+	if len(req.Args.Env) == 0 {
+		return nil
+	}
+	return CheckAllowlistEnv(req.Args.Env, l.policy(req.Security, req.Ask, req.AgentID, s).Security, s.AllowlistEnv)
 }
 
 // envCache keeps the environment of calls without overrides, which

@@ -1,13 +1,16 @@
 package host
 
 import (
+	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/execmesh/execmesh/approvals"
+	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/session"
 )
 
@@ -126,5 +129,108 @@ func TestLoginShellProbeUsesGivenHome(t *testing.T) {
 	got := ProbeLoginShellPath(func(k string) string { return env[k] })
 	if !slices.Contains(strings.Split(got, ":"), "/execmesh-probe-marker") {
 		t.Fatalf("login PATH %q: the profile in the given HOME %s was not read", got, home)
+	}
+}
+
+// TestCheckAllowlistEnv: under security allowlist a request may set only
+// keys of tools.exec.allowlistEnv (exact names and KEY* prefixes, the
+// default list when unset); anything else is a security violation naming
+// every refused key; under full and deny only the blocklists apply.
+func TestCheckAllowlistEnv(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		security string
+		allowed  []string
+		errText  string // "" means accepted
+	}{
+		{"no env", nil, "allowlist", nil, ""},
+		{"default key", map[string]string{"TERM": "dumb", "TZ": "UTC"}, "allowlist", nil, ""},
+		{"LC_ALL via LC_*", map[string]string{"LC_ALL": "C.UTF-8"}, "allowlist", nil, ""},
+		{"FOO refused", map[string]string{"FOO": "1", "TERM": "dumb"}, "allowlist", nil,
+			`Security Violation: env "FOO" may not be set by a request under security allowlist (allowed: tools.exec.allowlistEnv: TERM, LANG, LANGUAGE, LC_*, TZ, NO_COLOR, FORCE_COLOR, CLICOLOR, CI, COLUMNS, LINES).`},
+		{"several refused, sorted", map[string]string{"ZED": "1", "PAGER": "cat"}, "allowlist", nil, `env keys "PAGER", "ZED" may not be set`},
+		{"case matters", map[string]string{"term": "dumb"}, "allowlist", nil, `env "term"`},
+		{"untrimmed key", map[string]string{" TERM": "dumb"}, "allowlist", nil, `env " TERM"`},
+		{"prefix needs the prefix", map[string]string{"LC": "x"}, "allowlist", nil, `env "LC"`},
+		{"configured list", map[string]string{"MY_FLAG": "1"}, "allowlist", []string{"MY_*"}, ""},
+		{"configured list replaces default", map[string]string{"TERM": "dumb"}, "allowlist", []string{"MY_*"}, `(allowed: tools.exec.allowlistEnv: MY_*)`},
+		{"empty list allows none", map[string]string{"TERM": "dumb"}, "allowlist", []string{}, `(allowed: tools.exec.allowlistEnv: none)`},
+		{"security full unaffected", map[string]string{"FOO": "1"}, "full", nil, ""},
+		{"security deny unaffected", map[string]string{"FOO": "1"}, "deny", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckAllowlistEnv(tc.env, tc.security, tc.allowed)
+			if tc.errText == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if errType(err) != protocol.ErrSecurityViolation || !strings.Contains(err.Error(), tc.errText) {
+				t.Fatalf("got %v, want a security violation containing %q", err, tc.errText)
+			}
+		})
+	}
+}
+
+// TestAllowlistEnvEnforced: the check runs in Exec on both host kinds
+// under the effective policy, before anything runs: under allowlist (a
+// request's, or one the approvals file imposes on a request that said
+// full) a refused key leaves no marker, an allowed one runs; under full
+// the same key runs. Settings.AllowlistEnv replaces the default.
+func TestAllowlistEnvEnforced(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{KindGateway, KindNode} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			l := newLocal(t, kind, nil)
+			writeApprovals(t, l, func(f *approvals.File) error {
+				f.Agents["main"] = &approvals.Agent{Allowlist: []approvals.Entry{{Pattern: "/usr/bin/touch"}, {Pattern: "/usr/bin/printenv"}}}
+				return nil
+			})
+			marker := filepath.Join(l.cfg.Cwd, "marker")
+			touch := func(security string, env map[string]string) error {
+				req := execReq(l, "touch "+marker)
+				req.Security, req.Ask, req.Args.Env = security, "off", env
+				_, err := runCmd(t, l, req)
+				return err
+			}
+			if err := touch("allowlist", map[string]string{"FOO": "1"}); errType(err) != protocol.ErrSecurityViolation || !strings.Contains(err.Error(), `env "FOO"`) {
+				t.Fatalf("FOO under allowlist: %v, want a security violation naming FOO", err)
+			}
+			if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the refused command ran: %v", err)
+			}
+			req := execReq(l, "printenv TERM LC_ALL")
+			req.Security, req.Ask = "allowlist", "off"
+			req.Args.Env = map[string]string{"TERM": "dumb", "LC_ALL": "C"}
+			if got, err := runCmd(t, l, req); err != nil || got != "dumb\nC" {
+				t.Fatalf("allowed keys: %q %v", got, err)
+			}
+			if err := touch("full", map[string]string{"FOO": "1"}); err != nil {
+				t.Fatalf("FOO under full: %v", err)
+			}
+			if err := os.Remove(marker); err != nil {
+				t.Fatalf("the command under full did not run: %v", err)
+			}
+			// The approvals file tightens full to allowlist: the key is
+			// refused again.
+			writeApprovals(t, l, func(f *approvals.File) error {
+				f.Agents["main"].Security = approvals.SecurityAllowlist
+				return nil
+			})
+			if err := touch("full", map[string]string{"FOO": "1"}); errType(err) != protocol.ErrSecurityViolation {
+				t.Fatalf("FOO under a file's allowlist: %v, want a security violation", err)
+			}
+			l.SetSettings(Settings{AllowlistEnv: []string{"FOO"}})
+			if err := touch("allowlist", map[string]string{"FOO": "1"}); err != nil {
+				t.Fatalf("FOO allowed by Settings.AllowlistEnv: %v", err)
+			}
+			if _, err := os.Stat(marker); err != nil {
+				t.Fatalf("the allowed command did not run: %v", err)
+			}
+		})
 	}
 }

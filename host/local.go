@@ -80,6 +80,10 @@ type Settings struct {
 	// tools.exec.safeBinTrustedDirs.
 	SafeBins           []string
 	SafeBinTrustedDirs []string
+	// AllowlistEnv is tools.exec.allowlistEnv: the request env keys (and
+	// KEY* prefixes) a run under security allowlist may set; nil means
+	// protocol.DefaultAllowlistEnv, empty allows none (CheckAllowlistEnv).
+	AllowlistEnv []string
 	// Security and Ask, when set, cap what requests may use: the node
 	// agent's own --security and --ask.
 	Security string
@@ -245,6 +249,9 @@ func (l *Local) check(sessionKey, target string) error {
 // execHost runs a host=gateway or host=node request: environment,
 // workdir, approvals, then the session core.
 func (l *Local) execHost(ctx context.Context, req protocol.ExecRequest, sreq session.ExecRequest, s *Settings) (protocol.Result, error) {
+	if err := l.checkRequestEnv(req, s); err != nil {
+		return protocol.Result{}, err
+	}
 	var env []string
 	var err error
 	if l.cfg.Kind == KindNode {

@@ -204,6 +204,9 @@ func TestAllowlistEnvRule(t *testing.T) {
 		f.Agents["main"] = &approvals.Agent{Allowlist: []approvals.Entry{{Pattern: "/usr/bin/printenv"}}}
 		return nil
 	})
+	// A request may set PAGER under allowlist only when
+	// tools.exec.allowlistEnv names it; the rule wins over it even then.
+	l.SetSettings(Settings{AllowlistEnv: append(protocol.DefaultAllowlistEnv(), "PAGER")})
 	const cmd = "printenv PAGER GIT_EDITOR GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_VALUE_0 KEEP_ME"
 	for _, tc := range []struct {
 		security string

@@ -179,7 +179,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nodeagent: %w", err)
 	}
-	h.SetSettings(host.Settings{Security: cfg.Security, Ask: cfg.Ask, Workspace: cfg.Workspace})
+	h.SetSettings(host.Settings{Security: cfg.Security, Ask: cfg.Ask, Workspace: cfg.Workspace, AllowlistEnv: cfg.AllowlistEnv})
 	a.host, a.mgr = h, h.Manager()
 	a.instance = h.Instance()
 	a.srv = hostbus.NewServer(hostbus.ServerConfig{

@@ -90,6 +90,11 @@ type Config struct {
 	Security string
 	Ask      string
 
+	// AllowlistEnv is the node's tools.exec.allowlistEnv: the request env
+	// keys a run under security allowlist may set (host.CheckAllowlistEnv);
+	// nil means protocol.DefaultAllowlistEnv.
+	AllowlistEnv []string
+
 	// GatewayKeys are gateway public keys the node trusts to sign approval
 	// decisions, beside those it learns (GatewayKeysFile). `execmesh up`
 	// passes its gateway's key to its local node.

@@ -492,6 +492,7 @@ func startLocalNode(ctx context.Context, d *daemon) (*nodeagent.Agent, error) {
 	cfg.Prefix = d.cfg.NATS.Prefix
 	cfg.StateDir = d.cfg.StateDir
 	cfg.Workspace = d.cfg.Sandbox.Workspace // one workspace root for the gateway and its local node
+	cfg.AllowlistEnv = d.cfg.Tools.Exec.AllowlistEnv
 	cfg.Identity = &id
 	cfg.Name = name
 	if d.srv != nil {
