@@ -6,7 +6,7 @@ BIN       := bin/execmesh
 PKGS      := ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-short bench bench-go lint deps clean man install-man
+.PHONY: all build install run test test-short bench bench-go lint deps clean man install-man
 
 all: build
 
@@ -18,6 +18,16 @@ deps:
 # when building from a git clone, whatever GOFLAGS says.
 build:
 	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/execmesh
+
+# `make install` copies bin/execmesh to $(PREFIX)/bin (default
+# /usr/local/bin), so that `execmesh` is on PATH; DESTDIR stages it for a
+# package. It builds only when bin/execmesh is missing, so that `make
+# build && sudo make install` needs no Go toolchain on root's PATH.
+PREFIX ?= /usr/local
+install:
+	@test -x $(BIN) || $(MAKE) build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/execmesh
 
 # `make man`: one man page per command (execmesh.1, execmesh-exec.1, …)
 # in bin/man, generated from the command tree. `make install-man` copies
