@@ -3,7 +3,8 @@
 # bubblewrap (sandbox tests), iproute2 (multi-host namespace tests),
 # chromium (the control page's browser test), openssl (test CA), and git,
 # less and gawk (the carrier tests of package approvals run the real
-# tools; find, tar and sed are part of every Debian system).
+# tools; find, tar and sed are part of every Debian system), curl and jq
+# (the README's commands, which integration's TestREADME runs).
 # Debian/Ubuntu only; without root it says what is missing and goes on.
 set -u
 missing=()
@@ -14,6 +15,8 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v git >/dev/null 2>&1 || missing+=(git)
 command -v less >/dev/null 2>&1 || missing+=(less)
 command -v awk >/dev/null 2>&1 || missing+=(gawk)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v jq >/dev/null 2>&1 || missing+=(jq)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "ensure-deps: installing ${missing[*]}" >&2
