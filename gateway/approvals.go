@@ -17,6 +17,7 @@ import (
 	"github.com/execmesh/execmesh/approvalstore"
 	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/index"
+	"github.com/execmesh/execmesh/internal/visible"
 	"github.com/execmesh/execmesh/nodes"
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -134,7 +135,7 @@ func (g *Gateway) requestApproval(ctx context.Context, c *call, req protocol.Exe
 // decision (approvalstore.Options.OnOwned).
 func (g *Gateway) actOnApproval(ctx context.Context, rec approvalRecord) {
 	denied := func(reason string) {
-		g.emitApprovalEvent(ctx, rec, protocol.EventExecDenied, fmt.Sprintf("Exec denied (%s, %s): %s", approvalHostTag(rec), reason, rec.Command))
+		g.emitApprovalEvent(ctx, rec, protocol.EventExecDenied, fmt.Sprintf("Exec denied (%s, %s): %s", approvalHostTag(rec), reason, visible.String(rec.Command)))
 		_ = g.appr.Update(ctx, rec.ID, func(r *approvalRecord) bool {
 			r.State, r.DeniedReason, r.SettledAt = approvalstore.StateDenied, reason, time.Now().UnixMilli()
 			return true
@@ -251,9 +252,9 @@ func (g *Gateway) notice(id, sid string, ms int) {
 	}
 	var text string
 	if rec.Host == hostNode {
-		text = fmt.Sprintf("Exec running (node=%s id=%s, >%ds): %s", rec.NodeID, rec.ID, noticeSeconds(ms), rec.Command)
+		text = fmt.Sprintf("Exec running (node=%s id=%s, >%ds): %s", rec.NodeID, rec.ID, noticeSeconds(ms), visible.String(rec.Command))
 	} else {
-		text = fmt.Sprintf("Exec running (gateway id=%s, session=%s, >%ds): %s", rec.ID, sid, noticeSeconds(ms), rec.Command)
+		text = fmt.Sprintf("Exec running (gateway id=%s, session=%s, >%ds): %s", rec.ID, sid, noticeSeconds(ms), visible.String(rec.Command))
 	}
 	g.emitApprovalEvent(g.bg, rec, protocol.EventExecRunning, text)
 }
@@ -302,7 +303,9 @@ func (g *Gateway) emitApprovalEvent(ctx context.Context, rec approvalRecord, kin
 }
 
 // approvalText is the approval-pending result text (spec §18), with the
-// ways to answer in execmesh.
+// ways to answer in execmesh. Whoever relays it to an operator shows the
+// command and cwd with control and bidi characters as escapes
+// (internal/visible); the details keep them raw.
 func approvalText(pa PendingApproval, warnings []string) string {
 	var lines []string
 	if len(warnings) > 0 {
@@ -315,7 +318,7 @@ func approvalText(pa PendingApproval, warnings []string) string {
 	if pa.NodeID != "" {
 		lines = append(lines, "Node: "+pa.NodeID)
 	}
-	cwd := pa.Cwd
+	cwd := visible.String(pa.Cwd)
 	if cwd == "" {
 		cwd = "(node default)"
 	}
@@ -323,7 +326,7 @@ func approvalText(pa PendingApproval, warnings []string) string {
 		"CWD: "+cwd,
 		"Command:",
 		"```sh",
-		pa.Command,
+		visible.String(pa.Command),
 		"```",
 		"Mode: runs in the background once approved; its result arrives as an Exec finished system event.",
 		"Background mode requires pre-approved policy (allow-always or ask=off).",

@@ -10,7 +10,7 @@ import (
 // assets are the page's files: no build step, no third-party code, nothing
 // loaded from elsewhere, so the page works offline.
 //
-//go:embed assets/index.html assets/app.js assets/style.css
+//go:embed assets/index.html assets/app.js assets/visible.js assets/style.css
 var assets embed.FS
 
 // Prefix is the path the page is served under.

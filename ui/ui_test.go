@@ -56,7 +56,7 @@ func TestHandlerFiles(t *testing.T) {
 // page loads nothing from elsewhere and has no inline script or handler.
 func TestPageHasNoRemoteOrInlineCode(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"assets/index.html", "assets/app.js", "assets/style.css"} {
+	for _, name := range []string{"assets/index.html", "assets/app.js", "assets/visible.js", "assets/style.css"} {
 		f, err := assets.Open(name)
 		if err != nil {
 			t.Fatal(err)

@@ -518,7 +518,7 @@ func TestNodesApprovalsAdmin(t *testing.T) {
 		}},
 		{args: []string{"approvals", "list"}, stdout: []string{
 			"ID    SLUG        HOST     NODE  AGENT  SESSION KEY      EXPIRES  CWD   COMMAND",
-			"ap-1  calm-otter  gateway  -     main   agent:main:main  in 5m    /srv  rm -rf /tmp/x",
+			`ap-1  calm-otter  gateway  -     main   agent:main:main  in 5m    /srv  rm -rf\n/tmp/x`, // a newline shown, not folded
 		}},
 		{args: []string{"approvals", "resolve", "ap-1", "allow-once"}, stdout: []string{"approval ap-1: allow-once"}, check: func(t *testing.T, r fakeRequest) {
 			if r.Path != "/v1/approvals/ap-1" || r.Body["decision"] != "allow-once" {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/execmesh/execmesh/internal/visible"
 )
 
 // nodeInfo is one entry of GET /v1/nodes. The fields whose JSON type the
@@ -388,7 +390,7 @@ func (c *cli) newApprovalsCmd() *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 			for _, kv := range [][2]string{{"id", st.ID}, {"state", st.State}, {"decision", st.Decision},
-				{"session", st.SessionID}, {"denied", st.DeniedReason}, {"command", oneLine(st.Command)}} {
+				{"session", st.SessionID}, {"denied", oneLine(st.DeniedReason)}, {"command", oneLine(st.Command)}} {
 				fmt.Fprintf(tw, "%s\t%s\n", kv[0], orDash(kv[1], "-"))
 			}
 			return tw.Flush()
@@ -457,7 +459,7 @@ func listApprovals(ctx context.Context, c *cli, cl *client, raw bool) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			orDash(a.ID, "-"), orDash(a.Slug, "-"), orDash(a.Host, "-"), orDash(a.NodeID, "-"),
 			orDash(a.AgentID, "-"), orDash(a.SessionKey, "-"), until(a.ExpiresAtMs, now),
-			orDash(a.Cwd, "-"), oneLine(a.Command))
+			oneLine(a.Cwd), oneLine(a.Command))
 	}
 	return tw.Flush()
 }
@@ -633,12 +635,15 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// oneLine keeps a table row on one line.
+// oneLine keeps a table row on one line and shows text exactly: newlines,
+// tabs, control and bidi characters become visible escapes
+// (internal/visible), so that a command cannot overprint, hide or reorder
+// what the operator reads, and spaces are kept as they are.
 func oneLine(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return strings.Join(strings.Fields(s), " ")
+	return visible.String(s)
 }
 
 // printJSONOrEmpty prints a JSON answer, or {} for an empty one.

@@ -327,8 +327,10 @@
     tr.dataset.status = st;
     name.textContent = s.name || '';
     runtime.textContent = fmtDuration(s.runtimeMs);
-    command.textContent = s.command || '';
-    command.title = s.cwd ? 'cwd: ' + s.cwd : '';
+    // Commands and paths through visible() (visible.js): control and
+    // bidi characters shown as escapes, never acted on by the page.
+    command.textContent = visible(s.command || '');
+    command.title = s.cwd ? 'cwd: ' + visible(s.cwd) : '';
     const running = st === 'running';
     tr.querySelector('[data-testid^="kill-"]').hidden = !running;
     tr.querySelector('[data-testid^="remove-"]').hidden = running;
@@ -631,9 +633,11 @@
 
   function updateApprovalRow(tr, a) {
     const [command, host, cwd, agent, expires] = tr.cells;
-    command.textContent = a.command || '';
+    // What the operator approves is what they see: control and bidi
+    // characters as escapes (visible.js).
+    command.textContent = visible(a.command || '');
     host.textContent = (a.host || '') + (a.nodeId ? ' · ' + a.nodeId : '');
-    cwd.textContent = a.cwd || '';
+    cwd.textContent = visible(a.cwd || '');
     agent.textContent = a.agentId || '';
     agent.title = a.sessionKey || '';
     const left = typeof a.expiresAtMs === 'number' ? a.expiresAtMs - Date.now() : NaN;
@@ -644,7 +648,7 @@
     for (const b of buttons) b.disabled = true;
     try {
       await api('POST', '/v1/approvals/' + encodeURIComponent(id), { decision });
-      setText('approvals-result', DECISION_LABELS[decision] + ': ' + (command || id));
+      setText('approvals-result', DECISION_LABELS[decision] + ': ' + visible(command || id));
     } catch (e) {
       if (e.status === 401) return;
       const msg = e.status === 404 ? 'That approval expired or is unknown.'
