@@ -42,7 +42,7 @@ func TestGatewayRestartKeepsQueuedEvents(t *testing.T) {
 	}
 	tg2 := startGateway(t, onServer(t, srv, t.TempDir()))
 	evs := tg2.events(DefaultSessionKey, 5*time.Second)
-	if len(evs) != 1 || evs[0].Text != "Exec completed ("+sid[:8]+", code 1) :: kept" {
+	if len(evs) != 1 || evs[0].Text != "Exec completed ("+sid+", code 1) :: kept" {
 		t.Fatalf("after restart: %+v", evs)
 	}
 }

@@ -217,7 +217,7 @@ func TestExitNotification(t *testing.T) {
 		t.Fatalf("events: %s (%v)", r.Raw, err)
 	}
 	ev := got.Events[0]
-	want := fmt.Sprintf("Exec completed (%s, code 2) :: line1 line2", sid[:8])
+	want := fmt.Sprintf("Exec completed (%s, code 2) :: line1 line2", sid)
 	if ev.Text != want || ev.Kind != protocol.EventExecExit || ev.ContextKey != "exec:"+sid || ev.SessionKey != DefaultSessionKey {
 		t.Fatalf("event %+v, want text %q", ev, want)
 	}
@@ -274,7 +274,7 @@ func TestEventStream(t *testing.T) {
 			break
 		}
 	}
-	if !strings.Contains(seen.String(), "event: exec.exit") || !strings.Contains(seen.String(), "Exec completed ("+sid[:8]+", code 3) :: streamed") {
+	if !strings.Contains(seen.String(), "event: exec.exit") || !strings.Contains(seen.String(), "Exec completed ("+sid+", code 3) :: streamed") {
 		t.Fatalf("stream: %q", seen.String())
 	}
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -115,6 +116,10 @@ func TestEndToldOnce(t *testing.T) {
 					exits++
 				case protocol.EventExecLost:
 					lost++
+					// The whole id, as in every notice (DESIGN.md §3.5).
+					if strings.HasPrefix(ev.Text, "Exec lost (") && !strings.HasPrefix(ev.Text, "Exec lost ("+ids[i]+"): ") {
+						t.Errorf("lost text %q does not name the whole session id %s", ev.Text, ids[i])
+					}
 				}
 			}
 			if exits != tc.wantExits || lost != tc.wantLost {

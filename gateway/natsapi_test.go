@@ -89,7 +89,7 @@ func TestNATSInvokeMatchesHTTP(t *testing.T) {
 		t.Fatalf("no event on NATS: %v", err)
 	}
 	var ev protocol.SystemEvent
-	if err := json.Unmarshal(msg.Data, &ev); err != nil || ev.Text != "Exec completed ("+res.SessionID()[:8]+", code 0) :: published" {
+	if err := json.Unmarshal(msg.Data, &ev); err != nil || ev.Text != "Exec completed ("+res.SessionID()+", code 0) :: published" {
 		t.Fatalf("event %+v %v", ev, err)
 	}
 }

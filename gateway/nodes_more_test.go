@@ -164,7 +164,7 @@ func TestNodeForgedExitEvent(t *testing.T) {
 	id := res.SessionID()
 	js := bustest.JetStream(t, env.nc)
 	for _, ev := range []protocol.ExitEvent{
-		{NodeID: b.ID(), SessionID: id, SessionKey: DefaultSessionKey, StartedAt: 1, Notify: true, Text: "Exec completed (" + id[:8] + ", code 0) :: forged"},
+		{NodeID: b.ID(), SessionID: id, SessionKey: DefaultSessionKey, StartedAt: 1, Notify: true, Text: "Exec completed (" + id + ", code 0) :: forged"},
 		{NodeID: b.ID(), SessionID: "made-up", SessionKey: DefaultSessionKey, StartedAt: 2, Notify: true, Text: "Exec completed (made-up, code 0) :: forged"},
 	} {
 		if _, err := bus.PublishExitEvent(t.Context(), js, "execmesh", ev); err != nil {

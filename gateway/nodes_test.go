@@ -306,7 +306,7 @@ func TestNodeExitEventOnce(t *testing.T) {
 		}
 		return nil
 	})
-	want := "Exec completed (" + id[:8] + ", code 3) :: finished-output"
+	want := "Exec completed (" + id + ", code 3) :: finished-output"
 	if len(evs) != 1 || evs[0].Text != want || evs[0].Kind != protocol.EventExecExit || evs[0].ContextKey != "exec:"+id {
 		t.Fatalf("events: %+v, want one %q", evs, want)
 	}

@@ -99,7 +99,7 @@ func TestSandboxBackgroundKillTimeoutAndEvents(t *testing.T) {
 	res = tg.invoke("exec", map[string]any{"command": "echo sandboxed-exit; exit 4", "background": true}, "")
 	sid = res.SessionID()
 	ev := tg.waitEvent(protocol.EventExecExit)
-	if ev.Text != fmt.Sprintf("Exec completed (%s, code 4) :: sandboxed-exit", sid[:8]) {
+	if ev.Text != fmt.Sprintf("Exec completed (%s, code 4) :: sandboxed-exit", sid) {
 		t.Fatalf("event %q", ev.Text)
 	}
 }

@@ -341,7 +341,7 @@ func TestUpRunsLocalNode(t *testing.T) {
 	for time.Now().Before(deadline.Add(10*time.Second)) && len(events) == 0 {
 		events = httpGetJSON(t, d.url+"/v1/events?sessionKey=agent:main:main&waitMs=2000")["events"].([]any)
 	}
-	if len(events) != 1 || events[0].(map[string]any)["text"] != fmt.Sprintf("Exec completed (%s, code 5) :: node-bg", sid[:8]) {
+	if len(events) != 1 || events[0].(map[string]any)["text"] != fmt.Sprintf("Exec completed (%s, code 5) :: node-bg", sid) {
 		t.Fatalf("events: %v", events)
 	}
 	if more := httpGetJSON(t, d.url+"/v1/events?sessionKey=agent:main:main&waitMs=500")["events"].([]any); len(more) != 0 {

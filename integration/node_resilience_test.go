@@ -89,7 +89,7 @@ func TestNodeNATSRestart(t *testing.T) {
 	gw.g.SetEmbeddedServer(ns.srv)
 	gw.waitNode(np.id, "connected", "paired")
 	evs := gw.waitExitEvents(60*time.Second, time.Second)
-	want := "Exec completed (" + id[:8] + ", code 0) :: survived-the-outage"
+	want := "Exec completed (" + id + ", code 0) :: survived-the-outage"
 	if len(evs) != 1 || evs[0].Text != want {
 		t.Fatalf("exit events %+v, want one %q", evs, want)
 	}

@@ -259,7 +259,7 @@ func exerciseTools(t *testing.T, cs *mcp.ClientSession, sink logSink) {
 	}
 	b, _ := json.Marshal(msg.Data)
 	var ev protocol.SystemEvent
-	if err := json.Unmarshal(b, &ev); err != nil || ev.Kind != protocol.EventExecExit || !strings.HasPrefix(ev.Text, "Exec completed ("+id2[:min(8, len(id2))]) || !strings.Contains(ev.Text, "code 3") {
+	if err := json.Unmarshal(b, &ev); err != nil || ev.Kind != protocol.EventExecExit || !strings.HasPrefix(ev.Text, "Exec completed ("+id2+", ") || !strings.Contains(ev.Text, "code 3") {
 		t.Errorf("exit event %s (%v)", b, err)
 	}
 

@@ -557,7 +557,7 @@ func TestNodeExitEventPublished(t *testing.T) {
 		}
 		return nil
 	})
-	if ev.SessionID != id || ev.NodeID != h.a.ID() || ev.SessionKey != "agent:main:main" || !ev.Notify || ev.Text != "Exec completed ("+id[:8]+", code 2) :: bye" {
+	if ev.SessionID != id || ev.NodeID != h.a.ID() || ev.SessionKey != "agent:main:main" || !ev.Notify || ev.Text != "Exec completed ("+id+", code 2) :: bye" {
 		t.Fatalf("exit event: %+v", ev)
 	}
 }

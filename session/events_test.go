@@ -21,7 +21,7 @@ func TestExitEvents(t *testing.T) {
 	ev := rec.next(t)
 	if ev.SessionID != id || ev.SessionKey != scope || ev.Command != "echo hello" || ev.Status != "completed" ||
 		ev.ExitCode == nil || *ev.ExitCode != 0 || ev.ExitReason != "exit" || ev.Tail != "hello\n" || !ev.Notify ||
-		ev.Text != "Exec completed ("+id[:8]+", code 0) :: hello" || ev.EndedAt < ev.StartedAt {
+		ev.Text != "Exec completed ("+id+", code 0) :: hello" || ev.EndedAt < ev.StartedAt {
 		t.Errorf("event: %+v", ev)
 	}
 	select {
@@ -71,7 +71,7 @@ func TestNotifyOnExitEmptySuccess(t *testing.T) {
 	rec := newEventRecorder()
 	m := newManager(t, func(c *Config) { c.OnExit = rec.onExit; c.NotifyOnExitEmptySuccess = true })
 	id := startBackground(t, m, ExecRequest{Command: "true", ScopeKey: "k"})
-	if ev := rec.next(t); !ev.Notify || ev.Text != "Exec completed ("+id[:8]+", code 0)" {
+	if ev := rec.next(t); !ev.Notify || ev.Text != "Exec completed ("+id+", code 0)" {
 		t.Errorf("event: %+v", ev)
 	}
 	m2 := newManager(t, func(c *Config) { c.OnExit = rec.onExit; c.NotifyOnExit = false })
@@ -190,7 +190,7 @@ func TestNotifyLiveRuns(t *testing.T) {
 			}
 			want := ""
 			if run.Text != nil {
-				want = strings.ReplaceAll(*run.Text, "<sid8>", id[:8])
+				want = strings.ReplaceAll(*run.Text, "<sid>", id) // the whole id (testutil.Deviations)
 			}
 			if ev.Text != want || ev.Notify != (want != "") {
 				t.Errorf("text %q (notify %v), want %q", ev.Text, ev.Notify, want)

@@ -97,9 +97,13 @@ func inputWaitHint(idleMs int64) string {
 }
 
 // NotifyText is the text of the exec.exit system event for a backgrounded
-// session that ended, exactly as OpenClaw words it:
+// session that ended, as OpenClaw words it but for the id:
 //
-//	Exec <status> (<first 8 chars of id>, <code N|signal SIG|unknown exit code>) :: <output>
+//	Exec <status> (<session id>, <code N|signal SIG|unknown exit code>) :: <output>
+//
+// The id is whole (DESIGN.md §3.5): OpenClaw cuts its random ids to 8
+// characters, but the agent polls the session by this id, and a cut
+// readable id ("nimble-c" of "nimble-coral") names no session.
 //
 // output is the session's retained output (or its tail); only its last 400
 // UTF-16 units are used, whitespace runs are collapsed and the snippet is
@@ -121,7 +125,7 @@ func notifyText(sessionID, status string, exitCode *int, exitSignal, exitReason,
 	if status == "completed" && exitCode != nil && *exitCode == 0 && snippet == "" && !emptySuccess {
 		return ""
 	}
-	summary := "Exec " + status + " (" + sliceUTF16(sessionID, 0, 8, true) + ", " + exitLabel(exitCode, exitSignal) + ")"
+	summary := "Exec " + status + " (" + sessionID + ", " + exitLabel(exitCode, exitSignal) + ")"
 	if snippet != "" {
 		summary += " :: " + snippet
 	}

@@ -236,3 +236,42 @@ func TestE2EFollow(t *testing.T) {
 		t.Fatalf("--follow on log: exit %d", r.code)
 	}
 }
+
+// TestE2EExitNoticeNamesWholeSessionID: the exit notice of a background
+// session names the session by its whole id (DESIGN.md §3.5), not by the
+// 8 characters OpenClaw keeps of its random ids, and process poll finds
+// the session by the id the notice gives.
+func TestE2EExitNoticeNamesWholeSessionID(t *testing.T) {
+	t.Parallel()
+	env := startGateway(t, nil)
+	var id string
+	// Readable ids are mostly longer than 8 characters; a short one
+	// would prove nothing, so it is stopped (which sends no notice) and
+	// another started.
+	for range 20 {
+		r := runCLI(t, env, "", "exec", "--json", "--background", "--", "sh", "-c", "sleep 0.3; echo whole-id-output; exit 3")
+		var ans invokeAnswer
+		if err := json.Unmarshal([]byte(r.stdout), &ans); err != nil || ans.Result.SessionID() == "" {
+			t.Fatalf("background: exit %d, stdout %q, stderr %q (%v)", r.code, r.stdout, r.stderr, err)
+		}
+		if id = ans.Result.SessionID(); len(id) > 8 {
+			break
+		}
+		runCLI(t, env, "", "process", "kill", id)
+	}
+	if len(id) <= 8 {
+		t.Fatalf("no session id longer than 8 characters in 20 starts (last %q)", id)
+	}
+	r := runCLI(t, env, "", "events", "--wait-ms", "10000")
+	m := regexp.MustCompile(`exec\.exit Exec completed \(([^,]+), code 3\) :: whole-id-output`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || m == nil {
+		t.Fatalf("events: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if m[1] != id {
+		t.Fatalf("the notice names %q, the session is %q", m[1], id)
+	}
+	r = runCLI(t, env, "", "process", "poll", m[1])
+	if r.code != 0 || !strings.Contains(r.stdout, "whole-id-output") || !strings.Contains(r.stdout, "Process exited with code 3") {
+		t.Fatalf("poll %s: exit %d, stdout %q, stderr %q", m[1], r.code, r.stdout, r.stderr)
+	}
+}

@@ -43,6 +43,19 @@ func Deviations() []Deviation {
 		Old: "so OpenClaw can register a pollable process session",
 		New: "so execmesh can register a pollable process session",
 		Why: "the timeout guidance names the product that registers the session (issue 13 item 9)",
+	}, {
+		// DESIGN.md §3.5: exit notices carry the whole session id, so the
+		// agent can poll it; OpenClaw cuts its random ids to 8 characters.
+		// One entry per id the recorded notify_text.json cut.
+		Old: "(nimble-c, ", New: "(nimble-coral, ",
+		Why: "exit notices name the whole session id",
+	}, {
+		Old: "(swift-ha, ", New: "(swift-harbor-otter-2, ",
+		Why: "exit notices name the whole session id",
+	}, {
+		// The live runs' ids are random: <sid> stands for the whole id.
+		Old: "(<sid8>, ", New: "(<sid>, ",
+		Why: "exit notices name the whole session id",
 	}}
 }
 
