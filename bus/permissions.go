@@ -24,7 +24,7 @@ const responseTTL = 5 * time.Minute
 func InboxPrefix(id string) string { return nodeInboxPrefix(id) }
 
 // GatewayPermissions is what a gateway needs on a shared NATS system
-// (the users entry deploy/tools/mknode --gateway writes, and
+// (the users entry `execmesh nodes credentials --gateway` writes, and
 // deploy/nats/cluster/auth.conf's): everything under its prefix (tool
 // API, node endpoints, presence, pairing, events, the other gateways'
 // hosts), the JetStream API (it creates the streams and buckets and reads

@@ -30,7 +30,7 @@ import (
 // the cluster keeps working.
 func clBadCredentials(t *testing.T, c *clCluster) {
 	c.use(t)
-	rogue := clMknode(t, filepath.Join(t.TempDir(), "rogue"), false) // entry not added to auth.conf
+	rogue := clCredentials(t, filepath.Join(t.TempDir(), "rogue"), false) // entry not added to auth.conf
 	p := newClProc(t, c.node("node-b").host, "rogue-node", rogue.Dir, c.nodeProcEnv(rogue.Dir, "rogue"), c.emBin, "node", "--state-dir", rogue.Dir)
 	p.start(t)
 	defer func() { _ = p.stop() }()

@@ -29,12 +29,13 @@ import (
 
 // TestClusterShippedConfigs loads deploy/nats/cluster through
 // server.ProcessConfigFile (rendered into a temporary copy: loopback
-// ports, paths, the route secret, the keys mknode made), starts a 3-server
-// cluster from those options on loopback, waits for its routes and a
-// JetStream meta leader, creates execmesh's stream and buckets with 3
-// replicas as the gateway does, and checks that the users work as
-// documented: the gateway's broad permissions, a node confined to its own
-// subjects (the permissions mknode wrote equal bus.NodePermissions).
+// ports, paths, the route secret, the keys `execmesh nodes credentials`
+// made), starts a 3-server cluster from those options on loopback, waits
+// for its routes and a JetStream meta leader, creates execmesh's stream
+// and buckets with 3 replicas as the gateway does, and checks that the
+// users work as documented: the gateway's broad permissions, a node
+// confined to its own subjects (the permissions it wrote equal
+// bus.NodePermissions).
 func TestClusterShippedConfigs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3-server cluster")
@@ -42,9 +43,9 @@ func TestClusterShippedConfigs(t *testing.T) {
 	tmp := t.TempDir()
 	tlsDir := filepath.Join(tmp, "tls")
 	clMakeTLS(t, tlsDir, "nats-1,127.0.0.1", "nats-2,127.0.0.1", "nats-3,127.0.0.1")
-	gw := clMknode(t, filepath.Join(tmp, "gw"), true)
-	n1 := clMknode(t, filepath.Join(tmp, "n1"), false)
-	n2 := clMknode(t, filepath.Join(tmp, "n2"), false)
+	gw := clCredentials(t, filepath.Join(tmp, "gw"), true)
+	n1 := clCredentials(t, filepath.Join(tmp, "n1"), false)
+	n2 := clCredentials(t, filepath.Join(tmp, "n2"), false)
 
 	routes := clPortsBelowEphemeral(t, 3)
 	site := clSite{
@@ -163,8 +164,9 @@ func TestClusterShippedConfigs(t *testing.T) {
 }
 
 // clCheckUsers compares the users the servers load with what the code
-// grants: mknode's node entries are bus.NodePermissions, and the shipped
-// gateway entry is what mknode --gateway makes.
+// grants: the node entries of `nodes credentials` are
+// bus.NodePermissions, and the shipped gateway entry is what `nodes
+// credentials --gateway` makes.
 func clCheckUsers(t *testing.T, o *server.Options, gw, n1, n2 clIdentity) {
 	users := map[string]*server.NkeyUser{}
 	for _, u := range o.Nkeys {
@@ -183,8 +185,8 @@ func clCheckUsers(t *testing.T, o *server.Options, gw, n1, n2 clIdentity) {
 			t.Fatalf("node %s: loaded permissions %s, want bus.NodePermissions %s", n.NodeID, clPerms(u), clPermsOf(want))
 		}
 	}
-	// The shipped gateway entry must be exactly what mknode --gateway
-	// writes (one source of truth for the gateway's grant).
+	// The shipped gateway entry must be exactly what `nodes credentials
+	// --gateway` writes (one source of truth for the gateway's grant).
 	lone := filepath.Join(t.TempDir(), "lone.conf")
 	if err := os.WriteFile(lone, []byte("authorization {\n users = [\n"+gw.Entry+"\n ]\n}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -194,7 +196,7 @@ func clCheckUsers(t *testing.T, o *server.Options, gw, n1, n2 clIdentity) {
 		t.Fatalf("gateway-user.conf does not load: %v", err)
 	}
 	if u := users[gw.PublicKey]; u == nil || len(lo.Nkeys) != 1 || !reflect.DeepEqual(u.Permissions, lo.Nkeys[0].Permissions) {
-		t.Fatalf("shipped auth.conf gateway entry %s differs from mknode --gateway %s", clPerms(users[gw.PublicKey]), clPerms(lo.Nkeys[0]))
+		t.Fatalf("shipped auth.conf gateway entry %s differs from nodes credentials --gateway %s", clPerms(users[gw.PublicKey]), clPerms(lo.Nkeys[0]))
 	}
 	if o.Cluster.Username != "route" || o.Cluster.Password == "" || o.Cluster.TLSConfig == nil ||
 		o.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
@@ -325,7 +327,7 @@ func clCheckReadme(t *testing.T) {
 	}
 	for _, want := range []string{
 		"s/REPLACE_WITH_ROUTE_PASSWORD/", "s/REPLACE_WITH_GATEWAY_NKEY/", "s/REPLACE_WITH_GATEWAY_TOKEN/",
-		"sed -i '" + clNodeEntrySed, "deploy/tls/make-test-ca.sh", "go run ./deploy/tools/mknode --gateway",
+		"sed -i '" + clNodeEntrySed, "deploy/tls/make-test-ca.sh", "execmesh nodes credentials --gateway",
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("deploy/README.md does not contain %q", want)

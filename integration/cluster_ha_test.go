@@ -257,12 +257,12 @@ type haGW struct {
 }
 
 // addGateway starts a second gateway on the gateway machine, listening on
-// port: its identity made by mknode and appended to auth.conf (the
-// servers reloaded), its configuration deploy/ha/gateway.ha.json with the
-// first gateway's operator token.
+// port: its identity made by `execmesh nodes credentials` and appended to
+// auth.conf (the servers reloaded), its configuration
+// deploy/ha/gateway.ha.json with the first gateway's operator token.
 func (c *clCluster) addGateway(t *testing.T, name string, port int) *haGW {
 	t.Helper()
-	ident := clMknode(t, filepath.Join(c.dir, name), true)
+	ident := clCredentials(t, filepath.Join(c.dir, name), true)
 	auth := filepath.Join(c.dir, "auth.conf")
 	entry := filepath.Join(c.dir, name+"-user.conf")
 	if err := os.WriteFile(entry, []byte(ident.Entry), 0o600); err != nil {

@@ -17,7 +17,7 @@ import (
 
 // This file holds the helpers of the cluster tests (cluster_*_test.go):
 // the deploy/ files rendered into a temporary copy, the official
-// nats-server binary, the mknode tool and the test CA. The shipped files
+// nats-server binary, `execmesh nodes credentials` and the test CA. The shipped files
 // are the tested files: rendering only replaces the placeholders,
 // addresses and paths the deploy README tells an operator to replace, and
 // fails when one of them is missing from the shipped file.
@@ -49,17 +49,6 @@ var clNATSServerBinary = sync.OnceValues(func() (string, error) {
 		return bin, nil
 	}
 	return bin, clGoBuild(bin, mod)
-})
-
-// clMknodeBinary builds deploy/tools/mknode once per test binary (into
-// the same cache directory, replacing the previous build).
-var clMknodeBinary = sync.OnceValues(func() (string, error) {
-	dir, err := clBinDir()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "mknode")
-	return bin, clGoBuild(bin, "./deploy/tools/mknode")
 })
 
 // clBinDir is <user cache dir>/execmesh-cluster-test (testTemp, which
@@ -142,8 +131,8 @@ func clMakeTLS(t *testing.T, dir string, specs ...string) {
 	}
 }
 
-// clIdentity is what deploy/tools/mknode made: the seed file, the
-// public key and node id, and the users entry.
+// clIdentity is what `execmesh nodes credentials` made: the seed file,
+// the public key and node id, and the users entry.
 type clIdentity struct {
 	Dir       string // --out
 	SeedFile  string
@@ -152,24 +141,20 @@ type clIdentity struct {
 	Entry     string // node-user.conf or gateway-user.conf
 }
 
-// clMknode runs deploy/tools/mknode --out dir (with --gateway when
-// gateway is set) and checks what it wrote.
-func clMknode(t *testing.T, dir string, gateway bool) clIdentity {
+// clCredentials runs `execmesh nodes credentials --name <base of dir>
+// --out dir` (with --gateway when gateway is set), the binary an operator
+// has, and checks what it wrote.
+func clCredentials(t *testing.T, dir string, gateway bool) clIdentity {
 	t.Helper()
-	bin, err := clMknodeBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--prefix", bus.DefaultPrefix, "--out", dir}
+	args := []string{"nodes", "credentials", "--name", filepath.Base(dir), "--prefix", bus.DefaultPrefix, "--out", dir}
 	if gateway {
 		args = append(args, "--gateway")
 	}
-	cmd := exec.Command(bin, args...)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("mknode %v: %v\n%s", args, err, clStderr(err))
+	r := runBinary(t, "/", nil, "", args...)
+	if r.code != 0 {
+		t.Fatalf("execmesh %v: exit %d\n%s", args, r.code, r.stderr)
 	}
-	first, _, _ := strings.Cut(string(out), "\n")
+	first, _, _ := strings.Cut(r.stdout, "\n")
 	id := clIdentity{Dir: dir}
 	entryFile, seedFile := "node-user.conf", bus.NodeKeyFile
 	if gateway {
@@ -181,7 +166,7 @@ func clMknode(t *testing.T, dir string, gateway bool) clIdentity {
 		t.Fatal(err)
 	}
 	if st, _ := os.Stat(id.SeedFile); st == nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("mknode: %s is not mode 0600", id.SeedFile)
+		t.Fatalf("nodes credentials: %s is not mode 0600", id.SeedFile)
 	}
 	ident, err := bus.IdentityFromSeed(seed)
 	if err != nil {
@@ -190,12 +175,12 @@ func clMknode(t *testing.T, dir string, gateway bool) clIdentity {
 	id.PublicKey = ident.PublicKey
 	if gateway {
 		if first != ident.PublicKey {
-			t.Fatalf("mknode --gateway printed %q, seed has %s", first, ident.PublicKey)
+			t.Fatalf("nodes credentials --gateway printed %q, seed has %s", first, ident.PublicKey)
 		}
 	} else {
 		id.NodeID = ident.NodeID
 		if first != ident.NodeID {
-			t.Fatalf("mknode printed node id %q, seed gives %s", first, ident.NodeID)
+			t.Fatalf("nodes credentials printed node id %q, seed gives %s", first, ident.NodeID)
 		}
 	}
 	entry, err := os.ReadFile(filepath.Join(dir, entryFile))
@@ -203,17 +188,10 @@ func clMknode(t *testing.T, dir string, gateway bool) clIdentity {
 		t.Fatal(err)
 	}
 	id.Entry = string(entry)
-	if !strings.Contains(string(out), id.Entry) {
-		t.Fatalf("mknode printed an entry different from %s", entryFile)
+	if !strings.Contains(r.stdout, id.Entry) {
+		t.Fatalf("nodes credentials printed an entry different from %s", entryFile)
 	}
 	return id
-}
-
-func clStderr(err error) string {
-	if ee, ok := err.(*exec.ExitError); ok {
-		return string(ee.Stderr)
-	}
-	return ""
 }
 
 // clSite says how the shipped cluster configs are rendered for a test:
@@ -257,8 +235,8 @@ func (s clSite) render(t *testing.T) [3]string {
 	}
 	if n := len(s.NodeEntries); n > 0 {
 		b, _ := os.ReadFile(auth)
-		if got := strings.Count(string(b), "made by deploy/tools/mknode"); got != n+1 {
-			t.Fatalf("auth.conf after the README's sed holds %d mknode entries, want %d", got, n+1)
+		if got := strings.Count(string(b), "made by execmesh nodes credentials"); got != n+1 {
+			t.Fatalf("auth.conf after the README's sed holds %d entries of nodes credentials, want %d", got, n+1)
 		}
 	}
 	var paths [3]string

@@ -479,10 +479,10 @@ func newClCluster(t *testing.T) *clCluster {
 		specs = append(specs, h.name+","+h.ip)
 	}
 	clMakeTLS(t, c.tlsDir, specs...)
-	c.gwIdent = clMknode(t, filepath.Join(c.dir, "gateway"), true)
+	c.gwIdent = clCredentials(t, filepath.Join(c.dir, "gateway"), true)
 	var entries []string
 	for _, name := range clNodeNames {
-		id := clMknode(t, filepath.Join(c.dir, name), false)
+		id := clCredentials(t, filepath.Join(c.dir, name), false)
 		c.nodes[name] = &clNode{name: name, host: cn.hosts[name], ident: id}
 		entries = append(entries, id.Entry)
 	}

@@ -36,14 +36,15 @@ type nodeInfo struct {
 }
 
 // newNodesCmd is `execmesh nodes list|pending|approve|reject|invite|
-// approvals get|set`.
+// approvals get|set|credentials`.
 func (c *cli) newNodesCmd() *cobra.Command {
 	var f clientFlags
 	cmd := groupCmd(&cobra.Command{
 		Use:   "nodes SUBCOMMAND",
 		Short: "node registry, pairing, join codes and the nodes' exec-approvals files",
 		Annotations: map[string]string{annSynopsis: "nodes list | pending | approve NODE | reject NODE | invite [--name N] [--ttl D]\n" +
-			"nodes approvals get NODE | set NODE FILE|- --base-hash H"},
+			"nodes approvals get NODE | set NODE FILE|- --base-hash H\n" +
+			"nodes credentials --name N [--out DIR] [--prefix P] [--gateway]"},
 	})
 	f.register(cmd.PersistentFlags(), withJSON)
 	nodeArg := func(verb string) cobra.PositionalArgs {
@@ -123,7 +124,7 @@ func (c *cli) newNodesCmd() *cobra.Command {
 	invite.Flags().DurationVar(&ttl, "ttl", 0, "how long the join code stays valid, such as 15m (default: the gateway's, 15m)")
 	invite.Flags().BoolVar(&local, "local", false, "the node runs on the gateway's machine (a loopback NATS address is fine)")
 	f.registerOperator(invite.Flags())
-	cmd.AddCommand(invite)
+	cmd.AddCommand(invite, c.newCredentialsCmd())
 
 	approvals := groupCmd(&cobra.Command{
 		Use:   "approvals get|set NODE",

@@ -1,0 +1,10 @@
+package confine
+
+import "golang.org/x/sys/unix"
+
+// nativeArch is the audit architecture of this build's system calls;
+// foreignNrBase is where x32's numbers start on it.
+const (
+	nativeArch    = unix.AUDIT_ARCH_X86_64
+	foreignNrBase = 0x40000000
+)

@@ -1,0 +1,10 @@
+package confine
+
+import "golang.org/x/sys/unix"
+
+// nativeArch is the audit architecture of this build's system calls;
+// arm64 has no second numbering in the same architecture.
+const (
+	nativeArch    = unix.AUDIT_ARCH_AARCH64
+	foreignNrBase = 0
+)
