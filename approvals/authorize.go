@@ -151,6 +151,11 @@ type Request struct {
 	// the call that asked for it). An allow decision runs only if the
 	// files still match it.
 	Approved *Binding
+	// Unconfined, when set, says why the host cannot confine the run in
+	// the kernel: under security allowlist only a pipeline of safe bins
+	// is then allowed without an approval (with ask off, anything else is
+	// denied), and the reason says so.
+	Unconfined string
 }
 
 // Authorization is the verdict on one command and how to run it.
@@ -241,7 +246,18 @@ func Authorize(req Request) (Authorization, error) {
 		PTY:             req.PTY,
 	}
 	ev := Evaluate(req.Command, opts)
+	if req.Unconfined != "" && sec == SecurityAllowlist {
+		ev.requireSafeBins(req.Unconfined)
+	}
 	d := Decide(req.Host, p, ev)
+	if ev.Reason == ReasonUnconfined {
+		switch d.Verdict {
+		case Deny:
+			d.Reason += " (" + ReasonUnconfined + ": " + ev.Detail + ")"
+		case NeedsApproval:
+			d.Reason = ReasonUnconfined + ": " + ev.Detail
+		}
+	}
 	fb := Fallback(p, ev)
 	a := Authorization{
 		Verdict:          d.Verdict,
@@ -256,7 +272,12 @@ func Authorize(req Request) (Authorization, error) {
 		a.Applied = req.Decision != ""
 		switch req.Decision {
 		case "":
-			a.Binding = bind(req.Command, ev, opts)
+			b, err := bind(req.Command, ev, opts)
+			if err != nil {
+				a.Verdict, a.Reason = Deny, err.Error()
+				return a, nil
+			}
+			a.Binding = b
 			return a, nil
 		case DecisionDeny:
 			a.Verdict, a.Reason = Deny, DenyUserDenied
@@ -265,7 +286,11 @@ func Authorize(req Request) (Authorization, error) {
 			d = fb
 			a.Verdict, a.Reason = fb.Verdict, fb.Reason
 		default: // allow-once, allow-always
-			if err := req.Approved.Match(bind(req.Command, ev, opts)); err != nil {
+			b, err := bind(req.Command, ev, opts)
+			if err == nil {
+				err = req.Approved.Match(b)
+			}
+			if err != nil {
 				a.Verdict, a.Reason = Deny, err.Error()
 				return a, nil
 			}
@@ -284,6 +309,23 @@ func Authorize(req Request) (Authorization, error) {
 		a.Env = AllowlistEnv(req.Env)
 	}
 	return a, nil
+}
+
+// requireSafeBins turns a satisfied evaluation that runs anything but safe
+// bins into a miss: without the kernel's confinement an allowlisted
+// program could go on to run anything at all.
+func (ev *Evaluation) requireSafeBins(why string) {
+	if !ev.Satisfied {
+		return
+	}
+	for _, s := range ev.Segments {
+		if s.SatisfiedBy != BySafeBin {
+			ev.Satisfied = false
+			ev.Reason, ev.Detail = ReasonUnconfined, why
+			ev.Argv, ev.Rendered = nil, ""
+			return
+		}
+	}
 }
 
 // PlanArgv is the argv that runs an allowlisted plan: the program itself

@@ -90,6 +90,11 @@ const (
 	// $'…' and $"…" quoting.
 	ReasonDynamicArgument = "dynamic-argument"
 
+	// ReasonUnconfined: the host cannot confine the run in the kernel
+	// (DESIGN.md §3.4), so only a pipeline of safe bins runs without an
+	// approval; the detail says why there is no confinement.
+	ReasonUnconfined = "no-kernel-confinement"
+
 	// ReasonUnresolved: the executable is not an existing executable
 	// regular file (relative paths against the workdir, bare names on the
 	// absolute PATH entries).

@@ -134,6 +134,14 @@ type Exec struct {
 	// protocol.DefaultAllowlistEnv; [] lets a request set none. The
 	// blocklists apply on top (DESIGN.md §3.4).
 	AllowlistEnv []string `json:"allowlistEnv"`
+	// Confine is the kernel confinement of security allowlist runs:
+	// "auto" (Landlock where the kernel has it; elsewhere allowlist mode
+	// asks for every program that is not a safe bin) or "off" (always
+	// ask). DESIGN.md §3.4.
+	Confine string `json:"confine,omitempty"`
+	// AllowlistWrites are absolute paths beneath which a confined
+	// allowlist run may write, besides its workdir and its TMPDIR.
+	AllowlistWrites []string `json:"allowlistWrites,omitempty"`
 }
 
 // ApplyPatch is `tools.exec.applyPatch`: the apply_patch sub-tool,
@@ -640,6 +648,12 @@ func (c *Config) Validate() error {
 	for i, p := range e.PathPrepend {
 		if !filepath.IsAbs(strings.TrimSpace(p)) {
 			bad(fmt.Sprintf("tools.exec.pathPrepend[%d]", i), "%q is not an absolute directory", p)
+		}
+	}
+	oneOf("tools.exec.confine", e.Confine, []string{"auto", "off"}, true)
+	for i, p := range e.AllowlistWrites {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			bad(fmt.Sprintf("tools.exec.allowlistWrites[%d]", i), "%q is not an absolute, clean path", p)
 		}
 	}
 	for i, p := range e.AllowlistEnv {

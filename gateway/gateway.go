@@ -53,6 +53,9 @@ type Options struct {
 	// Environ is the environment inherited by gateway-host commands before
 	// filtering; nil means os.Environ().
 	Environ []string
+	// Confine is the kernel confinement of the gateway host's allowlist
+	// runs (host.ConfineConfig; its zero value confines nothing and asks).
+	Confine host.ConfineConfig
 	// Cwd is the default working directory of gateway-host commands; empty
 	// means the process working directory.
 	Cwd string
@@ -277,6 +280,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 		LoginPath:   loginPath,
 		Sandbox:     rt,
 		TrustedKeys: g.signer.Trusted,
+		Confine:     opts.Confine,
 		OnExit:      g.onLocalExit,
 	})
 	if err != nil {
@@ -441,7 +445,7 @@ func applySessionConfig(s *session.Config, cfg config.Config) {
 func (g *Gateway) applySettings(cfg config.Config) {
 	e := cfg.Tools.Exec
 	g.local.SetSettings(host.Settings{PathPrepend: e.PathPrepend, SafeBins: e.SafeBins, SafeBinTrustedDirs: e.SafeBinTrustedDirs,
-		AllowlistEnv: e.AllowlistEnv, Workspace: cfg.Sandbox.Workspace})
+		AllowlistEnv: e.AllowlistEnv, AllowlistWrites: e.AllowlistWrites, Workspace: cfg.Sandbox.Workspace})
 }
 
 // config.Config returns a copy of the configuration in force.

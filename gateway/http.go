@@ -93,10 +93,15 @@ type healthReport struct {
 	// Containment is how the gateway's session core holds process trees:
 	// "cgroup" or "process-group".
 	Containment string `json:"containment"`
+	// Confinement is how the gateway host's security allowlist runs are
+	// held: "landlock" (by the kernel) or "ask" (every program that is
+	// not a safe bin needs approval), with the reason.
+	Confinement host.Confinement `json:"confinement"`
 }
 
 func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
-	rep := healthReport{OK: true, GatewayID: g.id, HostID: g.hostID, Containment: g.local.Manager().Containment().Mode}
+	rep := healthReport{OK: true, GatewayID: g.id, HostID: g.hostID, Containment: g.local.Manager().Containment().Mode,
+		Confinement: g.local.Confinement()}
 	if err := g.Healthy(); err != nil {
 		rep.OK, rep.Status = false, err.Error()
 		writeJSON(w, http.StatusServiceUnavailable, rep)
@@ -511,3 +516,7 @@ func (g *Gateway) TakeEvents(ctx context.Context, sessionKey string, wait time.D
 	}
 	return g.events.Take(ctx, key, wait, ack)
 }
+
+// Confinement reports how the gateway host's security allowlist runs are
+// held (host.Local.Confinement).
+func (g *Gateway) Confinement() host.Confinement { return g.local.Confinement() }

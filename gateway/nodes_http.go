@@ -35,6 +35,10 @@ type NodeView struct {
 	PublicKey   string `json:"publicKey,omitempty"`
 	Joined      bool   `json:"joined,omitempty"`
 	Containment string `json:"containment,omitempty"`
+	// Confinement is how the node holds security allowlist runs:
+	// "landlock" (the kernel) or "ask" (with the reason).
+	Confinement       string `json:"confinement,omitempty"`
+	ConfinementReason string `json:"confinementReason,omitempty"`
 }
 
 func nodeView(n nodes.Node) NodeView {
@@ -42,6 +46,7 @@ func nodeView(n nodes.Node) NodeView {
 		ID: n.ID, Name: n.Name, Status: "unreachable", Paired: n.Pairing == protocol.NodePairingPaired, Pairing: n.Pairing,
 		Platform: n.Platform, Sessions: n.Sessions, Server: n.Server, Version: n.Version,
 		PublicKey: n.PublicKey, Joined: n.Joined, Containment: n.Containment,
+		Confinement: n.Confinement, ConfinementReason: n.ConfinementReason,
 	}
 	if n.Live {
 		v.Status = "connected"

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +65,9 @@ type Config struct {
 	// Ready, when set, is asked before every exec and patch: a non-nil
 	// error refuses the request (a node that is not paired).
 	Ready func() error
+	// Confine configures the kernel confinement of security allowlist
+	// runs; the zero value confines where the kernel can.
+	Confine ConfineConfig
 	// OnExit receives the exit event of every background session, in its
 	// own goroutine; RunID is set for approval-gated runs. With
 	// Session.ConfirmExits the session's record stays in the state dir
@@ -84,6 +89,9 @@ type Settings struct {
 	// KEY* prefixes) a run under security allowlist may set; nil means
 	// protocol.DefaultAllowlistEnv, empty allows none (CheckAllowlistEnv).
 	AllowlistEnv []string
+	// AllowlistWrites are tools.exec.allowlistWrites: paths beneath which
+	// a confined allowlist run may write, besides its workdir and TMPDIR.
+	AllowlistWrites []string
 	// Security and Ask, when set, cap what requests may use: the node
 	// agent's own --security and --ask.
 	Security string
@@ -107,6 +115,14 @@ type Local struct {
 	settings  atomic.Pointer[Settings]
 	approvals *approvals.FileCache // the host's exec-approvals.json; nil without a state dir
 	envCache  envCache             // the environment of calls without overrides (env.go)
+
+	// The kernel confinement of allowlist runs (confine.go): the mode
+	// probed at start, the helper binary, its real path (whose ELF
+	// interpreter is the system's), and the shell's real path.
+	confinement Confinement
+	helper      string
+	helperExe   string
+	shellPath   string
 
 	mu   sync.Mutex
 	used map[string]time.Time // approval ids already acted on, until their decision expires
@@ -166,6 +182,18 @@ func NewLocal(cfg Config) (*Local, error) {
 		return nil, fmt.Errorf("host: session core: %w", err)
 	}
 	l.mgr = m
+	l.confinement, l.helper = probeConfinement(cfg.Confine)
+	l.helperExe = l.helper
+	l.shellPath = scfg.Shell
+	if p, err := exec.LookPath(scfg.Shell); err == nil {
+		l.shellPath = p
+	}
+	if p, err := filepath.EvalSymlinks(l.shellPath); err == nil {
+		l.shellPath = p
+	}
+	if l.confinement.Mode != ModeLandlock {
+		l.log.Warn("security allowlist is not confined by the kernel: every program that is not a safe bin needs approval", "host", l.label(), "why", l.confinement.Reason)
+	}
 	return l, nil
 }
 
@@ -276,6 +304,16 @@ func (l *Local) execHost(ctx context.Context, req protocol.ExecRequest, sreq ses
 		return protocol.Result{}, err
 	}
 	sreq.Argv = run.argv
+	var conf *confined
+	if run.allowlistMode {
+		conf, err = l.confineRun(run, workdir, protocol.EnvMap(env), s, l.confinement.Mode == ModeLandlock)
+		if err != nil {
+			return protocol.Result{}, err
+		}
+		if conf != nil {
+			conf.apply(&sreq)
+		}
+	}
 	if len(run.env) > 0 {
 		// The allowlist environment rule: pagers, editors and hooks
 		// closed for the run (approvals.AllowlistEnv).
@@ -288,7 +326,13 @@ func (l *Local) execHost(ctx context.Context, req protocol.ExecRequest, sreq ses
 		// approval's Exec finished event instead of the usual notice.
 		sreq.Background, sreq.Synchronous, sreq.NotifyOff = true, false, true
 	}
-	return l.start(ctx, sreq, run.runID)
+	if conf == nil {
+		return l.start(ctx, sreq, run.runID)
+	}
+	spawned := conf.start()
+	res, err := l.start(ctx, sreq, run.runID)
+	spawned()
+	return res, err
 }
 
 // execSandbox runs a host=sandbox request inside the sandbox runtime: the

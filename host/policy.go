@@ -21,6 +21,14 @@ type run struct {
 	argv  []string          // nil: the command as written, through the shell
 	env   map[string]string // set over the command's environment (approvals.AllowlistEnv)
 	runID string            // the approval id of an approved run
+
+	// What the kernel confinement of a security allowlist run needs.
+	allowlistMode bool
+	command       string
+	plan          [][]string        // the allowlisted plan's segments; nil: as written
+	execs         []string          // the plan's programs and kept wrappers
+	approved      []string          // executables and scripts an approval fixed
+	allowlist     []approvals.Entry // the agent's effective allowlist
 }
 
 // policy is the effective approvals policy of one run: the gateway's
@@ -85,6 +93,9 @@ func (l *Local) authorize(req protocol.ExecRequest, workdir string, env []string
 		SafeBins:    s.SafeBins,
 		TrustedDirs: s.SafeBinTrustedDirs,
 	}
+	if l.confinement.Mode != ModeLandlock {
+		areq.Unconfined = l.confinement.Reason
+	}
 	var dec *protocol.Decision
 	if req.Approval != nil {
 		d, err := l.verified(req, workdir, env)
@@ -117,7 +128,22 @@ func (l *Local) authorize(req protocol.ExecRequest, workdir string, env []string
 		}
 		return run{}, protocol.Errorf(protocol.ErrDenied, "%s", auth.Reason)
 	}
-	r := run{argv: auth.Argv, env: auth.Env}
+	r := run{argv: auth.Argv, env: auth.Env, command: req.Args.Command, allowlist: policy.Allowlist}
+	if sec, _ := approvals.NormalizeSecurity(policy.Security); sec == approvals.SecurityAllowlist {
+		r.allowlistMode = true
+		if auth.RunPlan {
+			r.plan = auth.Evaluation.Argv
+		}
+		for _, seg := range auth.Evaluation.Segments {
+			r.execs = append(r.execs, seg.ResolvedPath)
+			r.execs = append(r.execs, seg.WrapperPaths...)
+		}
+		if dec != nil {
+			for _, f := range dec.Plan.Files {
+				r.approved = append(r.approved, f.Path)
+			}
+		}
+	}
 	if dec != nil {
 		if !l.claim(dec.ApprovalID, time.UnixMilli(dec.ExpiresAtMs)) {
 			return run{}, protocol.Errorf(protocol.ErrConflict, "approval %s was already acted on", dec.ApprovalID)

@@ -174,12 +174,14 @@ func New(cfg Config) (*Agent, error) {
 		Cwd:         cfg.Cwd,
 		TrustedKeys: a.keys.list,
 		Ready:       a.ready,
+		Confine:     cfg.Confine,
 		OnExit:      a.onExit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("nodeagent: %w", err)
 	}
-	h.SetSettings(host.Settings{Security: cfg.Security, Ask: cfg.Ask, Workspace: cfg.Workspace, AllowlistEnv: cfg.AllowlistEnv})
+	h.SetSettings(host.Settings{Security: cfg.Security, Ask: cfg.Ask, Workspace: cfg.Workspace,
+		AllowlistEnv: cfg.AllowlistEnv, AllowlistWrites: cfg.AllowlistWrites})
 	a.host, a.mgr = h, h.Manager()
 	a.instance = h.Instance()
 	a.srv = hostbus.NewServer(hostbus.ServerConfig{
@@ -679,6 +681,7 @@ func (a *Agent) beat(nc *nats.Conn) {
 		StartedAt: a.startedAt.UnixMilli(), Sessions: a.sessionCount(),
 		Server: bus.ConnectedServer(nc), IntervalMs: a.cfg.HeartbeatInterval.Milliseconds(), TS: now.UnixMilli(),
 		Containment: a.mgr.Containment().Mode,
+		Confinement: a.host.Confinement().Mode, ConfinementReason: a.host.Confinement().Reason,
 	}
 	b, err := json.Marshal(hb)
 	if err != nil {

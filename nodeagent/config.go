@@ -9,6 +9,7 @@ import (
 
 	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/session"
 )
@@ -57,6 +58,10 @@ type Config struct {
 	// Identity overrides the key pair in StateDir (tests, embedding).
 	Identity *bus.Identity
 
+	// Confine is the kernel confinement of the node's allowlist runs
+	// (host.ConfineConfig; its zero value confines nothing and asks).
+	Confine host.ConfineConfig
+
 	// Name is the display name; default the host name.
 	Name string
 
@@ -94,6 +99,9 @@ type Config struct {
 	// keys a run under security allowlist may set (host.CheckAllowlistEnv);
 	// nil means protocol.DefaultAllowlistEnv.
 	AllowlistEnv []string
+	// AllowlistWrites are paths beneath which a confined allowlist run
+	// may write besides its workdir and TMPDIR (tools.exec.allowlistWrites).
+	AllowlistWrites []string
 
 	// GatewayKeys are gateway public keys the node trusts to sign approval
 	// decisions, beside those it learns (GatewayKeysFile). `execmesh up`

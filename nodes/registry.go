@@ -156,6 +156,10 @@ type Node struct {
 	Sessions  int
 	// Containment is the process-containment mode the node reports.
 	Containment string
+	// Confinement is how the node holds allowlist runs (landlock or
+	// ask), and ConfinementReason why for ask.
+	Confinement       string
+	ConfinementReason string
 	// Live is true while heartbeats come within the presence TTL and the
 	// node answers probes.
 	Live bool
@@ -403,6 +407,7 @@ func (r *Registry) nodeLocked(e *entry) Node {
 		ID: e.rec.ID, PublicKey: e.rec.PublicKey, Name: e.rec.Name, Pairing: e.rec.Pairing, Joined: e.rec.Joined,
 		Platform: e.hb.Platform, Hostname: e.hb.Hostname, Version: e.hb.Version, Server: e.hb.Server,
 		Instance: e.instance, StartedAt: e.hb.StartedAt, Sessions: e.hb.Sessions, Containment: e.hb.Containment,
+		Confinement: e.hb.Confinement, ConfinementReason: e.hb.ConfinementReason,
 		Live: e.live, LastSeen: e.lastSeen, Probed: e.probed, Silent: e.silent,
 	}
 	if n.Name == "" {

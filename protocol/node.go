@@ -79,7 +79,12 @@ type NodeHeartbeat struct {
 	// Containment is how the node's session core contains process
 	// trees ("cgroup" or "process-group").
 	Containment string `json:"containment,omitempty"`
-	TS          int64  `json:"ts"` // unix ms
+	// Confinement is how the node holds security allowlist runs:
+	// "landlock" (the kernel) or "ask" (every program that is not a safe
+	// bin needs approval); ConfinementReason says why for "ask".
+	Confinement       string `json:"confinement,omitempty"`
+	ConfinementReason string `json:"confinementReason,omitempty"`
+	TS                int64  `json:"ts"` // unix ms
 }
 
 // NodePairRequest is sent on <prefix>.pair.request (SubjectSet.PairRequest):

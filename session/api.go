@@ -5,6 +5,8 @@ package session
 
 import (
 	"log/slog"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/execmesh/execmesh/protocol"
@@ -116,6 +118,12 @@ type ExecRequest struct {
 	// (config, agent and call already combined). Exec refuses non-zero
 	// limits where their controllers are missing (see CheckLimits).
 	Limits protocol.Limits
+
+	// ExtraFiles are passed to the command from descriptor 3 on, and
+	// SysProcAttr, when set, adjusts how it is started (namespaces): the
+	// confinement helper's supervisor socket and namespaces.
+	ExtraFiles  []*os.File
+	SysProcAttr func(*syscall.SysProcAttr)
 
 	ScopeKey   string   // sessionKey that may see the session via process
 	Warnings   []string // prefixed to the result text

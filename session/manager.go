@@ -199,7 +199,7 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 	if len(argv) == 0 {
 		argv = append(append([]string{m.shell}, m.shellArgs...), execCommand(m.shell, req.Command, env, cwd))
 	}
-	warning, err := s.spawn(argv, env, req.Limits)
+	warning, err := s.spawn(argv, env, req.Limits, spawnExtras{files: req.ExtraFiles, sys: req.SysProcAttr})
 	if warning != "" {
 		req.Warnings = append(slices.Clip(req.Warnings), warning)
 		warningText = strings.Join(req.Warnings, "\n") + "\n\n"

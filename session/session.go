@@ -121,9 +121,16 @@ type session struct {
 	listJSON        listCache // its encoded list entry (listjson.go)
 }
 
+// spawnExtras are what a request adds to a spawn (ExecRequest.ExtraFiles
+// and SysProcAttr).
+type spawnExtras struct {
+	files []*os.File
+	sys   func(*syscall.SysProcAttr)
+}
+
 // spawn starts the process in a tree of its own. On success the output
 // readers run.
-func (s *session) spawn(argv, env []string, limits protocol.Limits) (warning string, err error) {
+func (s *session) spawn(argv, env []string, limits protocol.Limits, x spawnExtras) (warning string, err error) {
 	t, err := s.m.newTree(s, limits)
 	if err != nil {
 		return "", err
@@ -136,7 +143,7 @@ func (s *session) spawn(argv, env []string, limits protocol.Limits) (warning str
 		}
 	}()
 	if s.pty {
-		err := s.startPTY(argv, env)
+		err := s.startPTY(argv, env, x)
 		if err == nil {
 			return "", nil
 		}
@@ -145,14 +152,14 @@ func (s *session) spawn(argv, env []string, limits protocol.Limits) (warning str
 		s.log.Warn("PTY spawn failed, retrying without PTY", "err", err)
 		s.pty = false
 	}
-	return warning, s.startPipes(argv, env)
+	return warning, s.startPipes(argv, env, x)
 }
 
 // startPipes starts the command on two pipes, stdin from /dev/null, with
 // the fewest system calls Go allows: syscall.ForkExec on raw descriptors
 // (os/exec would open /dev/null, register the child's ends with the poller
 // only to unregister them, and keep a pidfd the Reaper does not need).
-func (s *session) startPipes(argv, env []string) (err error) {
+func (s *session) startPipes(argv, env []string, x spawnExtras) (err error) {
 	path, err := lookPath(argv[0])
 	if err != nil {
 		return err
@@ -187,6 +194,9 @@ func (s *session) startPipes(argv, env []string) (err error) {
 		closeRaw()
 		return err
 	}
+	if x.sys != nil {
+		x.sys(attr)
+	}
 	// stdin is /dev/null: anything waiting for input sees EOF instead of
 	// hanging.
 	stdin, release, err := s.m.devNull()
@@ -201,7 +211,7 @@ func (s *session) startPipes(argv, env []string) (err error) {
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Dir:   s.cwd,
 		Env:   env,
-		Files: []uintptr{uintptr(stdin), uintptr(p[0][1]), uintptr(p[1][1])},
+		Files: append([]uintptr{uintptr(stdin), uintptr(p[0][1]), uintptr(p[1][1])}, x.fds()...),
 		Sys:   attr,
 	})
 	forked[1] = bootTicks()
@@ -231,6 +241,15 @@ func (s *session) startPipes(argv, env []string) (err error) {
 	s.stderr = newStreamWriter(s, streamStderr)
 	s.readersDone = make(chan struct{})
 	return nil
+}
+
+// fds are the descriptors of the extra files, in order.
+func (x spawnExtras) fds() []uintptr {
+	out := make([]uintptr, len(x.files))
+	for i, f := range x.files {
+		out[i] = f.Fd()
+	}
+	return out
 }
 
 // lookPath resolves a program name as exec.Command does: a name with a
@@ -314,16 +333,20 @@ func closeFiles(fs ...*os.File) {
 	}
 }
 
-func (s *session) startPTY(argv, env []string) error {
+func (s *session) startPTY(argv, env []string, x spawnExtras) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = s.cwd
 	cmd.Env = env
+	cmd.ExtraFiles = x.files
 	// pty.StartWithSize sets Setsid and Setctty: the command leads its own
 	// session and process group. Setpgid must not be added (fork fails).
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	started, err := s.tree.prepare(cmd.SysProcAttr)
 	if err != nil {
 		return err
+	}
+	if x.sys != nil {
+		x.sys(cmd.SysProcAttr)
 	}
 	register := s.m.reaper.spawn()
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: ptyCols, Rows: ptyRows})

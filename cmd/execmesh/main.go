@@ -24,6 +24,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/execmesh/execmesh/config"
+
+	"github.com/execmesh/execmesh/confine"
 )
 
 // Exit codes decided by run. A command run by `exec` passes its own exit
@@ -44,6 +48,9 @@ const (
 const maxThreads = 100_000
 
 func main() {
+	// A confined command's helper is this binary started again: it sets
+	// up the confinement and becomes the command, before anything else.
+	confine.RunHelperIfRequested()
 	debug.SetMaxThreads(maxThreads)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -24,9 +25,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/gateway"
+	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/internal/statelock"
 	"github.com/execmesh/execmesh/mcpserver"
 	"github.com/execmesh/execmesh/metrics"
@@ -161,13 +164,16 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 // daemon is a running gateway process: what it started, in start order, so
 // that shutdown can undo it in reverse.
 type daemon struct {
-	log     *slog.Logger
-	srv     *bus.Server
-	nc      *nats.Conn
-	gw      *gateway.Gateway
-	http    *http.Server
-	node    *nodeagent.Agent
-	reaper  *session.Reaper // the process's, shared by the gateway's and the local node's session cores
+	log    *slog.Logger
+	srv    *bus.Server
+	nc     *nats.Conn
+	gw     *gateway.Gateway
+	http   *http.Server
+	node   *nodeagent.Agent
+	reaper *session.Reaper // the process's, shared by the gateway's and the local node's session cores
+	// confine is the kernel confinement of allowlist runs, the same for
+	// the gateway host and the local node.
+	confine host.ConfineConfig
 	metrics *metrics.Metrics
 	// gwID is the gateway's identity on the embedded server (nil with an
 	// external NATS): it connects with it, and it alone may send to
@@ -191,6 +197,9 @@ func (c *cli) serveDaemon(ctx context.Context, mode string, f *serverFlags) erro
 	}
 	// One daemon per state dir: a second one would share the JetStream
 	// store and the local node's identity.
+	if err := nonDumpable(); err != nil {
+		return err
+	}
 	lock, err := statelock.Acquire(cfg.StateDir)
 	if err != nil {
 		return err
@@ -215,6 +224,11 @@ func (c *cli) serveDaemon(ctx context.Context, mode string, f *serverFlags) erro
 	fmt.Fprintf(c.stdout, "execmesh %s: serving http://%s (state %s)\n", mode, d.http.Addr, cfg.StateDir)
 	fmt.Fprintf(c.stdout, "execmesh %s: NATS: %s\n", mode, d.natsDesc())
 	fmt.Fprintf(c.stdout, "execmesh %s: control page: http://%s%s/\n", mode, d.http.Addr, ui.Prefix)
+	if conf := d.gw.Confinement(); conf.Mode == host.ModeLandlock {
+		fmt.Fprintf(c.stdout, "execmesh %s: security allowlist: confined by the kernel (Landlock): allowlisted programs can run only what is allowed, write only to their workdir and TMPDIR, and not read the state dir\n", mode)
+	} else {
+		fmt.Fprintf(c.stdout, "execmesh %s: security allowlist: NOT confined by the kernel (%s): every program that is not a safe bin needs approval\n", mode, conf.Reason)
+	}
 	if cfg.Gateway.Auth.OperatorToken == "" {
 		// Where, never what: the token stays in its 0600 file.
 		fmt.Fprintf(c.stdout, "execmesh %s: operator token in %s (the CLI reads it; the control page asks for it)\n",
@@ -313,8 +327,9 @@ func (d *daemon) start(ctx context.Context, mode string) error {
 		cfgPath = filepath.Join(cfg.StateDir, "config.json")
 	}
 	d.reaper = session.NewReaper(session.ReaperConfig{Logger: d.log.With("component", "session")})
+	d.confine = confineConfig(cfg.Tools.Exec.Confine, cfg.StateDir, cfgPath, d.cfgPth, cfg.NATS.CredsFile, cfg.NATS.NKeySeedFile)
 	d.gw, err = gateway.New(ctx, cfg, gateway.Options{Conn: d.nc, Server: d.srv, Logger: d.log, Version: buildVersion().Version, ConfigPath: cfgPath, Load: d.reload,
-		Metrics: d.metrics, Reaper: d.reaper})
+		Metrics: d.metrics, Reaper: d.reaper, Confine: d.confine})
 	if err != nil {
 		ln.Close()
 		return err
@@ -493,6 +508,8 @@ func startLocalNode(ctx context.Context, d *daemon) (*nodeagent.Agent, error) {
 	cfg.StateDir = d.cfg.StateDir
 	cfg.Workspace = d.cfg.Sandbox.Workspace // one workspace root for the gateway and its local node
 	cfg.AllowlistEnv = d.cfg.Tools.Exec.AllowlistEnv
+	cfg.AllowlistWrites = d.cfg.Tools.Exec.AllowlistWrites
+	cfg.Confine = d.confine // one state dir, one config: the same things hidden
 	cfg.Identity = &id
 	cfg.Name = name
 	if d.srv != nil {
@@ -511,4 +528,40 @@ func startLocalNode(ctx context.Context, d *daemon) (*nodeagent.Agent, error) {
 		return nil, multierror.Append(err, a.Close(cctx)).ErrorOrNil()
 	}
 	return a, nil
+}
+
+// confineConfig is the kernel confinement of a daemon's allowlist runs:
+// this binary is the helper (main calls confine.RunHelperIfRequested),
+// and what holds the daemon's secrets is hidden from the commands: the
+// state dir (operator token, nkey seeds, approvals, records), the config
+// file, NATS credentials.
+func confineConfig(mode string, paths ...string) host.ConfineConfig {
+	c := host.ConfineConfig{Off: mode == "off", Helper: "/proc/self/exe"}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real
+		}
+		if !slices.Contains(c.Hide, abs) {
+			c.Hide = append(c.Hide, abs)
+		}
+	}
+	return c
+}
+
+// nonDumpable makes the daemon non-dumpable: a process of the same user
+// (a command under security full among them) cannot read its memory,
+// environment or descriptors through /proc or ptrace, nor make it dump
+// core.
+func nonDumpable() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	return nil
 }

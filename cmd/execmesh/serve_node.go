@@ -40,6 +40,8 @@ type nodeEnv struct {
 	// Containment is the session core's containment, as the gateway's
 	// tools.exec.containment: auto, cgroup or process-group.
 	Containment *string `env:"EXEC_CONTAINMENT"`
+	// Confine is the node's tools.exec.confine: auto or off.
+	Confine *string `env:"EXEC_CONFINE"`
 }
 
 // nodeFlags are the flags of `execmesh node`.
@@ -49,6 +51,7 @@ type nodeFlags struct {
 	workspace                                                 string
 	heartbeat                                                 time.Duration
 	security, ask, logLevel, metricsAddr                      string
+	confine                                                   string
 }
 
 func (c *cli) newNodeCmd() *cobra.Command {
@@ -83,7 +86,9 @@ func (c *cli) newNodeCmd() *cobra.Command {
 	fs.StringVar(&f.ask, "ask", "", "node-local limit on the ask `mode`: off, on-miss or always (default: as the gateway sends)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`addr`/metrics, e.g. 127.0.0.1:9101 (or $EXECMESH_NODE_METRICS_ADDR; default: off)")
+	fs.StringVar(&f.confine, "confine", "", "kernel confinement of allowlist runs: auto (Landlock where the kernel has it; else every program that is not a safe bin asks) or off (always ask)")
 	completeValues(cmd, "security", "deny", "allowlist", "full")
+	completeValues(cmd, "confine", "auto", "off")
 	completeValues(cmd, "ask", "off", "on-miss", "always")
 	completeValues(cmd, "log-level", "debug", "info", "warn", "error")
 	_ = cmd.MarkFlagDirname("state-dir")
@@ -150,9 +155,18 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 	if cfg.Client.CredsFile != "" && cfg.Client.NKeySeedFile != "" {
 		return usageErrorf("node: pass --creds or --nkey-seed, not both")
 	}
+	switch mode := pick(f.confine, ev.Confine); mode {
+	case "", "auto", "off":
+		cfg.Confine = confineConfig(mode, cfg.StateDir, cfg.Client.CredsFile, cfg.Client.NKeySeedFile)
+	default:
+		return usageErrorf("node: --confine: invalid value %q (allowed: auto, off)", mode)
+	}
 
 	// One agent per state dir: a second one would share the node's key
 	// and identity.
+	if err := nonDumpable(); err != nil {
+		return err
+	}
 	lock, err := statelock.Acquire(cfg.StateDir)
 	if err != nil {
 		return err

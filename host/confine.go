@@ -1,0 +1,229 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/execmesh/execmesh/approvals"
+	"github.com/execmesh/execmesh/confine"
+	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/session"
+)
+
+// ConfineConfig configures the kernel confinement of security allowlist
+// runs (DESIGN.md §3.4). The zero value confines where the kernel can,
+// with this binary as the helper.
+type ConfineConfig struct {
+	// Off turns the confinement off (tools.exec.confine "off"): allowlist
+	// mode then asks for every program that is not a safe bin, as where
+	// the kernel cannot confine.
+	Off bool
+	// Helper is the binary started as the confinement helper; its main
+	// must call confine.RunHelperIfRequested first (/proc/self/exe for
+	// the execmesh binary). Empty means no helper: the host then cannot
+	// confine, and says so (ModeAsk).
+	Helper string
+	// Hide are the paths a confined command cannot see: the daemon's
+	// state dir, config file, credentials and keys.
+	Hide []string
+	// TempRoot holds the per-session temporary directories; empty means
+	// os.TempDir().
+	TempRoot string
+}
+
+// Confinement modes, as /healthz, `execmesh up` and node views name them.
+const (
+	// ModeLandlock: allowlist runs are confined by the kernel.
+	ModeLandlock = "landlock"
+	// ModeAsk: the kernel cannot confine (or confinement is off), and
+	// allowlist mode asks for every program that is not a safe bin.
+	ModeAsk = "ask"
+)
+
+// Confinement is the mode in force on a host and, for ModeAsk, why.
+type Confinement struct {
+	Mode   string `json:"mode"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// devices a confined command may write: the sinks and its terminal.
+var confineDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts"}
+
+// probeConfinement learns whether this host can confine, by running the
+// helper once with every part of the confinement.
+func probeConfinement(cfg ConfineConfig) (Confinement, string) {
+	helper := cfg.Helper
+	if helper != "" {
+		// By its real path: a non-dumpable daemon's child in a new user
+		// namespace may not follow /proc/self/exe.
+		if real, err := filepath.EvalSymlinks(helper); err == nil {
+			helper = real
+		}
+	}
+	switch {
+	case cfg.Off:
+		return Confinement{Mode: ModeAsk, Reason: "kernel confinement turned off (tools.exec.confine)"}, helper
+	case helper == "":
+		return Confinement{Mode: ModeAsk, Reason: "no confinement helper configured"}, helper
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := confine.Probe(ctx, helper); err != nil {
+		return Confinement{Mode: ModeAsk, Reason: err.Error()}, helper
+	}
+	return Confinement{Mode: ModeLandlock}, helper
+}
+
+// Confinement reports the mode in force for security allowlist runs.
+func (l *Local) Confinement() Confinement { return l.confinement }
+
+// confined is a run prepared for the helper: the spec's argv and what the
+// session core needs beside it.
+type confined struct {
+	argv []string
+	sup  *confine.Supervisor
+	tmp  string
+}
+
+// confineRun builds the helper's run of one allowlist command: the plan
+// (or, for an approved command, the shell with the command as written)
+// in a confinement that executes only what the allowlist, the safe bins
+// and the approval allow, writes only beneath the workdir, the session's
+// TMPDIR and tools.exec.allowlistWrites, and cannot see the daemon's
+// state. Without kernel confinement (enforce false) only a pipeline of
+// several segments goes through the helper, so that it runs as judged.
+func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Settings, enforce bool) (*confined, error) {
+	pipeline := r.plan
+	if len(pipeline) == 0 {
+		pipeline = [][]string{{l.shellPath, "-c", r.command}}
+	}
+	if !enforce {
+		if len(pipeline) < 2 {
+			return nil, nil
+		}
+		spec := confine.Spec{Pipeline: pipeline}
+		args, err := spec.Args()
+		if err != nil {
+			return nil, protocol.Errorf(protocol.ErrInvalidRequest, "exec: %v", err)
+		}
+		return &confined{argv: append([]string{l.helper}, args...)}, nil
+	}
+	for _, h := range l.cfg.Confine.Hide {
+		if confine.Within(workdir, h) {
+			return nil, protocol.Errorf(protocol.ErrSecurityViolation,
+				"Security Violation: workdir %s is inside the daemon's own state (%s), which commands under security allowlist cannot see", workdir, h)
+		}
+	}
+	home := env["HOME"]
+	set := approvals.NewExecSet(r.allowlist, home, s.SafeBins, s.SafeBinTrustedDirs)
+	spec := confine.Spec{
+		Confine:  true,
+		Pipeline: pipeline,
+		ExecAll:  set.All,
+		ExecDirs: set.Dirs,
+		Hide:     l.cfg.Confine.Hide,
+	}
+	seen := map[string]bool{}
+	add := func(f confine.File) {
+		if f.Path != "" && !seen[f.Path] {
+			seen[f.Path] = true
+			spec.Exec = append(spec.Exec, f)
+		}
+	}
+	for _, p := range set.Files {
+		add(confine.File{Path: p})
+	}
+	for _, p := range r.execs {
+		add(confine.File{Path: p})
+	}
+	for _, p := range r.approved {
+		// Bound to the inode that approvals just checked: a file renamed
+		// over it later is not the approved file.
+		add(boundFile(p))
+	}
+	interps := map[string]bool{}
+	for _, p := range append(slices.Clone(pipelinePrograms(pipeline)), l.helperExe, l.shellPath) {
+		if ip := confine.Interpreter(p); ip != "" && !interps[ip] {
+			interps[ip] = true
+			spec.Interpreters = append(spec.Interpreters, confine.File{Path: ip})
+		}
+	}
+	tmpRoot := l.cfg.Confine.TempRoot
+	if tmpRoot == "" {
+		tmpRoot = os.TempDir()
+	}
+	tmp, err := os.MkdirTemp(tmpRoot, "execmesh-")
+	if err != nil {
+		return nil, fmt.Errorf("exec: session TMPDIR: %w", err)
+	}
+	spec.Write = append(spec.Write, workdir, tmp)
+	for _, w := range s.AllowlistWrites {
+		if filepath.IsAbs(w) {
+			spec.Write = append(spec.Write, filepath.Clean(w))
+		}
+	}
+	spec.Write = append(spec.Write, confineDevices...)
+	sup, err := confine.NewSupervisor(&spec, confine.SupervisorOptions{Logger: l.log, Match: set.Match})
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("exec: %w", err)
+	}
+	args, err := spec.Args()
+	if err != nil {
+		sup.ReleaseChild()
+		os.RemoveAll(tmp)
+		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "exec: %v", err)
+	}
+	return &confined{argv: append([]string{l.helper}, args...), sup: sup, tmp: tmp}, nil
+}
+
+// apply puts the confined run into the session request.
+func (c *confined) apply(sreq *session.ExecRequest) {
+	sreq.Argv = c.argv
+	if c.sup == nil {
+		return
+	}
+	sreq.Env = append(slices.Clone(sreq.Env), "TMPDIR="+c.tmp)
+	sreq.ExtraFiles = []*os.File{c.sup.ChildFile()}
+	sreq.SysProcAttr = func(a *syscall.SysProcAttr) { confine.SetSysProcAttr(a) }
+}
+
+// start begins supervising before the spawn; the returned function ends
+// the daemon's part of the handover after it, and removes the session's
+// TMPDIR once the tree is gone.
+func (c *confined) start() (spawned func()) {
+	if c.sup == nil {
+		return func() {}
+	}
+	c.sup.Start()
+	return func() {
+		c.sup.ReleaseChild()
+		go func() {
+			<-c.sup.Done()
+			os.RemoveAll(c.tmp)
+		}()
+	}
+}
+
+// boundFile binds a path to the inode it names now.
+func boundFile(p string) confine.File {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return confine.File{Path: p}
+	}
+	return confine.File{Path: p, Dev: uint64(st.Dev), Ino: st.Ino}
+}
+
+// pipelinePrograms are the programs of a pipeline's segments.
+func pipelinePrograms(p [][]string) []string {
+	out := make([]string, 0, len(p))
+	for _, seg := range p {
+		out = append(out, seg[0])
+	}
+	return out
+}
