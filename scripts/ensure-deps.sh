@@ -17,6 +17,12 @@ command -v less >/dev/null 2>&1 || missing+=(less)
 command -v awk >/dev/null 2>&1 || missing+=(gawk)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v jq >/dev/null 2>&1 || missing+=(jq)
+# The confinement tests attack through the programs the allowlist
+# names: ssh, zip, make and perl.
+command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
+command -v zip >/dev/null 2>&1 || missing+=(zip)
+command -v make >/dev/null 2>&1 || missing+=(make)
+command -v perl >/dev/null 2>&1 || missing+=(perl)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "ensure-deps: installing ${missing[*]}" >&2
