@@ -26,7 +26,7 @@ func (c *call) applyPatch(ctx context.Context, args protocol.ApplyPatchArgs) (pr
 	}
 	configured := c.cfg.ExecHost(c.agentID)
 	sandboxOn := c.cfg.Sandbox.Mode != sandbox.ModeOff
-	target, err := resolveHost(configured, requested, sandboxOn, false)
+	target, err := resolveTarget(configured, requested, strings.TrimSpace(args.Node), sandboxOn, false)
 	if err != nil {
 		return protocol.Result{}, err
 	}

@@ -62,7 +62,7 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 	}
 	configured := c.cfg.ExecHost(c.agentID)
 	sandboxOn := c.cfg.Sandbox.Mode != sandbox.ModeOff
-	target, err := resolveHost(configured, requested, sandboxOn, elevated)
+	target, err := resolveTarget(configured, requested, strings.TrimSpace(args.Node), sandboxOn, elevated)
 	if err != nil {
 		return protocol.Result{}, err
 	}

@@ -84,6 +84,31 @@ func resolveHost(configured, requested string, sandboxAvailable, elevated bool) 
 	return selected, nil
 }
 
+// resolveTarget is the host of a call that may name a node (exec,
+// apply_patch), for every front end alike (HTTP, NATS, the CLI, MCP, the
+// control page): DESIGN.md §3.3. A command never runs on another machine
+// than the caller named. requested is the call's host as
+// parseRequestedHost gives it, or the session's default host; node is the
+// call's own node, trimmed. A node given while the host is auto (neither
+// the call, the session nor the configuration chose one, and no sandbox
+// runtime makes auto mean sandbox) means host=node. A node given while the
+// host resolves to the gateway or the sandbox is refused, since running
+// there would silently ignore it. Whether the node exists is the node
+// registry's check (nodes.Registry.Select), made before anything runs.
+func resolveTarget(configured, requested, node string, sandboxAvailable, elevated bool) (string, error) {
+	if node != "" && requested == "" && configured == "auto" && !sandboxAvailable {
+		requested = hostNode
+	}
+	target, err := resolveHost(configured, requested, sandboxAvailable, elevated)
+	if err != nil {
+		return "", err
+	}
+	if node != "" && target != hostNode {
+		return "", protocol.Errorf(protocol.ErrHostNotAllowed, "exec host not allowed (node %q given, but host resolves to %s)", node, target)
+	}
+	return target, nil
+}
+
 // elevatedError names the failing gate (spec §5.3).
 func elevatedError(gate, runtime, sessionKey string) error {
 	lines := []string{fmt.Sprintf("elevated is not available right now (runtime=%s).", runtime)}

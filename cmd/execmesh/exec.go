@@ -187,6 +187,15 @@ func (c *cli) runExec(cmd *cobra.Command, f *clientFlags, o *execOptions, words 
 	}
 
 	data, ans, err := cl.invokeTool(ctx, protocol.ToolExec, a, f.sessionKey)
+	if hint := unknownNodeHint(ctx, cl, a.Node, err); hint != "" {
+		// A typo in --node: the gateway refused it and ran nothing; the
+		// nearest known name is the likely fix.
+		if f.json {
+			fmt.Fprintln(c.stderr, "execmesh:", hint)
+		} else {
+			err = fmt.Errorf("%w; %s", err, hint)
+		}
+	}
 	if !wait || err != nil {
 		return c.finishTool(f.json, data, ans, err, execNoWaitCode)
 	}
