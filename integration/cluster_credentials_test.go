@@ -24,7 +24,7 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// TestCredentialsNodeAgentConfined: what `execmesh nodes credentials`
+// TestClusterCredentialsNodeAgent: what `execmesh nodes credentials`
 // makes is all a NATS server of deploy/'s shape needs. A server whose
 // users are the shipped auth.conf, with the gateway's key and the node's
 // printed entry put in as deploy/README.md says (step 4's sed), admits
@@ -32,7 +32,7 @@ import (
 // --state-dir), which heart-beats and serves its micro endpoints there,
 // and that key is confined to its own subjects: a publish outside them
 // is refused. A key whose entry was not added is refused outright.
-func TestCredentialsNodeAgentConfined(t *testing.T) {
+func TestClusterCredentialsNodeAgent(t *testing.T) {
 	tmp := t.TempDir()
 	gw := clCredentials(t, filepath.Join(tmp, "gw"), true)
 	node := clCredentials(t, filepath.Join(tmp, "build-1"), false)
