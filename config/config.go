@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -359,6 +360,21 @@ func Load(path string, environ map[string]string) (Config, error) {
 	return cfg, nil
 }
 
+// CheckFile reports what makes the configuration file at path unusable on
+// its own, without the EXECMESH_* variables: it cannot be read, it is not
+// JSON (the error gives line and column), or a key or value is bad. The
+// commands that do not need the file use it to say that they ignore it.
+func CheckFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if _, err := Decode(data); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
 // Decode decodes a JSON config document onto the defaults and
 // validates it (used by `execmesh config set` before it writes).
 func Decode(data []byte) (Config, error) {
@@ -378,7 +394,14 @@ func decodeInto(cfg *Config, data []byte) error {
 	if err := dec.Decode(cfg); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("invalid value for %s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+			return fmt.Errorf("%s: invalid value for %s: expected %s, got JSON %s", position(data, te.Offset-1), te.Field, te.Type, te.Value)
+		}
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return fmt.Errorf("%s: invalid JSON: %w%s", position(data, se.Offset-1), err, syntaxHint(data, se.Offset))
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%s: invalid JSON: the document ends early (an unclosed { or [?): %w", position(data, int64(len(data))), err)
 		}
 		if strings.HasPrefix(err.Error(), "json: unknown field ") {
 			if path := unknownKeyPath(data); path != "" {
@@ -389,6 +412,31 @@ func decodeInto(cfg *Config, data []byte) error {
 		return fmt.Errorf("invalid JSON: %w", err)
 	}
 	return nil
+}
+
+// position is "line L, column C" (both from 1, columns in bytes) of the
+// byte at index i of data (len(data): just past the end), so that an
+// editor finds the place: encoding/json reports only offsets.
+func position(data []byte, i int64) string {
+	i = min(max(i, 0), int64(len(data)))
+	before := data[:i]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := len(before) - bytes.LastIndexByte(before, '\n')
+	return fmt.Sprintf("line %d, column %d", line, col)
+}
+
+// syntaxHint names the usual cause of a syntax error at off: a comma
+// after the last entry of an object or list, which JSON forbids.
+func syntaxHint(data []byte, off int64) string {
+	off = min(max(off, 0), int64(len(data)))
+	if off == 0 || (data[off-1] != '}' && data[off-1] != ']') {
+		return ""
+	}
+	prev := bytes.TrimRight(data[:off-1], " \t\r\n")
+	if len(prev) > 0 && prev[len(prev)-1] == ',' {
+		return " (a comma after the last entry: JSON allows none)"
+	}
+	return ""
 }
 
 // unknownKeyPath returns the full key path of the first key (in sorted

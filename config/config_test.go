@@ -67,7 +67,11 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"several at once", `{"tools":{"exec":{"host":"mars","security":"yolo"}}}`, nil, []string{"tools.exec.host", "tools.exec.security"}},
 		{"bad env value", `{}`, map[string]string{"EXECMESH_EXEC_TIMEOUT_SEC": "soon"}, []string{"EXEC_TIMEOUT_SEC"}},
 		{"bad env enum", `{}`, map[string]string{"EXECMESH_EXEC_ASK": "sometimes"}, []string{"tools.exec.ask"}},
-		{"malformed", `{"tools":`, nil, []string{"invalid JSON"}},
+		{"malformed", `{"tools":`, nil, []string{"invalid JSON", "line 1, column 10", "ends early"}},
+		{"trailing comma", "{\n  \"tools\": {\"exec\": {\"ask\": \"always\",}}\n}\n", nil,
+			[]string{"line 2, column 38", "invalid character '}'", "a comma after the last entry"}},
+		{"syntax error on a later line", "{\n\"tools\": {\n\"exec\" {}}}", nil, []string{"line 3, column 8", "invalid JSON"}},
+		{"bad type has a position", "{\"tools\":\n {\"exec\":{\"timeoutSec\":\"long\"}}}", nil, []string{"line 2, column", "tools.exec.timeoutSec"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
