@@ -109,6 +109,9 @@ type Gateway struct {
 
 	cfgMu sync.RWMutex
 	cfg   config.Config
+	// reloadMu makes reloads (SIGHUP, POST /v1/admin/reload) one at a
+	// time, so that an older read of the file never replaces a newer one.
+	reloadMu sync.Mutex
 
 	// prefix and replicas are nats.prefix and nats.replicas, fixed for
 	// the gateway's life (a reload cannot change them).
@@ -469,6 +472,8 @@ func (g *Gateway) configPath() string {
 // dir and NATS settings cannot change without a restart, and a gateway
 // listening beyond loopback keeps a token.
 func (g *Gateway) Reload() error {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
 	var cfg config.Config
 	var err error
 	if g.opts.Load != nil {

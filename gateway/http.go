@@ -40,6 +40,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/sessions/{sessionKey}/exec", g.authed(g.handlePutSessionExec))
 	mux.HandleFunc("GET /v1/sessions/{sessionKey}/{sessionId}/stream", g.authed(g.handleSessionStream))
 	mux.HandleFunc("GET /v1/admin/blockers", g.authed(g.handleBlockers))
+	mux.HandleFunc("POST /v1/admin/reload", g.operator(g.handleReload))
 	mux.HandleFunc("GET /v1/config/exec-node", g.authed(g.handleGetExecNode))
 	mux.HandleFunc("PUT /v1/config/exec-node", g.operator(g.handlePutExecNode))
 	mux.HandleFunc("GET /v1/nodes/{id}/approvals", g.operator(g.handleNodeApprovals(protocol.NodeEndpointApprovalsGet)))
