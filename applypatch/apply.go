@@ -387,11 +387,17 @@ func (a *applier) read(file, rel string, fi fs.FileInfo) ([]byte, error) {
 	if fi.Size() > a.maxFile {
 		return nil, tooLarge(file, "the file", fi.Size(), a.maxFile)
 	}
-	f, err := a.root.Open(rel)
+	// Without waiting (oNonBlock): a FIFO put in the file's place since
+	// the Lstat would otherwise hold the open until a writer came. What
+	// was opened must be the file the Lstat saw.
+	f, err := a.root.OpenFile(rel, os.O_RDONLY|oNonBlock, 0)
 	if err != nil {
 		return nil, &PatchError{File: file, Msg: "cannot read the file", Err: err}
 	}
 	defer f.Close()
+	if fi2, err := f.Stat(); err != nil || !fi2.Mode().IsRegular() || !os.SameFile(fi, fi2) {
+		return nil, &PatchError{File: file, Msg: "was replaced while being read"}
+	}
 	// The size may have changed since Lstat; read one byte past the limit
 	// to notice.
 	data, err := io.ReadAll(io.LimitReader(f, a.maxFile+1))

@@ -19,3 +19,6 @@ func ownerOf(fi fs.FileInfo) owner {
 	}
 	return owner{}
 }
+
+// oNonBlock opens a file without waiting for a FIFO's writer.
+const oNonBlock = syscall.O_NONBLOCK

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"mvdan.cc/sh/v3/syntax"
 
@@ -36,6 +36,12 @@ import (
 // matches.
 var ErrBindingChanged = errors.New("approval no longer matches")
 
+// ErrUnbindable is wrapped by the error of a command that names a file no
+// approval can be bound to: a FIFO, a device or a socket (reading one
+// could block or never end), a symbolic link loop, or a file larger than
+// maxBoundFileSize. Such a command is denied, not asked about.
+var ErrUnbindable = errors.New("exec refused: a file the command runs cannot be bound to an approval")
+
 // Binding is what an approval is bound to: files and their hashes. It
 // has the layout of protocol.ApprovalBinding, its wire form: convert with
 // (*approvals.Binding)(pb) and (*protocol.ApprovalBinding)(b).
@@ -56,7 +62,7 @@ func (b *Binding) Verify() error {
 		return nil
 	}
 	for _, f := range b.Files {
-		if sum, _ := hashFile(f.Path); sum != f.SHA256 {
+		if sum, err := hashFile(f.Path); err != nil || sum != f.SHA256 {
 			return changed(f.Path)
 		}
 	}
@@ -93,25 +99,29 @@ func changed(path string) error {
 	return fmt.Errorf("%w: %s changed", ErrBindingChanged, path)
 }
 
-// hashFile returns the hex SHA-256 of a regular file's content, "" when
-// there is no file at path, and an error for anything else (the caller
-// then binds "", which a later hash of the same unreadable file matches
-// and a readable one does not).
+// hashFile returns the hex SHA-256 of a regular file's content. It is ""
+// when there is no file at path, a directory there, or a file the daemon
+// may not read: bound as "", which a later hash of the same matches and a
+// readable file does not. Anything else is an error naming what is there
+// (openRegular: a FIFO, a device, a socket, a symbolic link loop, a file
+// larger than maxBoundFileSize); nothing it opens can block it.
 func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	f, _, err := openRegular(path, maxBoundFileSize)
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOTDIR), errors.Is(err, errIsDir):
 		return "", nil
-	}
-	if err != nil {
+	case err != nil:
 		return "", err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file", path)
-	}
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	// A file that grows while it is hashed stops at the cap.
+	n, err := io.Copy(h, io.LimitReader(f, maxBoundFileSize+1))
+	if err != nil {
 		return "", err
+	}
+	if n > maxBoundFileSize {
+		return "", fmt.Errorf("%s is larger than %d bytes", path, maxBoundFileSize)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
@@ -122,8 +132,9 @@ func hashFile(path string) (string, error) {
 // could not follow) are resolved here from the words as written, and so
 // is every simple command the analysis does not enter (inside subshells,
 // groups, if/for/while/case, functions, command substitutions): an
-// approved command runs as written, all of it.
-func bind(command string, ev Evaluation, opts EvalOptions) *Binding {
+// approved command runs as written, all of it. A file that cannot be
+// bound (hashFile's error) is an error wrapping ErrUnbindable.
+func bind(command string, ev Evaluation, opts EvalOptions) (*Binding, error) {
 	e := newEvaluator(EvalOptions{PATH: opts.PATH, Home: opts.Home, SafeBins: []string{}})
 	var paths []string
 	add := func(p string) {
@@ -213,10 +224,13 @@ func bind(command string, ev Evaluation, opts EvalOptions) *Binding {
 	}
 	b := &Binding{}
 	for _, p := range paths {
-		sum, _ := hashFile(p)
+		sum, err := hashFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnbindable, err)
+		}
 		b.Files = append(b.Files, BoundFile{Path: p, SHA256: sum})
 	}
-	return b
+	return b, nil
 }
 
 // interpreterValueOptions lists, per interpreter kind, the options that take

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -70,7 +69,7 @@ func gitRepoRisk(argv []string, cwd, home string) string {
 		}
 	}
 	files := []string{filepath.Join(gitDir, "config"), filepath.Join(gitDir, "config.worktree")}
-	if b, err := os.ReadFile(filepath.Join(gitDir, "commondir")); err == nil {
+	if b, err := readSmall(filepath.Join(gitDir, "commondir")); err == nil {
 		common := strings.TrimSpace(string(b))
 		if !filepath.IsAbs(common) {
 			common = filepath.Join(gitDir, common)
@@ -138,25 +137,11 @@ func isBareGitDir(d string) bool {
 	return true
 }
 
+// readSmall reads a git file of the request's workdir (a .git file, a
+// config, commondir) through readRegular: never blocked by a FIFO or a
+// device put there, at most maxGitConfigSize bytes.
 func readSmall(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, errors.New("not a regular file")
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxGitConfigSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxGitConfigSize {
-		return nil, fmt.Errorf("larger than %d bytes", maxGitConfigSize)
-	}
-	return b, nil
+	return readRegular(path, maxGitConfigSize)
 }
 
 // gitConfigFileRisk checks one configuration file and its includes. A file
