@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // joinLocalNode joins a second node named name to a running `execmesh up`
@@ -138,4 +141,70 @@ func errorMessage(ans map[string]any) string {
 	e, _ := ans["error"].(map[string]any)
 	s, _ := e["message"].(string)
 	return s
+}
+
+// TestMCPSendsClientDirectory: `execmesh mcp` in gateway mode runs exec
+// calls in the MCP client's working directory (its own cwd) as `execmesh
+// exec` does; --workdir wins over it, a workdir in the call over both,
+// and a call for a node gets no directory from this machine.
+func TestMCPSendsClientDirectory(t *testing.T) {
+	daemonDir, clientDir, flagDir, callDir := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	d := trustedUp(t, daemonDir)
+	local := waitLocalNode(t, d)
+	bin, err := execmeshBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	connect := func(extra ...string) *mcp.ClientSession {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"mcp"}, extra...)...)
+		cmd.Dir = clientDir
+		cmd.Env = cleanEnv(map[string]string{"HOME": d.home, "EXECMESH_GATEWAY_URL": d.url, "EXECMESH_STATE_DIR": d.stateDir})
+		client := mcp.NewClient(&mcp.Implementation{Name: "execmesh-integration", Version: "1"}, nil)
+		cs, err := client.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatalf("connect to execmesh mcp: %v", err)
+		}
+		t.Cleanup(func() { _ = cs.Close() })
+		return cs
+	}
+	cwdOf := func(cs *mcp.ClientSession, args map[string]any) string {
+		t.Helper()
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "exec", Arguments: args})
+		if err != nil {
+			t.Fatalf("exec %v: %v", args, err)
+		}
+		var text strings.Builder
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				text.WriteString(tc.Text)
+			}
+		}
+		details, _ := res.StructuredContent.(map[string]any)
+		cwd, _ := details["cwd"].(string)
+		if res.IsError || cwd == "" || strings.TrimSpace(text.String()) != cwd {
+			t.Fatalf("exec %v: isError %v, text %q, details %v", args, res.IsError, text.String(), res.StructuredContent)
+		}
+		return cwd
+	}
+
+	cs := connect()
+	if got := cwdOf(cs, map[string]any{"command": "pwd"}); got != clientDir {
+		t.Errorf("exec pwd: details.cwd %q, want the client's directory %q (the daemon's is %q)", got, clientDir, daemonDir)
+	}
+	if got := cwdOf(cs, map[string]any{"command": "pwd", "workdir": callDir}); got != callDir {
+		t.Errorf("workdir in the call: details.cwd %q, want %q", got, callDir)
+	}
+	// The local node runs in its own default directory (the daemon's).
+	if got := cwdOf(cs, map[string]any{"command": "pwd", "node": local}); got != daemonDir {
+		t.Errorf("node call: details.cwd %q, want the node's default %q", got, daemonDir)
+	}
+
+	cs = connect("--workdir", flagDir)
+	if got := cwdOf(cs, map[string]any{"command": "pwd"}); got != flagDir {
+		t.Errorf("--workdir: details.cwd %q, want %q", got, flagDir)
+	}
+	if got := cwdOf(cs, map[string]any{"command": "pwd", "workdir": callDir}); got != callDir {
+		t.Errorf("--workdir and a workdir in the call: details.cwd %q, want %q", got, callDir)
+	}
 }

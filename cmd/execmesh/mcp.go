@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +20,7 @@ import (
 func (c *cli) newMCPCmd() *cobra.Command {
 	var f clientFlags
 	var embedded bool
+	var workdir string
 	cmd := &cobra.Command{
 		Use:   "mcp [--embedded]",
 		Short: "serve the exec and process tools as an MCP server on stdio",
@@ -25,19 +28,24 @@ func (c *cli) newMCPCmd() *cobra.Command {
 			"tools.exec.applyPatch.enabled) to an MCP client on stdin/stdout, forwarding every call to a\n" +
 			"running gateway; with --embedded to a private in-process gateway instead (host=gateway only,\n" +
 			"and nothing can answer an approval from outside). Exit notices of background sessions arrive\n" +
-			"as MCP log messages.",
+			"as MCP log messages.\n\n" +
+			"Working directory of exec calls that name none: --workdir, else, when the gateway runs on this\n" +
+			"machine and the call is not sent to a node, the directory the MCP client started execmesh in,\n" +
+			"as execmesh exec does; otherwise the gateway's default. A workdir in the call wins.",
 		Example: "  claude mcp add execmesh -- execmesh mcp\n" +
 			"  execmesh mcp --session-key agent:coder:main\n" +
 			"  execmesh mcp --embedded --config ~/.config/execmesh-mcp.json",
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return c.runMCP(cmd.Context(), &f, embedded) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.runMCP(cmd.Context(), &f, embedded, workdir) },
 	}
 	f.register(cmd.Flags(), withSessionKey)
 	cmd.Flags().BoolVar(&embedded, "embedded", false, "run a private in-process gateway (host=gateway only) instead of calling one")
+	cmd.Flags().StringVar(&workdir, "workdir", "", "working `dir`ectory of exec calls that name none (default: the current directory when the gateway is local, see above)")
+	_ = cmd.MarkFlagDirname("workdir")
 	return cmd
 }
 
-func (c *cli) runMCP(ctx context.Context, f *clientFlags, embedded bool) error {
+func (c *cli) runMCP(ctx context.Context, f *clientFlags, embedded bool, workdir string) error {
 	opts := mcpserver.Options{Version: buildVersion().Version}
 	if embedded {
 		cfg, err := f.load(c)
@@ -51,15 +59,87 @@ func (c *cli) runMCP(ctx context.Context, f *clientFlags, embedded bool) error {
 		}
 		defer emb.Close(context.WithoutCancel(ctx))
 		opts.ApplyPatch = func() bool { return cfg.Tools.Exec.ApplyPatch.Enabled }
-		return mcpserver.ServeStdio(ctx, emb.Invoker(f.sessionKey), opts, c.stdin, c.stdout)
+		// The in-process gateway's default directory is this process's
+		// already: only an explicit --workdir needs sending.
+		inv := &workdirInvoker{Invoker: emb.Invoker(f.sessionKey), explicit: workdir}
+		return mcpserver.ServeStdio(ctx, inv, opts, c.stdin, c.stdout)
 	}
-	cl, err := f.client(c)
+	cfg, err := f.load(c)
+	if err != nil {
+		return err
+	}
+	cl, err := f.clientFor(c, cfg)
 	if err != nil {
 		return err
 	}
 	defer cl.close()
 	opts.ApplyPatch = func() bool { return cl.servesApplyPatch(ctx, f.sessionKey) }
-	return mcpserver.ServeStdio(ctx, mcpserver.NewHTTPInvoker(cl.base, cl.token, f.sessionKey, cl.hc), opts, c.stdin, c.stdout)
+	inv := &workdirInvoker{Invoker: mcpserver.NewHTTPInvoker(cl.base, cl.token, f.sessionKey, cl.hc), explicit: workdir}
+	if !configuredForNode(cfg, f.sessionKey) {
+		inv.local = func(ctx context.Context) (string, bool) { return c.localWorkdir(ctx, cl, f.sessionKey) }
+	}
+	return mcpserver.ServeStdio(ctx, inv, opts, c.stdin, c.stdout)
+}
+
+// workdirInvoker gives the exec calls of an MCP client that name no
+// workdir the one `execmesh exec` would send (DESIGN.md §2): explicit
+// (--workdir), else the client's own directory when local says the
+// gateway shares this machine's view of it. The client's directory is not
+// sent with a call for a node (its node, or host node), where it means
+// nothing. A workdir in the call wins over both.
+type workdirInvoker struct {
+	mcpserver.Invoker
+	explicit string
+	// local returns the directory to send, checked per call (the
+	// gateway's host and the sessionKey's exec defaults may change);
+	// nil when the configuration sends the agent to a node.
+	local func(ctx context.Context) (string, bool)
+}
+
+// Invoke implements mcpserver.Invoker.
+func (w *workdirInvoker) Invoke(ctx context.Context, tool string, args json.RawMessage) (protocol.Result, error) {
+	if tool == protocol.ToolExec {
+		args = w.withWorkdir(ctx, args)
+	}
+	return w.Invoker.Invoke(ctx, tool, args)
+}
+
+// withWorkdir returns args with the default workdir added when they have
+// none ("" or null count as none). Arguments that are not a JSON object
+// go as they are: the gateway refuses them with its own message.
+func (w *workdirInvoker) withWorkdir(ctx context.Context, args json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(args, &m) != nil || m == nil {
+		return args
+	}
+	if v, ok := m["workdir"]; ok {
+		var s *string
+		if json.Unmarshal(v, &s) != nil || s != nil && *s != "" {
+			return args // the call's own workdir (or a value the gateway will refuse)
+		}
+	}
+	dir := w.explicit
+	if dir == "" && w.local != nil && !forNode(m) {
+		dir, _ = w.local(ctx)
+	}
+	if dir == "" {
+		return args
+	}
+	m["workdir"], _ = json.Marshal(dir)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return args
+	}
+	return out
+}
+
+// forNode reports whether exec arguments send the call to a node: a node
+// named, or host node.
+func forNode(m map[string]json.RawMessage) bool {
+	var node, host string
+	_ = json.Unmarshal(m["node"], &node)
+	_ = json.Unmarshal(m["host"], &host)
+	return strings.TrimSpace(node) != "" || strings.EqualFold(strings.TrimSpace(host), "node")
 }
 
 // servesApplyPatch asks the gateway whether sessionKey may use apply_patch:
