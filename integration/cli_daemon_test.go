@@ -370,9 +370,15 @@ func TestCLIExecLikeSSH(t *testing.T) {
 		if r.code != tt.code || (tt.stdout != "" && r.stdout != tt.stdout) || !strings.Contains(r.stderr, tt.stderr) {
 			t.Errorf("exec %q: exit %d, stdout %q, stderr %q; want %d, %q, %q", tt.args, r.code, r.stdout, r.stderr, tt.code, tt.stdout, tt.stderr)
 		}
-		if strings.Contains(strings.Join(tt.args, " "), "--background") || strings.Contains(strings.Join(tt.args, " "), "--no-wait") {
+		switch strings.Join(tt.args, " ") {
+		case "--background -- sleep 5":
+			// The session id alone: S=$(execmesh exec --background …).
+			if !regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*\n$`).MatchString(r.stdout) {
+				t.Errorf("exec %q: stdout %q, want the session id alone", tt.args, r.stdout)
+			}
+		case "--no-wait --yield-ms 200 -- sh -c sleep 5":
 			if !strings.Contains(r.stdout, "Command still running (session ") {
-				t.Errorf("exec %q: stdout %q, want the session id", tt.args, r.stdout)
+				t.Errorf("exec %q: stdout %q, want the agent's text", tt.args, r.stdout)
 			}
 		}
 	}

@@ -31,6 +31,12 @@ type FollowOptions struct {
 	// output is written (ended with a newline if it lacks one), and the
 	// caller reports the end.
 	ExitLine bool
+	// OnCut, when set, is called each time the written output misses a
+	// part: the session's retention cap dropped it before a poll could
+	// take it. The output then goes on without the inline marker that
+	// says so otherwise, so that w receives only the session's own text
+	// and the caller reports the cut (execmesh exec does, on stderr).
+	OnCut func()
 }
 
 // FollowSession tails a background session until it exits: it calls poll
@@ -45,7 +51,7 @@ type FollowOptions struct {
 // printing what was added since the previous poll, so it is exact to the
 // byte; a gateway that does not send it gets the poll texts instead.
 func FollowSession(ctx context.Context, poll func(ctx context.Context, timeoutMs int) (protocol.Result, error), w io.Writer, opts FollowOptions) (protocol.Result, error) {
-	f := &follower{w: w, exitLine: opts.ExitLine}
+	f := &follower{w: w, exitLine: opts.ExitLine, onCut: opts.OnCut}
 	if opts.TTY {
 		f.line = newStatusLine(w, "following")
 		defer f.line.stop()
@@ -93,6 +99,7 @@ type follower struct {
 	lastNL   bool
 	written  bool
 	exitLine bool
+	onCut    func()
 }
 
 func (f *follower) write(s string) {
@@ -144,6 +151,10 @@ func (f *follower) delta(agg string) string {
 	}
 	if overlap >= 0 {
 		return agg[overlap:]
+	}
+	if f.onCut != nil {
+		f.onCut()
+		return agg
 	}
 	return "\n[… output dropped at the retention cap …]\n" + agg
 }

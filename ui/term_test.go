@@ -104,6 +104,22 @@ func TestFollowSessionCapSlide(t *testing.T) {
 	}
 }
 
+// TestFollowSessionOnCut: with OnCut, a gap is reported to the caller and
+// the output carries no marker; a slide with an overlap is no gap.
+func TestFollowSessionOnCut(t *testing.T) {
+	t.Parallel()
+	cuts := 0
+	f := &follower{onCut: func() { cuts++ }}
+	first := strings.Repeat("0123456789", 40)
+	f.delta(first)
+	if d := f.delta(first[123:] + "abc"); d != "abc" || cuts != 0 {
+		t.Fatalf("slid delta %q, %d cuts", d, cuts)
+	}
+	if d := f.delta("xyz"); d != "xyz" || cuts != 1 {
+		t.Errorf("disjoint delta %q, %d cuts, want xyz and 1", d, cuts)
+	}
+}
+
 func TestFollowSessionUnknown(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer

@@ -250,7 +250,37 @@ func TestExecArgumentsAndExitCodes(t *testing.T) {
 			args:     []string{"--background", "sleep 5"},
 			answer:   fakeAnswer{200, okResult("Command still running (session warm-reef, pid 7).", map[string]any{"status": "running", "sessionId": "warm-reef"})},
 			wantArgs: map[string]any{"command": "sleep 5", "background": true},
-			stdout:   "Command still running (session warm-reef, pid 7).\n",
+			stdout:   "warm-reef\n", // alone: S=$(execmesh exec --background …)
+		},
+		{
+			name:   "background with a warning",
+			args:   []string{"--background", "--node", "n1", "sleep 5"},
+			answer: fakeAnswer{200, okResult("Warning: tools.exec.pathPrepend is ignored on host=node.\n\nCommand still running (session warm-reef, pid 7).", map[string]any{"status": "running", "sessionId": "warm-reef"})},
+			stdout: "warm-reef\n",
+			stderr: "execmesh: Warning: tools.exec.pathPrepend is ignored on host=node.\n",
+		},
+		{
+			name:   "background awaiting approval",
+			args:   []string{"--background", "rm", "-rf", "/tmp/x"},
+			answer: fakeAnswer{200, okResult("Approval required (id calm-otter).", map[string]any{"status": "approval-pending", "approvalId": "ap-1", "approvalSlug": "calm-otter"})},
+			code:   75,
+			stdout: "ap-1\n",
+			stderr: "execmesh: the command awaits an operator's approval ap-1 (calm-otter); it has not started. An operator answers with: execmesh approvals resolve ap-1 allow-once|deny; once approved it runs in the background\n",
+		},
+		{
+			name:   "background -o json awaiting approval",
+			args:   []string{"--background", "-o", "json", "rm"},
+			answer: fakeAnswer{200, `{"ok":true,"result":{"content":[],"details":{"status":"approval-pending","approvalId":"ap-1"}}}`},
+			code:   75,
+			stdout: "{\n  \"ok\": true,\n  \"result\": {\n    \"content\": [],\n    \"details\": {\n      \"status\": \"approval-pending\",\n      \"approvalId\": \"ap-1\"\n    }\n  }\n}\n",
+		},
+		{
+			name:   "foreground cut at the retention cap",
+			args:   []string{"--yield-ms", "1000", "seq 1 100000"},
+			answer: fakeAnswer{200, okResult("[earlier output was discarded at the retention cap and cannot be recovered]\n\n99999\n100000", map[string]any{"status": "completed", "exitCode": 0, "aggregated": "99999\n100000"})},
+			code:   125,
+			stdout: "[earlier output was discarded at the retention cap and cannot be recovered]\n\n99999\n100000\n",
+			stderr: "execmesh: the output was cut: a session keeps the last 200 000 characters of a command's output (fewer when configured so), and an earlier part was dropped before execmesh could print it; it cannot be recovered (write the output to a file instead)\n",
 		},
 		{
 			name:   "high exit code passed through",

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/execmesh/execmesh/config"
 
@@ -40,7 +41,14 @@ func (c *cli) newConfigCmd() *cobra.Command {
 		Short: "read or edit the JSON config file with the docs' key paths",
 		Long: "Read or edit the configuration file (--config, else <state-dir>/config.json) by key path:\n" +
 			"tools.exec.host, agents.list[0].tools.exec.node ([N] indexes a list; N = its length appends).\n" +
-			"A running daemon applies an edit on SIGHUP (or a restart).",
+			"set and unset print what changed (tools.exec.ask: on-miss -> always) and apply it to the daemon\n" +
+			"that answers at the gateway URL (POST /v1/admin/reload, with the operator token) when that\n" +
+			"daemon reads this file; otherwise they say that it applies at the daemon's SIGHUP\n" +
+			"(execmesh reload) or restart.\n\n" +
+			"A file that is not valid JSON, or has a bad key or value, stops the commands that need it\n" +
+			"with the file, line and column or the key; get, set and unset work all the same (saying\n" +
+			"so on stderr), so that they can repair it: set and unset on a file that is not JSON at all\n" +
+			"keep it as FILE.invalid-TIME and start a new one.",
 		Annotations: map[string]string{annSynopsis: "config get [KEYPATH] | set KEYPATH VALUE | unset KEYPATH"},
 	})
 	f.register(cmd.PersistentFlags())
@@ -56,12 +64,21 @@ func (c *cli) newConfigCmd() *cobra.Command {
 	}
 	// edit runs a change of the file at the key path args[0].
 	edit := func(change func(doc any, path []pathElem, args []string) (any, error)) func(*cobra.Command, []string) error {
-		return func(_ *cobra.Command, args []string) error {
+		return func(cmd *cobra.Command, args []string) error {
 			path, err := keyPath(args)
 			if err != nil {
 				return err
 			}
-			return configEdit(f.editPath(c), path, func(doc any) (any, error) { return change(doc, path, args) })
+			file := f.editPath(c)
+			ch, err := configEdit(c, file, path, func(doc any) (any, error) { return change(doc, path, args) })
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(c.stdout, ch)
+			if !ch.changed() {
+				return nil
+			}
+			return c.applyConfig(cmd.Context(), &f, file, ch.key)
 		}
 	}
 	completeKeys := func(_ *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
@@ -247,6 +264,15 @@ func configGet(c *cli, f *configFlags, path []pathElem) error {
 		}
 	}
 	cfg, err := config.Load(file, c.env)
+	if err != nil && file != "" {
+		// get needs no valid file: it shows what applies without it,
+		// and says so, so that the file can be repaired with set.
+		if ferr := config.CheckFile(file); ferr != nil {
+			fmt.Fprintf(c.stderr, "execmesh: ignoring the configuration file (the values below are the defaults and EXECMESH_* variables): %v\n", ferr)
+			file, doc = "", nil
+			cfg, err = config.Load("", c.env)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -535,44 +561,157 @@ func joinPath(at string, e pathElem) string {
 	return at + "." + e.String()
 }
 
+// configChange is what `config set` or `unset` did to one key: its value
+// in force (the file over the defaults) before and after.
+type configChange struct {
+	key           string
+	before, after string
+	// unset: the key was removed, so its default applies.
+	unset bool
+}
+
+func (ch configChange) changed() bool { return ch.before != ch.after }
+
+// String is the line set and unset print: "tools.exec.ask: on-miss ->
+// always".
+func (ch configChange) String() string {
+	if !ch.changed() {
+		return fmt.Sprintf("%s: %s (unchanged)", ch.key, ch.before)
+	}
+	s := fmt.Sprintf("%s: %s -> %s", ch.key, ch.before, ch.after)
+	if ch.unset {
+		s += " (default)"
+	}
+	return s
+}
+
 // configEdit reads the JSON document in file (an empty object when the
 // file is missing), applies edit, validates the result with
 // config.Decode and writes it atomically. Nothing is written when
-// any step fails.
-func configEdit(file string, path []pathElem, edit func(doc any) (any, error)) error {
+// any step fails. A file that is not JSON at all cannot be edited: it is
+// kept beside as FILE.invalid-TIME, said on stderr, and the edit starts
+// from an empty document, so that set can repair what nothing else can
+// read.
+func configEdit(c *cli, file string, path []pathElem, edit func(doc any) (any, error)) (configChange, error) {
 	key := keyPathString(path)
+	ch := configChange{key: key}
 	data, err := os.ReadFile(file)
 	missing := errors.Is(err, fs.ErrNotExist)
 	if err != nil && !missing {
-		return fmt.Errorf("config: %w", err)
+		return ch, fmt.Errorf("config: %w", err)
 	}
 	doc := any(map[string]any{})
+	invalid := ""
 	if len(bytes.TrimSpace(data)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.UseNumber()
+		var derr error
 		if err := dec.Decode(&doc); err != nil {
-			return fmt.Errorf("config %s: invalid JSON (%v); fix or remove the file", file, err)
+			derr = config.CheckFile(file) // the error with line and column
+			if derr == nil {
+				derr = err
+			}
+		} else if _, ok := doc.(map[string]any); !ok {
+			derr = fmt.Errorf("config %s: the document is not a JSON object", file)
 		}
-		if _, ok := doc.(map[string]any); !ok {
-			return fmt.Errorf("config %s: the document is not a JSON object; fix or remove the file", file)
+		if derr != nil {
+			invalid = fmt.Sprintf("%s.invalid-%s", file, time.Now().UTC().Format("20060102T150405Z"))
+			fmt.Fprintf(c.stderr, "execmesh: ignoring the configuration file: %v; it is kept as %s and %s starts anew with this change\n", derr, invalid, file)
+			doc, data = map[string]any{}, nil
 		}
 	}
+	ch.before = valueInForce(data, path)
 	doc, err = edit(doc)
 	if err != nil {
-		return fmt.Errorf("config %s: %w", key, err)
+		return ch, fmt.Errorf("config %s: %w", key, err)
 	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
-		return fmt.Errorf("config %s: %w", key, err)
+		return ch, fmt.Errorf("config %s: %w", key, err)
 	}
 	out = append(out, '\n')
 	if _, err := config.Decode(out); err != nil {
-		return fmt.Errorf("config %s: %w (%s left unchanged)", key, err, file)
+		return ch, fmt.Errorf("config %s: %w (%s left unchanged)", key, err, file)
 	}
+	ch.after = valueInForce(out, path)
+	ch.unset = !docHasJSON(out, path)
 	if missing && bytes.Equal(out, []byte("{}\n")) {
-		return nil // unset on a missing file: nothing to write
+		return ch, nil // unset on a missing file: nothing to write
 	}
-	return writeFileAtomic(file, out)
+	if invalid != "" {
+		if err := os.Rename(file, invalid); err != nil {
+			return ch, fmt.Errorf("config: keeping the invalid file: %w", err)
+		}
+	}
+	return ch, writeFileAtomic(file, out)
+}
+
+// valueInForce renders the value at path that the document gives over
+// the defaults, as get prints it (strings plain, the rest as compact
+// JSON; security and ask as computed when unset). A document that does
+// not decode gives what decodes of it, over the defaults.
+func valueInForce(data []byte, path []pathElem) string {
+	cfg := config.Default()
+	if len(bytes.TrimSpace(data)) > 0 {
+		_ = json.Unmarshal(data, &cfg)
+	}
+	if len(path) == 3 && path[0].key == "tools" && path[1].key == "exec" {
+		sec, ask := cfg.ExecPolicy(gateway.DefaultAgentID)
+		switch {
+		case path[2].key == "security" && cfg.Tools.Exec.Security == "":
+			cfg.Tools.Exec.Security = sec
+		case path[2].key == "ask" && cfg.Tools.Exec.Ask == "":
+			cfg.Tools.Exec.Ask = ask
+		}
+	}
+	v := reflect.ValueOf(cfg)
+	for _, e := range path {
+		for v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return "null"
+			}
+			v = v.Elem()
+		}
+		switch {
+		case e.isIndex:
+			if v.Kind() != reflect.Slice || e.index >= v.Len() {
+				return "(not set)"
+			}
+			v = v.Index(e.index)
+		case v.Kind() == reflect.Struct:
+			f, ok := fieldByJSON(v.Type(), e.key)
+			if !ok {
+				return "(not set)"
+			}
+			v = v.FieldByIndex(f.Index)
+		case v.Kind() == reflect.Map:
+			if v = v.MapIndex(reflect.ValueOf(e.key)); !v.IsValid() {
+				return "(not set)"
+			}
+		default:
+			return "(not set)"
+		}
+	}
+	if v.Kind() == reflect.String {
+		if v.String() == "" {
+			return `""`
+		}
+		return v.String()
+	}
+	b, err := json.Marshal(v.Interface())
+	if err != nil {
+		return "?"
+	}
+	return string(b)
+}
+
+// docHasJSON reports whether the JSON document data holds a value at path.
+func docHasJSON(data []byte, path []pathElem) bool {
+	var doc any
+	if json.Unmarshal(data, &doc) != nil {
+		return false
+	}
+	return docHas(doc, path)
 }
 
 // writeFileAtomic replaces file with data (0600: it may hold the gateway

@@ -224,7 +224,8 @@ func TestE2EFollow(t *testing.T) {
 		}
 	}
 	r := runCLI(t, env, "", "exec", "--background", "--", "sh", "-c", "sleep 0.2; echo tailed")
-	sid := regexp.MustCompile(`session ([a-z0-9-]+),`).FindStringSubmatch(r.stdout)
+	// The session id alone on stdout.
+	sid := regexp.MustCompile(`^([a-z0-9-]+)\n$`).FindStringSubmatch(r.stdout)
 	if r.code != 0 || sid == nil {
 		t.Fatalf("background: %d %q", r.code, r.stdout)
 	}

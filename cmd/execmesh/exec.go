@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/execmesh/execmesh/gateway"
 	"github.com/execmesh/execmesh/internal/hostid"
 	"github.com/execmesh/execmesh/protocol"
+	"github.com/execmesh/execmesh/session"
 )
 
 // Exit statuses of `execmesh exec` beyond the command's own.
@@ -26,6 +29,16 @@ const (
 	// exitSignalBase plus the signal number is a command a signal ended,
 	// as a shell reports it.
 	exitSignalBase = 128
+	// exitTruncated is a command that exited 0 whose output execmesh
+	// could not print whole: the session core keeps 200 000 characters,
+	// and what was dropped before a poll took it is gone. 125 is what
+	// docker run, env and GNU timeout return for a failure of the
+	// wrapper rather than of the command. --allow-truncated makes it 0.
+	exitTruncated = 125
+	// exitApprovalPending is `exec --background` for a command that
+	// awaits an operator's approval (sysexits' EX_TEMPFAIL: not run yet,
+	// try again later); the approval id is on stdout.
+	exitApprovalPending = 75
 )
 
 // Approval waits: how often exec asks what became of a pending approval.
@@ -49,6 +62,9 @@ type execOptions struct {
 	ask        string
 	node       string
 	follow     bool
+	// allowTruncated accepts output cut at the retention cap: exit with
+	// the command's status instead of exitTruncated (the note stays).
+	allowTruncated bool
 }
 
 func (c *cli) newExecCmd() *cobra.Command {
@@ -68,11 +84,23 @@ runs exactly those three words; a single word is the command line as is ("exec '
 While the command awaits an exec approval, execmesh says so on stderr and waits for the
 decision: approved, the command runs and is followed; denied, execmesh exits 1 with the reason.
 
---background starts the command in the background and prints its session id at once;
---no-wait returns when the command goes to the background after the yield window
-(tools.exec.backgroundMs, or --yield-ms), printing the result an agent would see. Both exit 0
+The output is the text agents read, not yet the raw bytes: the session core keeps the last
+200 000 characters of a command's output, shows control bytes as \xNN and invalid UTF-8 as
+U+FFFD, and removes terminal escape sequences. execmesh never passes that off as the whole
+output: when a part was dropped before it could be printed, a note on stderr says so and
+execmesh exits 125 (unless --allow-truncated, or the command failed: then its own status);
+when the output shows escaped bytes, a note on stderr says so.
+
+--background starts the command in the background and prints its session id alone on stdout
+(S=$(execmesh exec --background -- make) captures it); when the command awaits an operator's
+approval it prints the approval id alone on stdout instead, the explanation on stderr, and
+exits 75. --no-wait returns when the command goes to the background after the yield window
+(tools.exec.backgroundMs, or --yield-ms), printing the result an agent would see; it exits 0
 for a command still running or awaiting approval. Interrupted (Ctrl-C), execmesh stops
 waiting; the command keeps running (follow it with "execmesh process poll ID --follow").
+
+Exit statuses of execmesh itself: 1 a failed call, 2 a bad command line, 75 approval pending
+(--background), 125 output cut (see above).
 
 Working directory: --workdir, else, when the gateway runs on this machine (the same boot and
 mount namespace: GET /healthz reports a hostId, compared with this process's) and the command
@@ -109,6 +137,7 @@ command reads), the current directory; otherwise the gateway's default.`,
 	fs.StringVar(&o.node, "node", "", "target node `id or name` (host=node)")
 	fs.BoolVar(&o.follow, "follow", false, "follow the output live (the default; kept for scripts written for older versions)")
 	_ = fs.MarkHidden("follow")
+	fs.BoolVar(&o.allowTruncated, "allow-truncated", false, "exit with the command's status even when its output was cut at the 200 000-character retention cap (the note on stderr stays)")
 	completeValues(cmd, "host", "auto", "sandbox", "gateway", "node")
 	completeValues(cmd, "security", "deny", "allowlist", "full")
 	completeValues(cmd, "ask", "off", "on-miss", "always")
@@ -196,17 +225,73 @@ func (c *cli) runExec(cmd *cobra.Command, f *clientFlags, o *execOptions, words 
 			err = fmt.Errorf("%w; %s", err, hint)
 		}
 	}
-	if !wait || err != nil {
+	switch {
+	case o.background && err == nil:
+		return c.finishBackground(f.json, data, ans.Result)
+	case !wait || err != nil:
 		return c.finishTool(f.json, data, ans, err, execNoWaitCode)
 	}
 	res := ans.Result
 	switch res.Status() {
 	case protocol.StatusRunning:
-		return c.followExec(ctx, cl, f, res.SessionID(), data)
+		return c.followExec(ctx, cl, f, o, res.SessionID(), data)
 	case protocol.StatusApprovalPending:
-		return c.awaitApproval(ctx, cl, f, res, data)
+		return c.awaitApproval(ctx, cl, f, o, res, data)
 	}
-	return c.finishWait(f.json, data, res)
+	return c.finishWait(f.json, data, res, c.outputFacts(o, res, nil))
+}
+
+// finishBackground reports `exec --background`: the session id alone on
+// stdout (what the command substitution of a script captures), or, for a
+// command that awaits approval, the approval id alone and exit 75; the
+// explanations go to stderr. With --json the answer as is, and the same
+// exit statuses.
+func (c *cli) finishBackground(raw bool, data []byte, res protocol.Result) error {
+	if raw {
+		if err := printJSON(c.stdout, data); err != nil {
+			return err
+		}
+	}
+	switch res.Status() {
+	case protocol.StatusRunning:
+		id := res.SessionID()
+		if raw {
+			return nil
+		}
+		if id == "" {
+			return fmt.Errorf("the gateway answered status running without a session id: %s", strings.TrimSpace(res.Text()))
+		}
+		// Warnings an agent reads before "Command still running" (a
+		// pathPrepend ignored on a node, …) are notes.
+		if warn, _, found := strings.Cut(res.Text(), "Command still running"); found && strings.TrimSpace(warn) != "" {
+			fmt.Fprintln(c.stderr, "execmesh:", strings.TrimSpace(warn))
+		}
+		fmt.Fprintln(c.stdout, id)
+		return nil
+	case protocol.StatusApprovalPending:
+		id := res.Details.ApprovalID.Value()
+		if !raw {
+			if id == "" {
+				return fmt.Errorf("the gateway answered approval-pending without an approval id: %s", strings.TrimSpace(res.Text()))
+			}
+			fmt.Fprintln(c.stdout, id)
+			slug := res.Details.ApprovalSlug.Value()
+			fmt.Fprintf(c.stderr, "execmesh: the command awaits an operator's approval %s (%s); it has not started. An operator answers with: execmesh approvals resolve %s allow-once|deny; once approved it runs in the background\n",
+				id, orDash(slug, id), id)
+		}
+		return &exitError{code: exitApprovalPending}
+	}
+	// The command ran in the foreground after all (the process tool is
+	// denied for this agent, so nothing runs in the background): there is
+	// no session id to print, only the outcome.
+	if !raw {
+		fmt.Fprintln(c.stderr, "execmesh: the command ran in the foreground (no background session for this agent): no session id")
+		printText(c.stdout, res.Text())
+	}
+	if n := execNoWaitCode(res); n != exitOK {
+		return &exitError{code: n}
+	}
+	return nil
 }
 
 // configuredForNode reports whether the configuration this command read
@@ -249,15 +334,27 @@ func (c *cli) localWorkdir(ctx context.Context, cl *client, sessionKey string) (
 
 // followExec follows a running session until it exits: its output live
 // (or nothing with --json, which prints the last answer), then the exit
-// status.
-func (c *cli) followExec(ctx context.Context, cl *client, f *clientFlags, sessionID string, first []byte) error {
+// status, with notes on stderr when the output printed is not the whole
+// output or shows escaped bytes.
+func (c *cli) followExec(ctx context.Context, cl *client, f *clientFlags, o *execOptions, sessionID string, first []byte) error {
 	var last []byte
+	facts := outputFacts{allowTruncated: o.allowTruncated}
+	took := false // a poll returned output before
 	poll := func(ctx context.Context, timeoutMs int) (protocol.Result, error) {
 		data, ans, err := cl.invokeTool(ctx, protocol.ToolProcess, protocol.ProcessArgs{Action: "poll", SessionID: sessionID, Timeout: &timeoutMs}, f.sessionKey)
 		last = data
+		if r := ans.Result; err == nil && r.Details.Aggregated.Value() != "" {
+			// The first output execmesh sees already lacks its start:
+			// the retention cap dropped it before this poll.
+			if !took && strings.HasPrefix(r.Text(), session.RetentionCapNote) {
+				facts.cut = true
+			}
+			took = true
+		}
 		return ans.Result, err
 	}
-	res, err := c.followWith(ctx, poll, sessionID, f.json)
+	scan := &escapeScanner{w: c.stdout}
+	res, err := c.followWith(ctx, poll, sessionID, f.json, scan, func() { facts.cut = true })
 	if err != nil {
 		return err
 	}
@@ -265,16 +362,75 @@ func (c *cli) followExec(ctx context.Context, cl *client, f *clientFlags, sessio
 		if last == nil {
 			last = first
 		}
-		return c.finishWait(true, last, res)
+		// What is printed is the last answer, whose aggregated output is
+		// whole only when nothing was dropped.
+		facts.cut = strings.HasPrefix(res.Text(), session.RetentionCapNote)
+		facts.escaped = hasEscapes(res.Details.Aggregated.Value())
+		return c.finishWait(true, last, res, facts)
 	}
-	return c.finishWait(false, nil, res)
+	facts.escaped = scan.found
+	return c.finishWait(false, nil, res, facts)
+}
+
+// outputFacts is what execmesh exec knows about the output it printed.
+type outputFacts struct {
+	// cut: a part of the output was dropped at the session core's
+	// retention cap before execmesh could print it.
+	cut bool
+	// escaped: the output shows bytes the sanitizer escaped (\xNN for
+	// control bytes, U+FFFD for invalid UTF-8).
+	escaped bool
+	// allowTruncated is --allow-truncated: a cut does not change the
+	// exit status.
+	allowTruncated bool
+}
+
+// outputFacts are the facts of a result printed whole (a foreground
+// answer): its text begins with the retention-cap note when output was
+// dropped.
+func (c *cli) outputFacts(o *execOptions, res protocol.Result, _ []byte) outputFacts {
+	return outputFacts{
+		cut:            strings.HasPrefix(res.Text(), session.RetentionCapNote),
+		escaped:        hasEscapes(res.Details.Aggregated.Value()),
+		allowTruncated: o.allowTruncated,
+	}
+}
+
+// escapedText matches what the session core's sanitizer writes for bytes
+// it cannot show: \xNN (lower-case hex) for a control byte, U+FFFD for a
+// byte of invalid UTF-8. A command may print such text itself, which is
+// why the note says "shows", not "had".
+var escapedText = regexp.MustCompile(`\\x[0-9a-f]{2}|\x{FFFD}`)
+
+// hasEscapes reports whether text shows escaped bytes.
+func hasEscapes(text string) bool { return escapedText.MatchString(text) }
+
+// escapeScanner passes writes on to w and notes whether they show escaped
+// bytes, also across the boundary of two writes.
+type escapeScanner struct {
+	w     io.Writer
+	carry []byte // the last bytes written, an escape's possible start
+	found bool
+}
+
+func (s *escapeScanner) Write(p []byte) (int, error) {
+	if !s.found {
+		buf := append(append([]byte(nil), s.carry...), p...)
+		s.found = escapedText.Match(buf)
+		// \xN or two bytes of U+FFFD's three: at most 3 bytes to keep.
+		s.carry = append(s.carry[:0], buf[max(0, len(buf)-3):]...)
+	}
+	return s.w.Write(p)
 }
 
 // finishWait reports how a waited-for command ended: with --json the last
 // answer, else (the output was printed already for a followed session, or
 // is printed here for one that ended within the yield window) the reason
-// on stderr when it did not simply exit; then the exit status.
-func (c *cli) finishWait(raw bool, data []byte, res protocol.Result) error {
+// on stderr when it did not simply exit; then, on stderr, what the output
+// lacks (a cut, escaped bytes); then the exit status: the command's, or
+// 125 for a command that exited 0 but whose output was cut, unless
+// --allow-truncated.
+func (c *cli) finishWait(raw bool, data []byte, res protocol.Result, facts outputFacts) error {
 	code, why := exitStatus(res)
 	if raw {
 		if err := printJSON(c.stdout, data); err != nil {
@@ -298,6 +454,15 @@ func (c *cli) finishWait(raw bool, data []byte, res protocol.Result) error {
 		if why != "" {
 			fmt.Fprintln(c.stderr, "execmesh:", why)
 		}
+	}
+	if facts.cut {
+		fmt.Fprintln(c.stderr, "execmesh: the output was cut: a session keeps the last 200 000 characters of a command's output (fewer when configured so), and an earlier part was dropped before execmesh could print it; it cannot be recovered (write the output to a file instead)")
+	}
+	if facts.escaped {
+		fmt.Fprintln(c.stderr, `execmesh: the output shows escaped bytes: control bytes appear as \xNN and invalid UTF-8 as U+FFFD (the text agents read; execmesh exec cannot give the raw bytes yet)`)
+	}
+	if code == exitOK && facts.cut && !facts.allowTruncated {
+		code = exitTruncated
 	}
 	if code != exitOK {
 		return &exitError{code: code}
@@ -376,7 +541,7 @@ type approvalState struct {
 // so on stderr), then follows the approved command or reports the denial.
 // It reads the approval's state (GET /v1/approvals/<id>), never the
 // sessionKey's system events, which stay the agent's.
-func (c *cli) awaitApproval(ctx context.Context, cl *client, f *clientFlags, res protocol.Result, first []byte) error {
+func (c *cli) awaitApproval(ctx context.Context, cl *client, f *clientFlags, o *execOptions, res protocol.Result, first []byte) error {
 	id := res.Details.ApprovalID.Value()
 	if id == "" {
 		return c.finishTool(f.json, first, invokeAnswer{OK: true, Result: res}, nil, execNoWaitCode)
@@ -401,7 +566,7 @@ func (c *cli) awaitApproval(ctx context.Context, cl *client, f *clientFlags, res
 			if st.State == "expired" {
 				fmt.Fprintf(c.stderr, "execmesh: approval %s timed out; the fallback policy allows the command\n", orDash(slug, id))
 			}
-			return c.followExec(ctx, cl, f, st.SessionID, nil)
+			return c.followExec(ctx, cl, f, o, st.SessionID, nil)
 		case st.DeniedReason != "":
 			if f.json {
 				if err := printJSON(c.stdout, data); err != nil {

@@ -142,8 +142,41 @@ func (f *clientFlags) register(fs *pflag.FlagSet, opts clientOpt) {
 		fs.StringVar(&f.sessionKey, "session-key", gateway.DefaultSessionKey, "the caller's `sessionKey` (scope of sessions and events)")
 	}
 	if opts&withJSON != 0 {
-		fs.BoolVar(&f.json, "json", false, "print the raw JSON answer")
+		registerJSON(fs, &f.json, "print the raw JSON answer")
 	}
+}
+
+// registerJSON adds --json and its alias -o/--output json (the spelling
+// of kubectl and docker), which set the same value.
+func registerJSON(fs *pflag.FlagSet, json *bool, usage string) {
+	fs.BoolVar(json, "json", false, usage)
+	fs.VarP(&outputFlag{json: json}, "output", "o", "output `format`: json (the same as --json) or text")
+}
+
+// outputFlag is -o/--output: "json" sets the --json value, "text" clears
+// it; anything else is a usage error naming the formats.
+type outputFlag struct{ json *bool }
+
+func (o *outputFlag) String() string {
+	if o.json != nil && *o.json {
+		return "json"
+	}
+	return "text"
+}
+
+// Type is the value's name in the help.
+func (o *outputFlag) Type() string { return "format" }
+
+func (o *outputFlag) Set(v string) error {
+	switch strings.ToLower(v) {
+	case "json":
+		*o.json = true
+	case "text":
+		*o.json = false
+	default:
+		return fmt.Errorf("unknown output format %q: want json or text", v)
+	}
+	return nil
 }
 
 // registerOperator adds --operator-token, for the commands that call

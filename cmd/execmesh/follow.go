@@ -38,14 +38,15 @@ func (c *cli) follow(ctx context.Context, cl *client, sessionKey, sessionID stri
 	return c.followPolls(ctx, poll, sessionID, ui.FollowOptions{TTY: isTerminal(c.stdout), ExitLine: exitLine}, c.stdout)
 }
 
-// followWith follows a session for exec: its output only (the exit is
-// reported by the caller), or nothing with quiet.
-func (c *cli) followWith(ctx context.Context, poll pollFunc, sessionID string, quiet bool) (protocol.Result, error) {
-	w := c.stdout
+// followWith follows a session for exec: its output only, to w (the exit
+// is reported by the caller), or nothing with quiet. onCut is called for
+// each part of the output the retention cap dropped before a poll took it
+// (no marker goes into the output).
+func (c *cli) followWith(ctx context.Context, poll pollFunc, sessionID string, quiet bool, w io.Writer, onCut func()) (protocol.Result, error) {
 	if quiet {
 		w = io.Discard
 	}
-	return c.followPolls(ctx, poll, sessionID, ui.FollowOptions{TTY: !quiet && isTerminal(c.stdout)}, w)
+	return c.followPolls(ctx, poll, sessionID, ui.FollowOptions{TTY: !quiet && isTerminal(c.stdout), OnCut: onCut}, w)
 }
 
 // followPolls runs ui.FollowSession. Interrupted, it says how to pick the

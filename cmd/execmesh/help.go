@@ -167,7 +167,8 @@ func (c *cli) newVersionCmd() *cobra.Command {
 			"from the build information the Go toolchain embeds (go version -m shows the same).",
 		Example: "  execmesh version\n  execmesh version --json",
 		Args:    noArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c.noteIgnoredConfig(cmd)
 			v := buildVersion()
 			if asJSON {
 				return writeJSONValue(c.stdout, v)
@@ -176,7 +177,7 @@ func (c *cli) newVersionCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the version facts as JSON")
+	registerJSON(cmd.Flags(), &asJSON, "print the version facts as JSON")
 	return cmd
 }
 

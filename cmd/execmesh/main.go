@@ -134,6 +134,12 @@ func (c *cli) newRootCmd() *cobra.Command {
 		&cobra.Group{ID: groupClient, Title: "Client commands (they talk to a gateway over its HTTP API):"},
 		&cobra.Group{ID: groupOther, Title: "Other:"},
 	)
+	// Help needs no configuration file: a broken one is named, not fatal.
+	help := root.HelpFunc()
+	root.SetHelpFunc(func(cmd *cobra.Command, args []string) {
+		c.noteIgnoredConfig(cmd)
+		help(cmd, args)
+	})
 	root.SetHelpCommandGroupID(groupOther)
 	root.SetCompletionCommandGroupID(groupOther)
 	root.CompletionOptions.HiddenDefaultCmd = false
@@ -148,7 +154,7 @@ func (c *cli) newRootCmd() *cobra.Command {
 	}
 	add(groupDaemon, c.newUpCmd(), c.newGatewayCmd(), c.newNodeCmd())
 	add(groupClient, c.newExecCmd(), c.newCallCmd(), c.newProcessCmd(), c.newSessionCmd(), c.newEventsCmd(),
-		c.newNodesCmd(), c.newGatewaysCmd(), c.newApprovalsCmd(), c.newAdminCmd(), c.newMCPCmd(), c.newConfigCmd())
+		c.newNodesCmd(), c.newGatewaysCmd(), c.newApprovalsCmd(), c.newAdminCmd(), c.newReloadCmd(), c.newMCPCmd(), c.newConfigCmd())
 	add(groupOther, c.newVersionCmd())
 	root.AddCommand(c.newManCmd(root))
 	// cobra's completion command, made now so that it is a command like
@@ -205,6 +211,27 @@ func (c *cli) exitCode(cmd *cobra.Command, err error) int {
 	default:
 		fmt.Fprintln(c.stderr, "execmesh:", err)
 		return exitFail
+	}
+}
+
+// noteIgnoredConfig says on stderr that cmd, which does not need the
+// configuration file, ignores it because it is unusable (not JSON, with
+// line and column, or a bad key): the commands that need it fail with the
+// same message, so the user learns of it from whichever runs first.
+func (c *cli) noteIgnoredConfig(cmd *cobra.Command) {
+	var f configFlags
+	if fl := cmd.Flags().Lookup("config"); fl != nil {
+		f.path = fl.Value.String()
+	}
+	if fl := cmd.Flags().Lookup("state-dir"); fl != nil {
+		f.stateDir = fl.Value.String()
+	}
+	file := f.filePath(c)
+	if file == "" {
+		return
+	}
+	if err := config.CheckFile(file); err != nil {
+		fmt.Fprintf(c.stderr, "execmesh: ignoring the configuration file (%s does not need it): %v\n", cmd.CommandPath(), err)
 	}
 }
 

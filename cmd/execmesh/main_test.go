@@ -143,7 +143,8 @@ func TestHelpListsEveryCommand(t *testing.T) {
 }
 
 // TestBadConfigFailsEveryCommand: a bad config makes any command that
-// loads it exit non-zero with a message naming the key (DESIGN.md §7).
+// needs it exit non-zero with a message naming the key (DESIGN.md §7);
+// those that do not need it (version, help, config) work and name it.
 func TestBadConfigFailsEveryCommand(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -159,7 +160,6 @@ func TestBadConfigFailsEveryCommand(t *testing.T) {
 		{"approvals", "list"},
 		{"admin", "blockers"},
 		{"mcp"},
-		{"config", "get", "tools.exec.host"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			t.Parallel()
@@ -169,6 +169,22 @@ func TestBadConfigFailsEveryCommand(t *testing.T) {
 			}
 			if strings.Contains(r.stderr, "cannot reach") {
 				t.Errorf("the config must be checked before the gateway is called: %s", r.stderr)
+			}
+		})
+	}
+	// The commands that do not need the file work, and say that they
+	// ignore it, naming the key.
+	for _, args := range [][]string{
+		{"version"},
+		{"help"},
+		{"exec", "--help"},
+		{"config", "get", "tools.exec.host"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			t.Parallel()
+			r := runCLI(t, env, "", args...)
+			if r.code != 0 || r.stdout == "" || !strings.Contains(r.stderr, "ignoring the configuration file") || !strings.Contains(r.stderr, "tools.exec.host") {
+				t.Fatalf("exit %d, stdout %q, stderr %q: want 0, output, and a note naming tools.exec.host", r.code, r.stdout, r.stderr)
 			}
 		})
 	}

@@ -22,6 +22,8 @@ func isOperatorRequest(method, path string) bool {
 		return true
 	case method == http.MethodPut && path == "/v1/config/exec-node":
 		return true
+	case method == http.MethodPost && path == "/v1/admin/reload":
+		return true
 	}
 	return false
 }

@@ -58,6 +58,8 @@ func TestOperatorTokenSent(t *testing.T) {
 		{"GET", "/v1/nodes/n1/approvals", true},
 		{"PUT", "/v1/nodes/n1/approvals", true},
 		{"PUT", "/v1/config/exec-node", true},
+		{"POST", "/v1/admin/reload", true},
+		{"GET", "/v1/admin/blockers", false},
 		{"GET", "/v1/approvals", false},
 		{"GET", "/v1/nodes", false},
 		{"POST", "/tools/invoke", false},

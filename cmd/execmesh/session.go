@@ -194,13 +194,23 @@ const (
 	followRetryMax = 10 * time.Second
 )
 
-// followEvents prints the event stream until ctx ends. A stream that
-// breaks after it was established is reopened with backoff (the gateway may
-// be restarting); failing to open it the first time is an error.
+// followEvents prints the event stream until ctx ends, acknowledging each
+// event once it is printed (the stream itself confirms nothing), so that
+// a follower stopped at any moment, by SIGINT included, never has another
+// reader get what it printed. A stream that breaks after it was
+// established is reopened with backoff (the gateway may be restarting),
+// after the last event printed; failing to open it the first time is an
+// error.
 func followEvents(ctx context.Context, c *cli, cl *client, sessionKey string, raw bool) error {
 	q := url.Values{"sessionKey": {sessionKey}}
 	backoff := followRetryMin
+	lastPrinted := ""
 	for first := true; ; first = false {
+		if lastPrinted != "" {
+			// Resuming after it also confirms what an ack that failed
+			// left unconfirmed.
+			q.Set("after", lastPrinted)
+		}
 		resp, err := cl.send(ctx, http.MethodGet, "/v1/events/stream", q, nil, "text/event-stream")
 		if err == nil && resp.StatusCode != http.StatusOK {
 			data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -216,7 +226,13 @@ func followEvents(ctx context.Context, c *cli, cl *client, sessionKey string, ra
 		if err == nil {
 			backoff = followRetryMin
 			err = readSSE(resp.Body, func(data string) error {
-				return printStreamEvent(c.stdout, data, raw)
+				id, err := printStreamEvent(c.stdout, data, raw)
+				if err != nil || id == "" {
+					return err
+				}
+				lastPrinted = id
+				ackEvent(ctx, c, cl, sessionKey, id)
+				return nil
 			})
 			resp.Body.Close()
 			if ctx.Err() != nil {
@@ -233,21 +249,42 @@ func followEvents(ctx context.Context, c *cli, cl *client, sessionKey string, ra
 	}
 }
 
+// eventAckTimeout bounds the acknowledgement of one printed event.
+const eventAckTimeout = 10 * time.Second
+
+// ackEvent confirms the events of sessionKey up to id (POST
+// /v1/events/ack). It runs even when ctx was just cancelled (SIGINT after
+// the event was printed): what was printed must not be delivered again.
+// A failure is said on stderr; the next stream, resumed after id, confirms
+// it then.
+func ackEvent(ctx context.Context, c *cli, cl *client, sessionKey, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eventAckTimeout)
+	defer cancel()
+	body := map[string]string{"sessionKey": sessionKey, "upTo": id}
+	if _, err := cl.request(ctx, http.MethodPost, "/v1/events/ack", nil, body); err != nil {
+		fmt.Fprintf(c.stderr, "execmesh: event %s is printed but not acknowledged (%v); another reader may get it again\n", id, err)
+	}
+}
+
 // printStreamEvent prints one SSE data payload: the JSON line itself with
-// --json, else the event as events prints it.
-func printStreamEvent(w io.Writer, data string, raw bool) error {
-	if raw {
-		_, err := fmt.Fprintln(w, data)
-		return err
-	}
+// --json, else the event as events prints it. It returns the id to
+// acknowledge: the event's, when it is a stored event (the announcement of
+// dropped events has none of its own).
+func printStreamEvent(w io.Writer, data string, raw bool) (string, error) {
 	var ev protocol.SystemEvent
-	if err := json.Unmarshal([]byte(data), &ev); err != nil {
-		// Not an event (a comment or a server notice): show it as is.
+	isEvent := json.Unmarshal([]byte(data), &ev) == nil
+	var err error
+	switch {
+	case raw || !isEvent:
+		// Not an event (a server notice): shown as is.
 		_, err = fmt.Fprintln(w, data)
-		return err
+	default:
+		printEvent(w, ev)
 	}
-	printEvent(w, ev)
-	return nil
+	if err != nil || !isEvent || ev.ID == "" || strings.Trim(ev.ID, "0123456789") != "" {
+		return "", err
+	}
+	return ev.ID, nil
 }
 
 // readSSE reads a server-sent event stream and calls fn with the data of
