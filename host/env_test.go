@@ -178,38 +178,32 @@ func TestCheckAllowlistEnv(t *testing.T) {
 // TestAllowlistEnvEnforced: the check runs in Exec on both host kinds
 // under the effective policy, before anything runs: under allowlist (a
 // request's, or one the approvals file imposes on a request that said
-// full) a refused key leaves no marker, an allowed one runs; under full
-// the same key runs. Settings.AllowlistEnv replaces the default.
+// full) a refused key leaves no marker, allowed keys let a run start (a
+// safe bin, which runs with or without the kernel's confinement); under
+// full the refused key runs. Settings.AllowlistEnv replaces the default.
 func TestAllowlistEnvEnforced(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{KindGateway, KindNode} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			l := newLocal(t, kind, nil)
-			writeApprovals(t, l, func(f *approvals.File) error {
-				f.Agents["main"] = &approvals.Agent{Allowlist: []approvals.Entry{{Pattern: "/usr/bin/touch"}, {Pattern: "/usr/bin/printenv"}}}
-				return nil
-			})
 			marker := filepath.Join(l.cfg.Cwd, "marker")
-			touch := func(security string, env map[string]string) error {
-				req := execReq(l, "touch "+marker)
+			run := func(security, command string, env map[string]string) error {
+				req := execReq(l, command)
 				req.Security, req.Ask, req.Args.Env = security, "off", env
 				_, err := runCmd(t, l, req)
 				return err
 			}
-			if err := touch("allowlist", map[string]string{"FOO": "1"}); errType(err) != protocol.ErrSecurityViolation || !strings.Contains(err.Error(), `env "FOO"`) {
+			if err := run("allowlist", "touch "+marker, map[string]string{"FOO": "1"}); errType(err) != protocol.ErrSecurityViolation || !strings.Contains(err.Error(), `env "FOO"`) {
 				t.Fatalf("FOO under allowlist: %v, want a security violation naming FOO", err)
 			}
 			if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("the refused command ran: %v", err)
 			}
-			req := execReq(l, "printenv TERM LC_ALL")
-			req.Security, req.Ask = "allowlist", "off"
-			req.Args.Env = map[string]string{"TERM": "dumb", "LC_ALL": "C"}
-			if got, err := runCmd(t, l, req); err != nil || got != "dumb\nC" {
-				t.Fatalf("allowed keys: %q %v", got, err)
+			if err := run("allowlist", "head -n 1", map[string]string{"TERM": "dumb", "LC_ALL": "C"}); err != nil {
+				t.Fatalf("allowed keys: %v", err)
 			}
-			if err := touch("full", map[string]string{"FOO": "1"}); err != nil {
+			if err := run("full", "touch "+marker, map[string]string{"FOO": "1"}); err != nil {
 				t.Fatalf("FOO under full: %v", err)
 			}
 			if err := os.Remove(marker); err != nil {
@@ -218,18 +212,15 @@ func TestAllowlistEnvEnforced(t *testing.T) {
 			// The approvals file tightens full to allowlist: the key is
 			// refused again.
 			writeApprovals(t, l, func(f *approvals.File) error {
-				f.Agents["main"].Security = approvals.SecurityAllowlist
+				f.Agents["main"] = &approvals.Agent{Settings: approvals.Settings{Security: approvals.SecurityAllowlist}}
 				return nil
 			})
-			if err := touch("full", map[string]string{"FOO": "1"}); errType(err) != protocol.ErrSecurityViolation {
+			if err := run("full", "touch "+marker, map[string]string{"FOO": "1"}); errType(err) != protocol.ErrSecurityViolation {
 				t.Fatalf("FOO under a file's allowlist: %v, want a security violation", err)
 			}
 			l.SetSettings(Settings{AllowlistEnv: []string{"FOO"}})
-			if err := touch("allowlist", map[string]string{"FOO": "1"}); err != nil {
+			if err := run("allowlist", "head -n 1", map[string]string{"FOO": "1"}); err != nil {
 				t.Fatalf("FOO allowed by Settings.AllowlistEnv: %v", err)
-			}
-			if _, err := os.Stat(marker); err != nil {
-				t.Fatalf("the allowed command did not run: %v", err)
 			}
 		})
 	}
