@@ -174,6 +174,11 @@ func (c *Config) normalize() error {
 	if err := approvals.ParseLevels(approvals.Levels{Security: c.Security, Ask: c.Ask}); err != nil {
 		return fmt.Errorf("nodeagent: %w", err)
 	}
+	for i, p := range c.AllowlistEnv {
+		if err := protocol.ValidateAllowlistEnvPattern(p); err != nil {
+			return fmt.Errorf("nodeagent: AllowlistEnv[%d]: %w", i, err)
+		}
+	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = DefaultHeartbeatInterval
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/execmesh/execmesh/internal/statelock"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodeagent"
+	"github.com/execmesh/execmesh/protocol"
 )
 
 // nodeCloseTimeout bounds the shutdown of `execmesh node`: end every
@@ -42,6 +43,9 @@ type nodeEnv struct {
 	Containment *string `env:"EXEC_CONTAINMENT"`
 	// Confine is the node's tools.exec.confine: auto or off.
 	Confine *string `env:"EXEC_CONFINE"`
+	// AllowlistEnv is the node's tools.exec.allowlistEnv, comma-separated:
+	// unset means the default, empty lets a request set no key.
+	AllowlistEnv *string `env:"NODE_ALLOWLIST_ENV"`
 }
 
 // nodeFlags are the flags of `execmesh node`.
@@ -139,6 +143,18 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 	cfg.Workspace = pick(f.workspace, ev.Workspace)
 	cfg.Security = pick(f.security, ev.Security)
 	cfg.Ask = pick(f.ask, ev.Ask)
+	if ev.AllowlistEnv != nil {
+		cfg.AllowlistEnv = []string{}
+		for p := range strings.SplitSeq(*ev.AllowlistEnv, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			if err := protocol.ValidateAllowlistEnvPattern(p); err != nil {
+				return fmt.Errorf("EXECMESH_NODE_ALLOWLIST_ENV: %w", err)
+			}
+			cfg.AllowlistEnv = append(cfg.AllowlistEnv, p)
+		}
+	}
 	switch {
 	case f.heartbeat > 0:
 		cfg.HeartbeatInterval = f.heartbeat
