@@ -5,6 +5,7 @@
 // can overprint what a terminal shows; a U+202E (right-to-left override)
 // or a zero-width space can reorder or hide characters on a page.
 //
-// The control page's app.js has a copy of String (function visible),
-// which ui's tests hold to this one code point for code point.
+// The control page has a copy of String in JavaScript (function visible
+// of ui/assets/visible.js); ui's TestVisibleMatchesGo holds the two equal
+// code point for code point.
 package visible
