@@ -171,10 +171,6 @@ type Authorization struct {
 	// one segment, else /bin/sh -c with the quoted pipeline); nil runs the
 	// command as written through the shell.
 	Argv []string
-	// Env are variables to set over the command's environment: the
-	// AllowlistEnv rule for every run under security allowlist, nil
-	// otherwise.
-	Env map[string]string
 	// AllowAlways says whether allow-always may be offered (ask is not
 	// always and something can be allowlisted); AllowAlwaysPaths are the
 	// executable paths it persists (never a script's content).
@@ -304,9 +300,6 @@ func Authorize(req Request) (Authorization, error) {
 	if d.RunPlan {
 		a.RunPlan = true
 		a.Argv = PlanArgv(ev)
-	}
-	if sec == SecurityAllowlist {
-		a.Env = AllowlistEnv(req.Env)
 	}
 	return a, nil
 }

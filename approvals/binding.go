@@ -284,10 +284,9 @@ func scriptOperands(kind string, argv []string) []string {
 	args := argv[1:]
 	switch kind {
 	case "awk", "gawk", "mawk", "nawk":
-		p := awkOptions.parse(args)
-		return append(p.values("file", 'f'), p.values("exec", 'E')...)
+		return optionValues(args, "fE", "--file", "--exec")
 	case "sed", "gsed":
-		return sedOptions.parse(args).values("file", 'f')
+		return optionValues(args, "f", "--file")
 	case "source", ".":
 		if len(args) > 0 {
 			return args[:1]
@@ -334,4 +333,45 @@ func scriptOperands(kind string, argv []string) []string {
 		}
 	}
 	return nil
+}
+
+// optionValues returns the values of a program's file options, written
+// as -f FILE, -fFILE, --file FILE or --file=FILE (shorts are the option
+// letters, longs the long names), up to "--". A word it cannot read as
+// an option is an operand. It binds script files to an approval; nothing
+// is allowed on what it finds.
+func optionValues(args []string, shorts string, longs ...string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		for _, l := range longs {
+			switch {
+			case a == l && i+1 < len(args):
+				i++
+				out = append(out, args[i])
+			case strings.HasPrefix(a, l+"="):
+				out = append(out, a[len(l)+1:])
+			}
+		}
+		if len(a) < 2 || a[0] != '-' || a[1] == '-' {
+			continue
+		}
+		// A cluster of short options: the first that takes a file ends it.
+		for j := 1; j < len(a); j++ {
+			if !strings.ContainsRune(shorts, rune(a[j])) {
+				continue
+			}
+			if j+1 < len(a) {
+				out = append(out, a[j+1:])
+			} else if i+1 < len(args) {
+				i++
+				out = append(out, args[i])
+			}
+			break
+		}
+	}
+	return out
 }

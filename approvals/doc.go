@@ -15,7 +15,7 @@
 //	policy := approvals.Stricter(levels.Policy(), f.AgentPolicy(agentID))
 //	auth, err := approvals.Authorize(approvals.Request{Host: host, Command: cmd, Cwd: cwd, Env: env, Policy: policy, …})
 //	switch auth.Verdict {
-//	case approvals.Allow:         // run auth.Argv (a plan) or the command as written (nil), with auth.Env set
+//	case approvals.Allow:         // run auth.Argv (a plan) or the command as written (nil)
 //	case approvals.NeedsApproval: // ask; keep auth.Binding; then Authorize again with Decision and Approved
 //	case approvals.Deny:          // auth.Reason is the error text
 //	}
@@ -52,35 +52,21 @@
 // busybox and shells are dropped from the plan (what runs is the payload);
 // nice, nohup, timeout, stdbuf, flock, time and env with options stay in
 // front of the program, and must resolve to that tool in a trusted
-// directory or to an allowlisted path. sudo and other privilege tools,
-// xargs and other command carriers, find -exec/-execdir/-ok, and git with
-// -c, --config-env, --exec-path=, --upload-pack, --receive-pack, --exec,
-// ext:: URLs, rebase -x, bisect run, submodule foreach, filter-branch,
-// mergetool or config writes are refused even when find or git is
-// allowlisted (also when reached through a link with another name): they
-// turn one allowed program into any program. Other allowlisted programs are
+// directory or to an allowlisted path. sudo and other privilege tools are
+// refused even when allowlisted. Every other allowlisted program is
 // trusted by path, as in OpenClaw (allowlisting an interpreter allows what
 // it interprets). busybox APPLET is planned as the program named APPLET
 // found on PATH, which is what gets checked and run.
 //
-// # Carriers
+// # What a program runs is the kernel's to decide
 //
-// An allowlisted program that can run other programs or write files
-// through its options, config or subcommands is judged by what it would
-// run (carriers.go): git (-c, --config-env, aliases and any non-builtin
-// subcommand, --upload-pack/-u, --receive-pack, --exec/-x, -O, --output,
-// --template, ext:: and other remote-helper URLs, config writes, and the
-// repository's own configuration: gitrepo.go), find (-exec, -execdir,
-// -ok, -fprint*, -fls, -delete), tar (--to-command, --checkpoint-action,
-// -I, --rsh-command, -F, -M, host:file archives), sed (e, s///e, w,
-// s///w, -i, -f), awk (system(), pipes, print > file, @, -f, -l), xargs,
-// less (-o, -k, +!cmd), man (-P, -H), more/pg/most in a terminal, and
-// editors (vi, vim, ex, nano, emacs, ed, …). GNU long-option
-// abbreviations are resolved against each tool's option table first
-// (options.go): --upload-pa= is --upload-pack. Runs under security
-// allowlist get AllowlistEnv (pagers are cat, LESSSECURE=1, editors are
-// ":", git without hooks or fsmonitor), which closes a pager's shell
-// escape reached through `process write` in a PTY session.
+// Nothing here predicts what an allowlisted program would run through its
+// options, config files, aliases, helpers or plugins: every list of that
+// kind has a next entry. A run under security allowlist runs in the
+// kernel confinement of package confine (DESIGN.md §3.4), which lets the
+// whole tree execute only what ExecSet allows. Where a host cannot
+// confine, Request.Unconfined makes every program that is not a safe bin
+// need approval (ReasonUnconfined).
 //
 // # Binding
 //

@@ -255,18 +255,6 @@ func (e *evaluator) segment(ps planSeg) SegmentResult {
 	if kind := unsafeKind(filepath.Base(path)); kind != "" {
 		return fail(ReasonUnsafeExecutable, fmt.Sprintf("%s resolves to %s, a %s", args[0], path, kind))
 	}
-	kind := kindName(filepath.Base(path))
-	if why := carrierArgs(kind, args); why != "" {
-		return fail(ReasonCommandCarrier, fmt.Sprintf("%s resolves to %s: %s", args[0], path, why))
-	}
-	if e.opts.PTY && isTerminalPager(kind) {
-		return fail(ReasonCommandCarrier, fmt.Sprintf("%s resolves to %s: a pager with a shell escape (!cmd) in a terminal", args[0], path))
-	}
-	if kind == "git" {
-		if why := gitRepoRisk(args, cwd, e.opts.Home); why != "" {
-			return fail(ReasonCommandCarrier, fmt.Sprintf("%s resolves to %s: %s", args[0], path, why))
-		}
-	}
 
 	var plan []string
 	for _, w := range ps.wrappers {

@@ -52,9 +52,6 @@ func FuzzAnalyze(f *testing.F) {
 	for _, c := range controls() {
 		f.Add(c.cmd)
 	}
-	for _, c := range carrierCorpus() {
-		f.Add(c.cmd)
-	}
 	if data, err := os.ReadFile(testutil.ConformanceFile(f, "shell_analysis.json")); err == nil {
 		var fx struct{ Cases []struct{ Command string } }
 		if json.Unmarshal(data, &fx) == nil {

@@ -3,7 +3,6 @@ package approvals
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 )
@@ -85,22 +84,4 @@ func regularWithin(path string, fi fs.FileInfo, limit int64) error {
 		return fmt.Errorf("%s is larger than %d bytes", path, limit)
 	}
 	return nil
-}
-
-// readRegular reads a whole regular file of at most limit bytes through
-// openRegular; a file that grew past limit meanwhile is refused.
-func readRegular(path string, limit int64) ([]byte, error) {
-	f, _, err := openRegular(path, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return b, nil
 }

@@ -71,10 +71,6 @@ const (
 	ReasonBuiltin = "shell-builtin"
 	// ReasonPrivilege: sudo, doas, su, pkexec, runuser.
 	ReasonPrivilege = "privilege-escalation"
-	// ReasonCommandCarrier: a program that runs other programs named in its
-	// arguments or input and is not unwrapped: xargs, find -exec, git -c,
-	// chroot, setsid, strace, …
-	ReasonCommandCarrier = "command-carrier"
 	// ReasonShellWrapper: a shell that would read commands from stdin or a
 	// script file, or a shell invocation the analyser cannot follow
 	// (unknown options, unsupported shells such as fish).

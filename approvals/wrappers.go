@@ -74,21 +74,6 @@ func isPrivilege(name string) bool {
 	return false
 }
 
-// isCarrier: programs that run other programs named in their arguments or
-// input and are not unwrapped. Allowlisting one of them by path would allow
-// everything, so a segment running one is never auto-allowed.
-func isCarrier(name string) bool {
-	switch name {
-	case "xargs", "parallel", "watch", "chroot", "setsid", "unshare", "nsenter",
-		"ionice", "taskset", "chrt", "numactl", "cgexec", "systemd-run", "strace",
-		"ltrace", "gdb", "script", "expect", "firejail", "bwrap", "proot",
-		"fakeroot", "fakechroot", "setpriv", "capsh", "prlimit", "runcon",
-		"catchsegv", "valgrind", "rlwrap", "entr":
-		return true
-	}
-	return false
-}
-
 // isBuiltin: shell builtins that change the shell's state or only make sense
 // inside the shell. Run from a plan they would not do what the text says.
 func isBuiltin(name string) bool {
@@ -106,7 +91,10 @@ func isBuiltin(name string) bool {
 
 // unsafeKind says why an executable, by the real name it resolves to, may
 // never satisfy an allowlist on its own: shells would read commands from
-// somewhere, wrappers and carriers run other programs. "" when none applies.
+// somewhere, dispatch wrappers are judged by what they run, privilege
+// tools change who runs it. "" when none applies. What any other
+// allowlisted program runs, the kernel confinement decides (DESIGN.md
+// §3.4), not a list here.
 func unsafeKind(realBase string) string {
 	n := kindName(realBase)
 	switch {
@@ -116,10 +104,6 @@ func unsafeKind(realBase string) string {
 		return "dispatch wrapper"
 	case isPrivilege(n):
 		return "privilege tool"
-	case isCarrier(n):
-		return "command carrier"
-	case isEditor(n):
-		return "editor with a shell escape"
 	}
 	return ""
 }
@@ -295,20 +279,7 @@ func (a *analyzer) unwrap(written []string, args []word, st state) {
 			emit(args)
 			return
 
-		case isCarrier(name):
-			a.add(ReasonCommandCarrier, name)
-			emit(args)
-			return
-
-		case isEditor(name):
-			a.add(ReasonCommandCarrier, name+" runs the editor commands typed into it (:!cmd)")
-			emit(args)
-			return
-
 		default:
-			if why := carrierArgs(kindName(name), texts(args)); why != "" {
-				a.add(ReasonCommandCarrier, why)
-			}
 			emit(args)
 			return
 		}
