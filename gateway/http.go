@@ -16,6 +16,7 @@ import (
 
 	"github.com/execmesh/execmesh/access"
 	"github.com/execmesh/execmesh/events"
+	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/protocol"
 )
 

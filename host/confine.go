@@ -103,7 +103,9 @@ func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Sett
 		pipeline = [][]string{{l.shellPath, "-c", r.command}}
 	}
 	if !enforce {
-		if len(pipeline) < 2 {
+		// Without a helper (an embedder's choice) the plan runs as
+		// approvals rendered it, every word quoted, through /bin/sh.
+		if len(pipeline) < 2 || l.helper == "" {
 			return nil, nil
 		}
 		spec := confine.Spec{Pipeline: pipeline}
@@ -140,6 +142,11 @@ func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Sett
 	}
 	for _, p := range r.execs {
 		add(confine.File{Path: p})
+	}
+	if len(r.plan) == 0 {
+		// An approved command runs as written: the shell is one of the
+		// executables the approval fixed.
+		add(confine.File{Path: l.shellPath})
 	}
 	for _, p := range r.approved {
 		// Bound to the inode that approvals just checked: a file renamed

@@ -2,14 +2,23 @@ package host
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/confine"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/session"
 )
+
+// TestMain lets the test binary be the confinement helper of its hosts
+// (ConfineConfig.Helper "/proc/self/exe").
+func TestMain(m *testing.M) {
+	confine.RunHelperIfRequested()
+	os.Exit(m.Run())
+}
 
 const testKey = "agent:main:main"
 
@@ -35,6 +44,8 @@ func newLocal(t *testing.T, kind string, mutate func(*Config)) *Local {
 		StateDir: t.TempDir(),
 		Environ:  []string{"PATH=" + testPath, "HOME=" + cwd, "SHELL=/bin/sh", "LANG=C", "KEEP_ME=kept"},
 		Cwd:      cwd,
+		// Confined as in production: this test binary is the helper.
+		Confine: ConfineConfig{Helper: "/proc/self/exe"},
 	}
 	if mutate != nil {
 		mutate(&cfg)

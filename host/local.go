@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -313,13 +312,6 @@ func (l *Local) execHost(ctx context.Context, req protocol.ExecRequest, sreq ses
 		if conf != nil {
 			conf.apply(&sreq)
 		}
-	}
-	if len(run.env) > 0 {
-		// The allowlist environment rule: pagers, editors and hooks
-		// closed for the run (approvals.AllowlistEnv).
-		m := protocol.EnvMap(sreq.Env)
-		maps.Copy(m, run.env)
-		sreq.Env = protocol.EnvList(m)
 	}
 	if run.runID != "" {
 		// An approved run goes to the background; its exit becomes the

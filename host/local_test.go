@@ -194,34 +194,54 @@ func TestPolicyTightening(t *testing.T) {
 	}
 }
 
-// TestAllowlistEnvRule: under security allowlist every run gets the
-// allowlist environment rule (pagers cat, no editor, git hooks off) over
-// its own environment; under full it does not.
-func TestAllowlistEnvRule(t *testing.T) {
+// TestConfinementModes: with the kernel confinement, an allowlisted
+// program runs and runs only what is allowed; without it (no helper, or
+// tools.exec.confine off) every program that is not a safe bin asks, and
+// a pipeline of safe bins still runs, as judged.
+func TestConfinementModes(t *testing.T) {
 	t.Parallel()
-	l := newLocal(t, KindGateway, nil)
-	writeApprovals(t, l, func(f *approvals.File) error {
-		f.Agents["main"] = &approvals.Agent{Allowlist: []approvals.Entry{{Pattern: "/usr/bin/printenv"}}}
-		return nil
-	})
-	// A request may set PAGER under allowlist only when
-	// tools.exec.allowlistEnv names it; the rule wins over it even then.
-	l.SetSettings(Settings{AllowlistEnv: append(protocol.DefaultAllowlistEnv(), "PAGER")})
-	const cmd = "printenv PAGER GIT_EDITOR GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_VALUE_0 KEEP_ME"
-	for _, tc := range []struct {
-		security string
-		env      map[string]string
-		want     string
-	}{
-		{"allowlist", nil, "cat\n:\n2\ncore.hooksPath\n/dev/null\nkept"},
-		{"allowlist", map[string]string{"PAGER": "cat"}, "cat\n:\n2\ncore.hooksPath\n/dev/null\nkept"},
-		{"full", nil, "kept\n\n(Command exited with code 1)"}, // printenv: some are unset
-	} {
-		req := execReq(l, cmd)
-		req.Security, req.Ask, req.Args.Env = tc.security, "off", tc.env
-		got, err := runCmd(t, l, req)
-		if got != tc.want {
-			t.Errorf("security %s env %v: %q %v, want %q", tc.security, tc.env, got, err, tc.want)
+	allow := func(l *Local) {
+		writeApprovals(t, l, func(f *approvals.File) error {
+			f.Agents["main"] = &approvals.Agent{Allowlist: []approvals.Entry{{Pattern: "/usr/bin/printenv"}, {Pattern: "/usr/bin/find"}}}
+			return nil
+		})
+	}
+	confined := newLocal(t, KindGateway, nil)
+	if got := confined.Confinement(); got.Mode != ModeLandlock {
+		t.Skipf("no kernel confinement here: %+v", got)
+	}
+	allow(confined)
+	req := execReq(confined, "printenv OPENCLAW_SHELL")
+	req.Security, req.Ask = "allowlist", "off"
+	if got, err := runCmd(t, confined, req); err != nil || got != "exec" {
+		t.Errorf("confined printenv: %q %v", got, err)
+	}
+	req = execReq(confined, "find . -maxdepth 0 -exec /usr/bin/id {} +")
+	req.Security, req.Ask = "allowlist", "off"
+	if got, _ := runCmd(t, confined, req); !strings.Contains(got, "exec refused by policy: /usr/bin/id") {
+		t.Errorf("confined find -exec id: %q", got)
+	}
+
+	for name, cfg := range map[string]ConfineConfig{"no helper": {}, "off": {Off: true, Helper: "/proc/self/exe"}} {
+		l := newLocal(t, KindGateway, func(c *Config) { c.Confine = cfg })
+		if got := l.Confinement(); got.Mode != ModeAsk || got.Reason == "" {
+			t.Fatalf("%s: %+v", name, got)
+		}
+		allow(l)
+		req := execReq(l, "printenv OPENCLAW_SHELL")
+		req.Security, req.Ask = "allowlist", "on-miss"
+		var need *ApprovalNeededError
+		if _, err := runCmd(t, l, req); !errors.As(err, &need) || !strings.Contains(need.Request.Reason, approvals.ReasonUnconfined) {
+			t.Errorf("%s: allowlisted printenv did not ask: %v", name, err)
+		}
+		req.Ask = "off"
+		if _, err := runCmd(t, l, req); errType(err) != protocol.ErrDenied || !strings.Contains(err.Error(), approvals.ReasonUnconfined) {
+			t.Errorf("%s: with ask off: %v", name, err)
+		}
+		req = execReq(l, "head -c 0 | wc -l")
+		req.Security, req.Ask = "allowlist", "off"
+		if got, err := runCmd(t, l, req); err != nil || got != "0" {
+			t.Errorf("%s: safe bins: %q %v", name, got, err)
 		}
 	}
 }

@@ -19,7 +19,6 @@ import (
 // run is the host's verdict on one command that may start.
 type run struct {
 	argv  []string          // nil: the command as written, through the shell
-	env   map[string]string // set over the command's environment (approvals.AllowlistEnv)
 	runID string            // the approval id of an approved run
 
 	// What the kernel confinement of a security allowlist run needs.
@@ -128,7 +127,7 @@ func (l *Local) authorize(req protocol.ExecRequest, workdir string, env []string
 		}
 		return run{}, protocol.Errorf(protocol.ErrDenied, "%s", auth.Reason)
 	}
-	r := run{argv: auth.Argv, env: auth.Env, command: req.Args.Command, allowlist: policy.Allowlist}
+	r := run{argv: auth.Argv, command: req.Args.Command, allowlist: policy.Allowlist}
 	if sec, _ := approvals.NormalizeSecurity(policy.Security); sec == approvals.SecurityAllowlist {
 		r.allowlistMode = true
 		if auth.RunPlan {

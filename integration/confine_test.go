@@ -72,7 +72,7 @@ func realBin(t *testing.T, name string) string {
 	return r
 }
 
-func resultText(res map[string]any) string {
+func outText(res map[string]any) string {
 	content, _ := res["content"].([]any)
 	if len(content) == 0 {
 		return ""
@@ -82,7 +82,7 @@ func resultText(res map[string]any) string {
 	return s
 }
 
-func resultStatus(res map[string]any) string {
+func outStatus(res map[string]any) string {
 	d, _ := res["details"].(map[string]any)
 	s, _ := d["status"].(string)
 	return s
@@ -151,17 +151,17 @@ func TestConfineAttacks(t *testing.T) {
 				{"make planted Makefile", "make"},
 				{"sort --compress-prog", "sort --compress-prog=./evil -S 64K -T . big"},
 				{"git alias", "git -c alias.x=!./evil x"},
-				{"find -exec", "find . -maxdepth 0 -exec ./evil ;"},
-				{"find -exec sh -c", "find . -maxdepth 0 -exec sh -c ./evil ;"},
+				{"find -exec", "find . -maxdepth 0 -exec ./evil {} +"},
+				{"find -exec sh -c", "find . -maxdepth 0 -exec sh -c ./evil {} +"},
 				{"helper on a writable PATH dir", "git evil"},
-				{"ld.so direct", "find . -maxdepth 0 -exec " + ld + " " + realBin(t, "touch") + " " + marker + " ;"},
-				{"static program in workdir", "find . -maxdepth 0 -exec " + static + " " + marker + " ;"},
+				{"ld.so direct", "find . -maxdepth 0 -exec " + ld + " " + realBin(t, "touch") + " " + marker + " {} +"},
+				{"static program in workdir", "find . -maxdepth 0 -exec " + static + " " + marker + " {} +"},
 				{"shebang interpreter not allowed", filepath.Join(work, "tool.pl")},
 			} {
 				t.Run(c.name, func(t *testing.T) {
 					os.Remove(marker)
 					res := d.invoke("exec", map[string]any{"command": c.command, "workdir": work, "timeout": 30, "yieldMs": 30000})
-					status, text := resultStatus(res), resultText(res)
+					status, text := outStatus(res), outText(res)
 					time.Sleep(50 * time.Millisecond) // a stray background child would have written by now
 					mustNotExist(t, marker, c.command)
 					switch {
@@ -177,7 +177,7 @@ func TestConfineAttacks(t *testing.T) {
 
 			t.Run("operator token", func(t *testing.T) {
 				res := d.invoke("exec", map[string]any{"command": "cat " + filepath.Join(d.stateDir, "operator.token"), "workdir": work})
-				if text := resultText(res); strings.Contains(text, token) {
+				if text := outText(res); strings.Contains(text, token) {
 					t.Fatalf("an allowlisted cat read the operator token: %q", text)
 				}
 			})
@@ -211,7 +211,7 @@ func TestConfineAllowedCommandsWork(t *testing.T) {
 		{"cp f copy", ""},
 	} {
 		res := d.invoke("exec", map[string]any{"command": c.command, "workdir": work})
-		if st, text := resultStatus(res), resultText(res); st != "completed" || !strings.Contains(text, c.want) || strings.Contains(text, "exited with code") {
+		if st, text := outStatus(res), outText(res); st != "completed" || !strings.Contains(text, c.want) || strings.Contains(text, "exited with code") {
 			t.Errorf("%s: %s %q", c.command, st, text)
 		}
 	}
@@ -220,12 +220,12 @@ func TestConfineAllowedCommandsWork(t *testing.T) {
 	}
 	res := d.invoke("exec", map[string]any{"command": "cp f " + filepath.Join(outside, "copy"), "workdir": work})
 	if _, err := os.Stat(filepath.Join(outside, "copy")); err == nil {
-		t.Errorf("cp wrote outside the workdir: %q", resultText(res))
+		t.Errorf("cp wrote outside the workdir: %q", outText(res))
 	}
 	// TMPDIR is the session's own, writable, and gone with it.
 	res = d.invoke("exec", map[string]any{"command": "cp f " + "/tmp/execmesh-confine-test-" + filepath.Base(work), "workdir": work})
 	if _, err := os.Stat("/tmp/execmesh-confine-test-" + filepath.Base(work)); err == nil {
-		t.Errorf("cp wrote into /tmp outside its TMPDIR: %q", resultText(res))
+		t.Errorf("cp wrote into /tmp outside its TMPDIR: %q", outText(res))
 	}
 }
 
@@ -295,14 +295,14 @@ func TestConfineNonRootDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := d.invoke("exec", map[string]any{"command": "cat " + filepath.Join(state, "operator.token"), "workdir": work})
-	if strings.Contains(resultText(res), strings.TrimSpace(string(token))) {
-		t.Fatalf("cat read the operator token: %q", resultText(res))
+	if strings.Contains(outText(res), strings.TrimSpace(string(token))) {
+		t.Fatalf("cat read the operator token: %q", outText(res))
 	}
 	marker := filepath.Join(work, "MARKER")
-	res = d.invoke("exec", map[string]any{"command": "find . -maxdepth 0 -exec " + realBin(t, "touch") + " " + marker + " ;", "workdir": work})
+	res = d.invoke("exec", map[string]any{"command": "find . -maxdepth 0 -exec " + realBin(t, "touch") + " " + marker + " {} +", "workdir": work})
 	mustNotExist(t, marker, "find -exec touch")
-	if st := resultStatus(res); st != "approval-pending" && !strings.Contains(resultText(res), "exec refused by policy") {
-		t.Fatalf("find -exec touch: %s %q", st, resultText(res))
+	if st := outStatus(res); st != "approval-pending" && !strings.Contains(outText(res), "exec refused by policy") {
+		t.Fatalf("find -exec touch: %s %q", st, outText(res))
 	}
 	// The daemon is not dumpable: its /proc files belong to root, so a
 	// process of the same user cannot read its memory or environment.

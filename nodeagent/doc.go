@@ -41,8 +41,8 @@
 // through approvals.Authorize: the stricter of the gateway's security/ask,
 // the node's --security/--ask and the file decides; allowlisted commands
 // run as their plan of resolved paths, and every run under security
-// allowlist gets approvals.AllowlistEnv (pagers cat, LESSSECURE=1, no
-// editor, git without hooks). A run that needs an approval is answered
+// allowlist runs in the node's kernel confinement (host.ConfineConfig,
+// package confine). A run that needs an approval is answered
 // ErrApprovalRequired with the node's evaluation and the approval's
 // binding (the SHA-256 of its executables and scripts); the gateway asks
 // its operators and starts the run again with the decision and that
