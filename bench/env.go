@@ -166,7 +166,25 @@ func startDeployed(ctx context.Context, c *cluster) (*upProc, error) {
 	if err := os.WriteFile(cfg, []byte(`{"tools":{"exec":{"security":"full","ask":"off"}}}`), 0o600); err != nil {
 		return nil, err
 	}
-	return startUp(ctx, c.bin, dir, "--config", cfg)
+	u, err := startUp(ctx, c.bin, dir, "--config", cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The latency section also calls it under security allowlist, with
+	// echo allowlisted.
+	echo, err := exec.LookPath("echo")
+	if err == nil {
+		echo, err = filepath.EvalSymlinks(echo)
+	}
+	if err == nil {
+		approvals := `{"version":1,"agents":{"main":{"allowlist":[{"pattern":"` + echo + `"}]}}}`
+		err = os.WriteFile(filepath.Join(u.state, "exec-approvals.json"), []byte(approvals), 0o600)
+	}
+	if err != nil {
+		u.stop()
+		return nil, err
+	}
+	return u, nil
 }
 
 var nodeIDLine = regexp.MustCompile(`execmesh node: id (\S+),`)

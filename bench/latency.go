@@ -28,9 +28,10 @@ func (c *cluster) bareExec(command string) func(ctx context.Context) (time.Durat
 }
 
 // toolExec is `exec {command}` through the HTTP API on a host, in the
-// foreground: one round trip that returns the command's output.
-func toolExec(cl *client, command, host, node, want string) func(ctx context.Context) (time.Duration, error) {
-	return cl.timed(execBody(command, host, node, false), func(a *answer) error {
+// foreground: one round trip that returns the command's output. extra are
+// more exec arguments, name and value.
+func toolExec(cl *client, command, host, node, want string, extra ...any) func(ctx context.Context) (time.Duration, error) {
+	return cl.timed(execBody(command, host, node, false, extra...), func(a *answer) error {
 		if a.status() != "completed" || strings.TrimSpace(a.text()) != want {
 			return fmt.Errorf("exec %q on %s: %s", command, host, a.describe())
 		}
@@ -139,6 +140,10 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 		6: {"host=node through the gateway in the bench's process", toolExec(cl, "echo hi", "node", inode.id, "hi")},
 		7: {"hand-written HTTP exec server, net/http client", rx.probe(ucl, "echo hi", "hi")},
 		8: {"HTTP+NATS exec pair", nx.probe(ucl, "echo hi", "hi")},
+		// The same call under security allowlist (echo allowlisted in the
+		// daemon's approvals file): the plan runs in the kernel
+		// confinement, through the confinement helper.
+		9: {"host=gateway, security allowlist", toolExec(ucl, "echo hi", "gateway", "", "hi", "security", "allowlist", "ask", "off")},
 	}
 	if _, err := interleave(ctx, probes, o.warmup, 10); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
@@ -189,6 +194,9 @@ func benchLatency(ctx context.Context, c *cluster, node *nodeProc, o *options, r
 		"the same gateway run inside the bench, beside its client: the difference to host=gateway is what a process of its own costs the daemon")
 	against(6, "exec echo hi host=node, gateway in the bench's process", "",
 		"through that gateway and NATS to `execmesh node` in a process of its own")
+	res.add(figureOf("exec echo hi host=gateway p50, security allowlist (kernel confinement) against security full", median(p50[9]), median(p50[3]), "host=gateway p50 (security full)",
+		"the cost of the confinement: the daemon's binary started again as the helper (mount namespace, Landlock, seccomp supervisor), then the allowlisted program"))
+	res.add(figureOf("exec echo hi host=gateway p99, security allowlist (kernel confinement) against security full", median(p99[9]), median(p99[3]), "host=gateway p99 (security full)", ""))
 	vsServer := figureOf("exec echo hi host=gateway p50, against the HTTP exec server", median(p50[3]), median(p50[1]), "HTTP exec server p50", "")
 	vsServer.Target = ratioAtMost(httpExecTarget)
 	res.add(vsServer)
