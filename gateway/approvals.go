@@ -135,7 +135,7 @@ func (g *Gateway) requestApproval(ctx context.Context, c *call, req protocol.Exe
 // decision (approvalstore.Options.OnOwned).
 func (g *Gateway) actOnApproval(ctx context.Context, rec approvalRecord) {
 	denied := func(reason string) {
-		g.emitApprovalEvent(ctx, rec, protocol.EventExecDenied, fmt.Sprintf("Exec denied (%s, %s): %s", approvalHostTag(rec), reason, visible.String(rec.Command)))
+		g.emitApprovalEvent(ctx, rec, protocol.EventExecDenied, fmt.Sprintf("Exec denied (%s, %s): %s", approvalHostTag(rec), visible.String(reason), visible.String(rec.Command)))
 		_ = g.appr.Update(ctx, rec.ID, func(r *approvalRecord) bool {
 			r.State, r.DeniedReason, r.SettledAt = approvalstore.StateDenied, reason, time.Now().UnixMilli()
 			return true
