@@ -1,10 +1,14 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -14,7 +18,7 @@ import (
 // daemon, is shown by `execmesh approvals list` and `approvals get` with
 // those bytes as visible escapes and no raw control byte; the JSON API
 // (--json) keeps the command as it is; the Exec denied event shows the
-// escapes too.
+// escapes too, and so does `execmesh exec` when its approval is denied.
 func TestApprovalShowsControlBytes(t *testing.T) {
 	state := filepath.Join(t.TempDir(), ".execmesh")
 	dir := t.TempDir()
@@ -92,4 +96,34 @@ func TestApprovalShowsControlBytes(t *testing.T) {
 		t.Fatalf("Exec denied event %q, want it to end with the escaped command", denied)
 	}
 	noRawControls("Exec denied", denied)
+
+	// execmesh exec waits for the approval and, denied, says so.
+	bin, err := execmeshBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "exec", "--", command)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv(map[string]string{"HOME": d.home, "EXECMESH_GATEWAY_URL": d.url, "EXECMESH_STATE_DIR": state})
+	errPipe, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(errPipe)
+	line, err := rd.ReadString('\n')
+	m := regexp.MustCompile(`approval ([0-9a-f]{8})`).FindStringSubmatch(line)
+	if err != nil || m == nil {
+		_ = cmd.Process.Kill()
+		t.Fatalf("exec's first stderr line %q (%v)", line, err)
+	}
+	if r := d.cli(dir, "approvals", "resolve", m[1], "deny"); r.code != 0 {
+		_ = cmd.Process.Kill()
+		t.Fatalf("resolve: %d %s", r.code, r.stderr)
+	}
+	rest, _ := io.ReadAll(rd)
+	_ = cmd.Wait()
+	if !strings.Contains(string(rest), "exec denied (user-denied): "+shown) {
+		t.Fatalf("exec's stderr %q, want the escaped command", rest)
+	}
+	noRawControls("execmesh exec", line+string(rest))
 }

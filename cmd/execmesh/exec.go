@@ -18,6 +18,7 @@ import (
 
 	"github.com/execmesh/execmesh/gateway"
 	"github.com/execmesh/execmesh/internal/hostid"
+	"github.com/execmesh/execmesh/internal/visible"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/session"
 )
@@ -573,7 +574,7 @@ func (c *cli) awaitApproval(ctx context.Context, cl *client, f *clientFlags, o *
 					return err
 				}
 			}
-			fmt.Fprintf(c.stderr, "execmesh: exec denied (%s): %s\n", st.DeniedReason, st.Command)
+			fmt.Fprintf(c.stderr, "execmesh: exec denied (%s): %s\n", visible.String(st.DeniedReason), visible.String(st.Command))
 			return &exitError{code: exitFail}
 		}
 		select {
