@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/execmesh/execmesh/bus"
+	"github.com/execmesh/execmesh/internal/ratelog"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -77,7 +78,14 @@ type Queue struct {
 	// failure is the last storage error, nil once an operation succeeds:
 	// /healthz reports it.
 	failure atomic.Pointer[error]
+	// rare logs what can repeat for every event (a full queue drops
+	// each event pushed to it) once per interval per sessionKey.
+	rare *ratelog.Limiter
 }
+
+// logEvery bounds the lines of a repeating condition: at most one per
+// sessionKey and condition in this time, with the count it stands for.
+const logEvery = 10 * time.Second
 
 // New returns a Queue; the stream and the cursor bucket are created (or
 // updated to the options) on first use, and again if they are lost.
@@ -100,7 +108,8 @@ func New(opts Options) (*Queue, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Queue{opts: opts, log: opts.Logger.With("component", "events"), subj: protocol.Subjects(opts.Prefix), names: bus.StreamNamesFor(opts.Prefix)}, nil
+	log := opts.Logger.With("component", "events")
+	return &Queue{opts: opts, log: log, rare: ratelog.New(log, logEvery), subj: protocol.Subjects(opts.Prefix), names: bus.StreamNamesFor(opts.Prefix)}, nil
 }
 
 // Healthy returns the last storage failure, or nil.
@@ -215,7 +224,10 @@ func (q *Queue) Push(ctx context.Context, ev protocol.SystemEvent, dedupe string
 		}
 	}
 	if isFull(err) {
-		q.log.Warn("event queue full; the event is dropped and announced", "sessionKey", ev.SessionKey, "kind", ev.Kind, "max", q.opts.MaxPerKey)
+		// An agent that reads no events has every further event
+		// dropped: one line per interval says how many.
+		q.rare.Warn(ev.SessionKey, "event queue full; events dropped and announced", "dropped",
+			"sessionKey", ev.SessionKey, "kind", ev.Kind, "max", q.opts.MaxPerKey)
 		return q.note(q.countDropped(ctx, kv, ev.SessionKey))
 	}
 	return q.note(err)
@@ -278,7 +290,8 @@ func (q *Queue) updateCursor(ctx context.Context, kv jetstream.KeyValue, session
 			cancel()
 			switch {
 			case gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound):
-				q.log.Warn("event queue position: write outcome unknown; events may be delivered again", "sessionKey", sessionKey, "err", err)
+				q.rare.Warn(sessionKey, "event queue position: write outcome unknown; events may be delivered again", "occurrences",
+					"sessionKey", sessionKey, "err", err)
 				return c, nil
 			case gerr == nil && now.Revision() > rev && bytes.Equal(now.Value(), b):
 				return c, nil

@@ -3,7 +3,9 @@ package events
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,4 +164,50 @@ func TestDropStreamFollow(t *testing.T) {
 	if rest, _ := q.Take(ctx, "agent:a:x", 0, ""); len(rest) != 0 {
 		t.Fatalf("after follow: %v", texts(rest))
 	}
+}
+
+// TestDroppedEventsLoggedOncePerInterval: events pushed to a full queue
+// are each counted for the announcement, but the log gets one line per
+// sessionKey for the burst (with dropped=1, the count of the rest coming
+// when the interval ends), not one per event.
+func TestDroppedEventsLoggedOncePerInterval(t *testing.T) {
+	srv := bustest.StartServer(t)
+	nc := bustest.Connect(t, srv, bus.ClientConfig{})
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	q, err := New(Options{Logger: log, Conn: nc, JS: bustest.JetStream(t, nc), MaxPerKey: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"agent:a:x", "agent:b:x"} {
+		for i := range 30 {
+			push(t, q, key, fmt.Sprint(i), "")
+		}
+	}
+	lines := strings.Count(out.String(), "events dropped")
+	if lines != 2 || strings.Count(out.String(), "dropped=1") != 2 {
+		t.Errorf("%d lines about dropped events for 56 events dropped under 2 keys, want 2:\n%s", lines, out.String())
+	}
+	got, err := q.Take(t.Context(), "agent:a:x", 0, "")
+	if err != nil || len(got) != 3 || !strings.HasPrefix(got[2].Text, "28 system event(s)") {
+		t.Fatalf("take: %v, %v; want 2 events and 28 announced", texts(got), err)
+	}
+}
+
+// syncBuffer is a log's output written from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

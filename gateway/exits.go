@@ -22,6 +22,11 @@ import (
 // deliverRetry bounds the retry delay of events not stored yet.
 const deliverRetry = 5 * time.Second
 
+// logEvery bounds the lines of a condition that repeats for every event
+// (an event store that fails, events for sessions the host does not
+// run): at most one per key in this time, with the count it stands for.
+const logEvery = 10 * time.Second
+
 // onLocalExit handles the exit of a local session, in the session core's
 // goroutine: the first attempt runs there, so that a poll the session core
 // holds until its exit event is out finds the event stored (and drops it);
@@ -47,7 +52,8 @@ func (g *Gateway) onLocalExit(ev protocol.ExitEvent) {
 				g.log.Error("exit event not stored before shutdown", "sessionId", ev.SessionID, "err", err)
 				return
 			}
-			g.log.Warn("exit event not stored yet; retrying", "sessionId", ev.SessionID, "attempt", attempt, "err", err)
+			g.rare.Warn(ev.SessionKey, "exit event not stored yet; retrying", "retries",
+				"sessionKey", ev.SessionKey, "sessionId", ev.SessionID, "attempt", attempt, "err", err)
 			t := time.NewTimer(min(time.Duration(attempt)*500*time.Millisecond, deliverRetry))
 			select {
 			case <-ctx.Done():
@@ -94,7 +100,8 @@ func (g *Gateway) handleExit(ctx context.Context, ev protocol.ExitEvent, nodeID 
 			// yet (it does before it answers): try again later.
 			return fmt.Errorf("exit event of session %s before its index record", ev.SessionID)
 		}
-		g.log.Warn("exit event for a session the host does not run dropped", "host", wantID, "sessionId", ev.SessionID, "sessionKey", ev.SessionKey)
+		g.rare.Warn(wantID, "exit events for sessions the host does not run dropped", "dropped",
+			"host", wantID, "sessionId", ev.SessionID, "sessionKey", ev.SessionKey)
 		return nil
 	}
 	end := endIdentity(rec.SessionKey, ev.SessionID, rec.StartedAt)
@@ -218,7 +225,7 @@ func (g *Gateway) untilStored(ctx context.Context, what string, store func(conte
 				}
 				return
 			}
-			g.log.Warn(what+" not stored yet; retrying", "attempt", attempt, "err", err)
+			g.rare.Warn("", what+" not stored yet; retrying", "retries", "attempt", attempt, "err", err)
 		}
 	})
 }

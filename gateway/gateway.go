@@ -31,6 +31,7 @@ import (
 	"github.com/execmesh/execmesh/hostbus"
 	"github.com/execmesh/execmesh/index"
 	"github.com/execmesh/execmesh/internal/hostid"
+	"github.com/execmesh/execmesh/internal/ratelog"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodes"
 	"github.com/execmesh/execmesh/peers"
@@ -102,6 +103,9 @@ const (
 type Gateway struct {
 	opts Options
 	log  *slog.Logger
+	// rare logs what can repeat for every event (exit events not
+	// stored, dropped) once per interval per key, with a count.
+	rare *ratelog.Limiter
 	id   string // the gateway's id: its local host's in the session index
 	// hostID names the gateway's view of the file system (GET /healthz),
 	// so that a client on the same machine can send its working directory.
@@ -218,6 +222,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	g := &Gateway{
 		opts:     opts,
 		log:      opts.Logger,
+		rare:     ratelog.New(opts.Logger, logEvery),
 		id:       id.NodeID,
 		cfg:      cfg,
 		nc:       opts.Conn,

@@ -139,7 +139,8 @@ func (g *Gateway) polled(ctx context.Context, sessionKey, id string) {
 		}
 	}
 	if err := g.events.Drop(ctx, sessionKey, "exec:"+id); err != nil {
-		g.log.Warn("dropping the exit notice of a polled session", "sessionId", id, "err", err)
+		g.rare.Warn(sessionKey, "cannot drop the exit notice of a polled session", "failures",
+			"sessionKey", sessionKey, "sessionId", id, "err", err)
 	}
 }
 
