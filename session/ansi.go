@@ -310,9 +310,14 @@ func zeroPrefix(b []byte) int {
 	return j
 }
 
-// allZero reports whether every byte of b is NUL.
+// allZero reports whether every byte of b is NUL. zeroPrefix stops at
+// the first block with a byte that is not, which may leave more than a
+// block to compare.
 func allZero(b []byte) bool {
 	j := zeroPrefix(b)
+	if len(b)-j >= len(zeroBlock) {
+		return false
+	}
 	return bytes.Equal(b[j:], zeroBlock[:len(b)-j])
 }
 

@@ -287,3 +287,32 @@ func TestHexEscapesOfNULRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestHexEscapesOfMostlyZeroBlocks: a run of binary output whose first
+// block is all NUL and whose rest is not (an ELF file's header padding)
+// is escaped byte for byte; it once indexed past the zero block and
+// panicked, taking the daemon down.
+func TestHexEscapesOfMostlyZeroBlocks(t *testing.T) {
+	for _, tc := range []struct{ zeros, tail int }{
+		{len(zeroBlock), 2 * len(zeroBlock)},
+		{2 * len(zeroBlock), len(zeroBlock) + 7},
+		{3*len(zeroBlock) + 1, 1},
+		{0, 3 * len(zeroBlock)},
+	} {
+		src := make([]byte, tc.zeros+tc.tail)
+		for i := tc.zeros; i < len(src); i++ {
+			src[i] = byte(i%255 + 1)
+		}
+		got := appendHexEscapes(nil, src)
+		var want []byte
+		for _, c := range src {
+			want = append(want, fmt.Sprintf(`\x%02x`, c)...)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%d NULs then %d bytes: escapes differ", tc.zeros, tc.tail)
+		}
+		if allZero(src) {
+			t.Errorf("%d NULs then %d bytes: allZero", tc.zeros, tc.tail)
+		}
+	}
+}
