@@ -8,3 +8,6 @@ const (
 	nativeArch    = unix.AUDIT_ARCH_X86_64
 	foreignNrBase = 0x40000000
 )
+
+// archChmodSyscalls: chmod(2) exists on amd64 beside fchmod and fchmodat.
+var archChmodSyscalls = []chmodCall{{unix.SYS_CHMOD, 1}}

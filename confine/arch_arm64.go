@@ -8,3 +8,6 @@ const (
 	nativeArch    = unix.AUDIT_ARCH_AARCH64
 	foreignNrBase = 0
 )
+
+// archChmodSyscalls: arm64 has only fchmod and the fchmodat calls.
+var archChmodSyscalls []chmodCall

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -339,5 +340,95 @@ func TestPipelineSignalsStayDefault(t *testing.T) {
 	}, t.TempDir())
 	if r.stdout != "y\n" || r.code != 0 || r.stderr != "" {
 		t.Fatalf("stdout %q code %d stderr %q", r.stdout, r.code, r.stderr)
+	}
+}
+
+// TestExecThroughProcRefused: /proc/self names the caller's files, and the
+// supervisor would resolve it as its own: an exec through /proc (a path,
+// a link to it, a descriptor link) is refused, so the interpreter cannot
+// be reached that way.
+func TestExecThroughProcRefused(t *testing.T) {
+	requireLandlock(t)
+	sh, id := realPath(t, "sh"), realPath(t, "id")
+	ld := interp(t, sh)
+	dir := t.TempDir()
+	if err := os.Symlink("/proc/self/cwd/ldso", filepath.Join(dir, "viaproc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(ld, filepath.Join(dir, "ldso")); err != nil {
+		t.Fatal(err)
+	}
+	for _, script := range []string{
+		"cd " + filepath.Dir(ld) + " && /proc/self/cwd/" + filepath.Base(ld) + " " + id,
+		"./viaproc " + id,
+		"exec 9<" + ld + "; /proc/self/fd/9 " + id,
+		"./ldso " + id,
+	} {
+		r := runHelper(t, Spec{
+			Pipeline: [][]string{{sh, "-c", script}},
+			Exec:     []File{{Path: sh}}, Interpreters: []File{{Path: ld}},
+			Write: []string{dir},
+		}, dir)
+		if r.code != 126 || len(r.refused) == 0 || strings.Contains(r.stdout, "uid=") {
+			t.Errorf("%s: code %d refused %q stdout %q stderr %q", script, r.code, r.refused, r.stdout, r.stderr)
+		}
+	}
+}
+
+// TestLayout: write roots are noexec; what may run beneath them is
+// read-only; the parents of the hidden state beneath them cannot be moved
+// aside; set-user-ID bits cannot be set; root keeps no capability that
+// steps around the confinement.
+func TestLayout(t *testing.T) {
+	requireLandlock(t)
+	sh, mv, chmod := realPath(t, "sh"), realPath(t, "mv"), realPath(t, "chmod")
+	ld := interp(t, sh)
+	work := t.TempDir()
+	state := filepath.Join(work, "a", "b", "state")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tool := filepath.Join(work, "tool")
+	if err := os.WriteFile(tool, []byte("#!"+sh+"\necho tool\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `
+while read -r l; do case "$l" in *" ` + work + ` "*noexec*) echo noexec;; esac; done </proc/self/mountinfo
+./tool
+(echo x >> tool) 2>/dev/null || echo tool-ro
+mv tool tool2 2>/dev/null || echo tool-pinned
+mv a a2 2>/dev/null || echo a-pinned
+mv a/b a/b2 2>/dev/null || echo b-pinned
+chmod u+s f 2>/dev/null || echo no-setuid
+chmod +x f && echo chmod-ok
+while read -r k v; do case "$k" in CapBnd:) echo "bnd=$v";; esac; done </proc/self/status
+`
+	r := runHelper(t, Spec{
+		Pipeline: [][]string{{sh, "-c", script}},
+		Exec:     []File{{Path: sh}, {Path: mv}, {Path: chmod}, {Path: tool}}, Interpreters: []File{{Path: ld}},
+		Write: []string{work, "/dev/null"}, Hide: []string{state}, Workdir: work,
+	}, work)
+	for _, want := range []string{"noexec", "tool\n", "tool-ro", "tool-pinned", "a-pinned", "b-pinned", "no-setuid", "chmod-ok"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in stdout %q (stderr %q)", want, r.stdout, r.stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(work, "a")); err != nil {
+		t.Errorf("a was moved: %v", err)
+	}
+	if os.Geteuid() == 0 {
+		// CAP_DAC_READ_SEARCH (2), CAP_SYS_PTRACE (19), CAP_SYS_ADMIN (21).
+		var bnd uint64
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if v, ok := strings.CutPrefix(l, "bnd="); ok {
+				fmt.Sscanf(v, "%x", &bnd)
+			}
+		}
+		if bnd == 0 || bnd&(1<<2|1<<19|1<<21) != 0 {
+			t.Errorf("root's bounding set %#x keeps capabilities that step around the confinement", bnd)
+		}
 	}
 }

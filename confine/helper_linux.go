@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"syscall"
 
@@ -29,7 +30,10 @@ func helperMain(args []string, inUserNS bool) int {
 		return runInUserNS(args, spec.Supervised)
 	}
 	if spec.Confine {
-		if err := hide(spec.Hide); err != nil {
+		if err := layout(spec); err != nil {
+			return setupFailed(err)
+		}
+		if err := dropCaps(); err != nil {
 			return setupFailed(err)
 		}
 		if err := restrict(spec); err != nil {
@@ -110,16 +114,122 @@ func setupFailed(err error) int {
 	return ExitSetup
 }
 
-// hide masks each path with an empty read-only mount: a tmpfs over a
-// directory, /dev/null over anything else. Mounts are made private first,
-// so nothing propagates back to the daemon's namespace.
-func hide(paths []string) error {
-	if len(paths) == 0 {
-		return nil
-	}
+// layout makes the command's view of the file system, in the helper's
+// own mount namespace (mounts are made private first, so nothing
+// propagates back to the daemon's):
+//
+//   - the hidden paths are masked;
+//   - every directory between a write root and a hidden path beneath it
+//     becomes a mount point, which cannot be renamed or removed: moving
+//     a parent of the state dir aside would unmask it, and put a policy
+//     of the command's own making in its place;
+//   - every executable or executable tree the rules allow that lies
+//     beneath a write root is bound read-only onto itself: a command
+//     cannot change what it, or a later command, may run;
+//   - the write roots are bound onto themselves noexec: nothing written
+//     there can be executed or mapped as code (a planted program through
+//     the ELF interpreter, a planted library through dlopen);
+//   - the helper enters the workdir again, through the new mounts.
+func layout(spec *Spec) error {
 	if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
 	}
+	if err := hide(spec.Hide); err != nil {
+		return err
+	}
+	var roots []string
+	for _, w := range spec.Write {
+		var st unix.Stat_t
+		if unix.Stat(w, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			roots = append(roots, w)
+		}
+	}
+	for _, h := range spec.Hide {
+		for _, w := range roots {
+			if !Within(h, w) || h == w {
+				continue
+			}
+			for d := filepath.Dir(h); d != w && Within(d, w); d = filepath.Dir(d) {
+				if err := bindSelf(d, 0, false); err != nil {
+					return fmt.Errorf("pinning %s: %w", d, err)
+				}
+			}
+		}
+	}
+	var execs []string
+	for _, f := range append(append([]File(nil), spec.Exec...), spec.Interpreters...) {
+		execs = append(execs, f.Path)
+	}
+	for _, e := range append(execs, spec.ExecDirs...) {
+		for _, w := range roots {
+			if Within(e, w) {
+				if err := bindSelf(e, unix.MS_RDONLY, true); err != nil && !errors.Is(err, unix.ENOENT) {
+					return fmt.Errorf("pinning %s read-only: %w", e, err)
+				}
+				break
+			}
+		}
+	}
+	for _, w := range roots {
+		if err := bindSelf(w, unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, true); err != nil {
+			return fmt.Errorf("making %s noexec: %w", w, err)
+		}
+	}
+	if spec.Workdir == "" {
+		return nil
+	}
+	if err := unix.Chdir(spec.Workdir); err != nil {
+		return fmt.Errorf("workdir: %w", err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("workdir: %w", err)
+	}
+	if real, err := filepath.EvalSymlinks(wd); err == nil {
+		wd = real
+	}
+	for _, h := range spec.Hide {
+		if Within(wd, h) {
+			return fmt.Errorf("workdir %s is inside the daemon's hidden state %s", wd, h)
+		}
+	}
+	return nil
+}
+
+// mountFlags are the statfs flags a bind mount's remount must keep (in a
+// user namespace the kernel refuses to clear them), as mount flags.
+var mountFlags = []struct{ st, ms uintptr }{
+	{unix.ST_RDONLY, unix.MS_RDONLY}, {unix.ST_NOSUID, unix.MS_NOSUID}, {unix.ST_NODEV, unix.MS_NODEV},
+	{unix.ST_NOEXEC, unix.MS_NOEXEC}, {unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME},
+	{unix.ST_RELATIME, unix.MS_RELATIME},
+}
+
+// bindSelf binds path onto itself (with what is mounted beneath it, rec)
+// and remounts the bind with its flags kept and extra added.
+func bindSelf(path string, extra uintptr, rec bool) error {
+	flags := uintptr(unix.MS_BIND)
+	if rec {
+		flags |= unix.MS_REC
+	}
+	if err := unix.Mount(path, path, "", flags, ""); err != nil {
+		return err
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return err
+	}
+	keep := uintptr(0)
+	for _, f := range mountFlags {
+		if uintptr(st.Flags)&f.st != 0 {
+			keep |= f.ms
+		}
+	}
+	return unix.Mount("", path, "", unix.MS_REMOUNT|unix.MS_BIND|keep|extra, "")
+}
+
+// hide masks each path with an empty read-only mount: a tmpfs over a
+// directory, /dev/null over anything else.
+func hide(paths []string) error {
 	for _, p := range paths {
 		var st unix.Stat_t
 		if err := unix.Stat(p, &st); err != nil {
@@ -146,9 +256,12 @@ func hide(paths []string) error {
 // creates, changes or removes a file is, and so is execution.
 const (
 	writeDirRights = ll.AccessFSWriteFile | ll.AccessFSRemoveDir | ll.AccessFSRemoveFile |
-		ll.AccessFSMakeChar | ll.AccessFSMakeDir | ll.AccessFSMakeReg | ll.AccessFSMakeSock |
-		ll.AccessFSMakeFifo | ll.AccessFSMakeBlock | ll.AccessFSMakeSym | ll.AccessFSRefer |
+		ll.AccessFSMakeDir | ll.AccessFSMakeReg | ll.AccessFSMakeSock |
+		ll.AccessFSMakeFifo | ll.AccessFSMakeSym | ll.AccessFSRefer |
 		ll.AccessFSTruncate
+	// Device nodes are made nowhere (a block device made in the workdir
+	// would read the disk), so making them is handled and never granted.
+	deviceRights    = ll.AccessFSMakeChar | ll.AccessFSMakeBlock
 	writeFileRights = ll.AccessFSWriteFile | ll.AccessFSTruncate
 )
 
@@ -166,9 +279,15 @@ func restrict(spec *Spec) error {
 	if abi < MinABI {
 		return fmt.Errorf("landlock ABI %d is older than %d", abi, MinABI)
 	}
-	handled := uint64(writeDirRights)
+	handled := uint64(writeDirRights | deviceRights)
 	if !spec.ExecAll {
 		handled |= ll.AccessFSExecute
+	}
+	if abi >= 5 {
+		// ioctl on a device opened by path (TIOCSTI into another
+		// terminal) only where a write root allows it: the sinks and
+		// the command's own terminal.
+		handled |= ll.AccessFSIoctlDev
 	}
 	attr := ll.RulesetAttr{HandledAccessFS: handled}
 	if abi >= 6 {
@@ -194,7 +313,7 @@ func restrict(spec *Spec) error {
 		}
 	}
 	for _, w := range spec.Write {
-		if err := addRule(rs, File{Path: w}, writeDirRights, true); err != nil {
+		if err := addRule(rs, File{Path: w}, (writeDirRights|ll.AccessFSIoctlDev)&handled, true); err != nil {
 			return err
 		}
 	}
@@ -230,7 +349,7 @@ func addRule(rs int, f File, rights uint64, tree bool) error {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		if tree {
-			rights &= writeFileRights | ll.AccessFSExecute
+			rights &= writeFileRights | ll.AccessFSExecute | ll.AccessFSIoctlDev
 		}
 		if rights == 0 {
 			return nil

@@ -38,34 +38,90 @@ const (
 	bpfLdAbsW = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
 	bpfJeqK   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
 	bpfJgeK   = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+	bpfJsetK  = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
 	bpfRetK   = unix.BPF_RET | unix.BPF_K
 )
 
+// insn is a classic BPF instruction whose jumps name labels.
+type insn struct {
+	code   uint16
+	k      uint32
+	jt, jf string // labels; "" is the next instruction
+	label  string // this instruction's label
+}
+
+// assemble resolves the labels of prog into jump offsets.
+func assemble(prog []insn) []unix.SockFilter {
+	at := map[string]int{}
+	for i, in := range prog {
+		if in.label != "" {
+			at[in.label] = i
+		}
+	}
+	off := func(i int, l string) uint8 {
+		if l == "" {
+			return 0
+		}
+		return uint8(at[l] - i - 1)
+	}
+	out := make([]unix.SockFilter, len(prog))
+	for i, in := range prog {
+		out[i] = unix.SockFilter{Code: in.code, K: in.k, Jt: off(i, in.jt), Jf: off(i, in.jf)}
+	}
+	return out
+}
+
 // filter is the seccomp program of a confined tree: execve and execveat go
 // to the supervisor; open_by_handle_at, which opens a file without a path
-// and so around the mounts that hide the daemon's state, is refused, as is
-// every system call of a foreign ABI (32-bit or x32 entry points, which
-// the filter would otherwise have to mirror).
+// and so around the mounts that hide the daemon's state, is refused, and
+// so is a chmod that sets the set-user-ID or set-group-ID bit (Landlock
+// does not cover a file's mode: a root command could otherwise leave a
+// set-user-ID program behind for anyone); so is every system call of a
+// foreign ABI (32-bit or x32 entry points, which the filter would
+// otherwise have to mirror).
 func filter() []unix.SockFilter {
 	deny := uint32(unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM))
-	prog := []unix.SockFilter{
-		{Code: bpfLdAbsW, K: 4}, // arch
-		{Code: bpfJeqK, K: nativeArch, Jt: 1},
-		{Code: bpfRetK, K: deny},
-		{Code: bpfLdAbsW, K: 0}, // nr
+	prog := []insn{
+		{code: bpfLdAbsW, k: 4}, // arch
+		{code: bpfJeqK, k: nativeArch, jf: "deny"},
+		{code: bpfLdAbsW, k: 0, label: "nr"},
 	}
 	if foreignNrBase != 0 {
-		prog = append(prog, unix.SockFilter{Code: bpfJgeK, K: foreignNrBase, Jt: 4})
+		prog = append(prog, insn{code: bpfJgeK, k: foreignNrBase, jt: "deny"})
 	}
 	prog = append(prog,
-		unix.SockFilter{Code: bpfJeqK, K: unix.SYS_EXECVE, Jt: 4},
-		unix.SockFilter{Code: bpfJeqK, K: unix.SYS_EXECVEAT, Jt: 3},
-		unix.SockFilter{Code: bpfJeqK, K: unix.SYS_OPEN_BY_HANDLE_AT, Jt: 1},
-		unix.SockFilter{Code: bpfRetK, K: unix.SECCOMP_RET_ALLOW},
-		unix.SockFilter{Code: bpfRetK, K: deny},
-		unix.SockFilter{Code: bpfRetK, K: unix.SECCOMP_RET_USER_NOTIF},
+		insn{code: bpfJeqK, k: unix.SYS_EXECVE, jt: "notify"},
+		insn{code: bpfJeqK, k: unix.SYS_EXECVEAT, jt: "notify"},
+		insn{code: bpfJeqK, k: unix.SYS_OPEN_BY_HANDLE_AT, jt: "deny"},
 	)
-	return prog
+	chmods := chmodSyscalls()
+	for i, c := range chmods {
+		prog = append(prog, insn{code: bpfJeqK, k: c.nr, jt: fmt.Sprint("mode", i)})
+	}
+	// Classic BPF jumps only forward: the last compare falls through to
+	// allow, past the mode checks.
+	prog[len(prog)-1].jf = "allow"
+	for i, c := range chmods {
+		prog = append(prog,
+			insn{code: bpfLdAbsW, k: 16 + 8*c.modeArg, label: fmt.Sprint("mode", i)}, // low word of the mode
+			insn{code: bpfJsetK, k: unix.S_ISUID | unix.S_ISGID, jt: "deny", jf: "allow"},
+		)
+	}
+	prog = append(prog,
+		insn{code: bpfRetK, k: unix.SECCOMP_RET_ALLOW, label: "allow"},
+		insn{code: bpfRetK, k: deny, label: "deny"},
+		insn{code: bpfRetK, k: unix.SECCOMP_RET_USER_NOTIF, label: "notify"},
+	)
+	return assemble(prog)
+}
+
+// chmodCall is a system call that sets a file's mode, with the index of
+// its mode argument.
+type chmodCall struct{ nr, modeArg uint32 }
+
+// chmodSyscalls are this architecture's chmodCalls.
+func chmodSyscalls() []chmodCall {
+	return append([]chmodCall{{unix.SYS_FCHMOD, 1}, {unix.SYS_FCHMODAT, 2}, {unix.SYS_FCHMODAT2, 2}}, archChmodSyscalls...)
 }
 
 // superviseSelf installs the filter on this thread and hands its listener,

@@ -67,6 +67,9 @@ type Spec struct {
 	Write []string `json:"write,omitempty"`
 	// Hide are the paths masked with an empty read-only mount.
 	Hide []string `json:"hide,omitempty"`
+	// Workdir is the command's working directory, symbolic links
+	// resolved; the helper enters it again once its mounts are made.
+	Workdir string `json:"workdir,omitempty"`
 	// Supervised says that SupervisorFD is the supervisor's socket.
 	Supervised bool `json:"supervised,omitempty"`
 	// UserNS says that the helper makes its own user namespace (the
@@ -101,19 +104,31 @@ func (s *Spec) Validate() error {
 	for _, c := range []struct {
 		kind string
 		ps   []string
-	}{{"exec", files}, {"exec dir", s.ExecDirs}, {"write", s.Write}, {"hide", s.Hide}} {
+	}{{"exec", files}, {"exec dir", s.ExecDirs}, {"write", s.Write}, {"hide", s.Hide}, {"workdir", nonEmpty(s.Workdir)}} {
 		if err := paths(c.kind, c.ps); err != nil {
 			return err
 		}
 	}
 	for _, h := range s.Hide {
-		for _, w := range s.Write {
+		for _, w := range append(nonEmpty(s.Workdir), s.Write...) {
 			if Within(w, h) {
 				return fmt.Errorf("confine: %s is inside the hidden %s", w, h)
 			}
 		}
 	}
+	for _, w := range append(nonEmpty(s.Workdir), s.Write...) {
+		if w == "/" {
+			return errors.New("confine: / cannot be a place a confined command writes to")
+		}
+	}
 	return nil
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
 }
 
 // Within reports whether path is dir or beneath it (both clean and

@@ -213,17 +213,24 @@ func (s *Supervisor) receive() (*os.File, error) {
 }
 
 // decide answers one exec: refused (EACCES, named on stderr) when it runs
-// an interpreter directly, a file the confinement does not allow, or a
-// script whose interpreter it does not allow; else the kernel goes on, and
-// Landlock has the last word.
+// an interpreter directly, a file the confinement does not allow, a
+// script whose interpreter it does not allow, or a path that goes through
+// /proc (which names the caller's own files, and which the supervisor
+// would resolve as its own); else the kernel goes on, and Landlock has
+// the last word.
 func (s *Supervisor) decide(fd int, n *seccompNotif) {
-	path, ok := s.execPath(n)
+	t, ok := s.execTarget(n)
 	if !notifValid(fd, n.ID) {
 		return
 	}
 	why := ""
-	if ok {
-		why = s.refusal(path)
+	switch {
+	case !ok:
+		why = "an exec whose path cannot be read"
+	case t.viaProc:
+		why = t.shown + " (an exec through /proc)"
+	default:
+		why = s.refusal(t)
 	}
 	if why == "" {
 		_ = notifSend(fd, n.ID, 0)
@@ -233,38 +240,43 @@ func (s *Supervisor) decide(fd int, n *seccompNotif) {
 	_ = notifSend(fd, n.ID, syscall.EACCES)
 }
 
-// refusal says why exec of path is refused, "" when it is not.
-func (s *Supervisor) refusal(path string) string {
+// execTarget is the file an exec names: stat is a path that leads to it
+// from the supervisor's side (through the caller's /proc/<pid>/cwd or fd
+// link), shown the path as the caller wrote it, resolved.
+type execTarget struct {
+	stat, shown string
+	viaProc     bool
+}
+
+// refusal says why exec of t is refused, "" when it is not.
+func (s *Supervisor) refusal(t execTarget) string {
 	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if err := unix.Stat(t.stat, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return "" // nothing to run there: the kernel answers
 	}
 	k := devIno{st.Dev, st.Ino}
 	if s.interp[k] && !s.allowed[k] {
-		return path + " (an ELF interpreter runs programs only as their interpreter)"
+		return t.shown + " (an ELF interpreter runs programs only as their interpreter)"
 	}
-	if !s.allows(path, k) {
-		return path
+	real, err := filepath.EvalSymlinks(t.stat)
+	if err != nil {
+		real = t.shown
 	}
-	if interp := shebang(path); interp != "" {
+	if !s.allows(real, k) {
+		return t.shown
+	}
+	if interp := shebang(t.stat); interp != "" {
 		var ist unix.Stat_t
 		if err := unix.Stat(interp, &ist); err == nil && !s.allows(interp, devIno{ist.Dev, ist.Ino}) {
-			return interp + " (the interpreter of " + path + ")"
+			return interp + " (the interpreter of " + t.shown + ")"
 		}
 	}
 	return ""
 }
 
-func (s *Supervisor) allows(path string, k devIno) bool {
+func (s *Supervisor) allows(real string, k devIno) bool {
 	if s.execAll || s.allowed[k] {
 		return true
-	}
-	if len(s.execDirs) == 0 {
-		return false
-	}
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return false
 	}
 	for _, d := range s.execDirs {
 		if Within(real, d) {
@@ -313,12 +325,16 @@ func (s *Supervisor) note(why string) {
 	}
 }
 
-// execPath reads the path an execve or execveat names, resolved against
-// the caller's working directory or directory descriptor.
-func (s *Supervisor) execPath(n *seccompNotif) (string, bool) {
-	pid := int(n.Pid)
+// execTarget reads the path an execve or execveat names and finds where
+// it leads for the caller: a relative path from the caller's working
+// directory or directory descriptor (/proc/<pid>/cwd, /proc/<pid>/fd/N,
+// which lead to the caller's own), an absolute one from the root. A path
+// that is, or whose links lead, under /proc is marked viaProc: /proc/self
+// would name the supervisor's files, not the caller's.
+func (s *Supervisor) execTarget(n *seccompNotif) (execTarget, bool) {
+	pid := strconv.Itoa(int(n.Pid))
 	var ptr uint64
-	dir := "/proc/" + strconv.Itoa(pid) + "/cwd"
+	base := "/proc/" + pid + "/cwd"
 	emptyPath := false
 	switch int(n.Data.Nr) {
 	case unix.SYS_EXECVE:
@@ -326,28 +342,79 @@ func (s *Supervisor) execPath(n *seccompNotif) (string, bool) {
 	case unix.SYS_EXECVEAT:
 		ptr = n.Data.Args[1]
 		if dfd := int32(n.Data.Args[0]); dfd != unix.AT_FDCWD {
-			dir = "/proc/" + strconv.Itoa(pid) + "/fd/" + strconv.Itoa(int(dfd))
+			base = "/proc/" + pid + "/fd/" + strconv.Itoa(int(dfd))
 		}
 		emptyPath = n.Data.Args[4]&unix.AT_EMPTY_PATH != 0
 	default:
-		return "", false
+		return execTarget{}, false
 	}
-	p, err := readString(pid, ptr)
+	p, err := readString(int(n.Pid), ptr)
 	if err != nil {
-		return "", false
+		return execTarget{}, false
 	}
 	if p == "" && emptyPath {
-		t, err := os.Readlink(dir)
-		return t, err == nil && filepath.IsAbs(t)
+		// The descriptor's own file: its link leads to it.
+		shown, _ := os.Readlink(base)
+		return execTarget{stat: base, shown: shown}, true
 	}
-	if filepath.IsAbs(p) {
-		return filepath.Clean(p), true
+	dir := "/"
+	if !filepath.IsAbs(p) {
+		// The directory by its path: the supervisor sees the same files
+		// there (the caller's mounts only mask the daemon's state), and
+		// ".." and links resolve from it as for the caller.
+		d, err := os.Readlink(base)
+		if err != nil || !filepath.IsAbs(d) {
+			return execTarget{}, false
+		}
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return execTarget{}, false
+		}
+		dir = d
 	}
-	base, err := os.Readlink(dir)
-	if err != nil || !filepath.IsAbs(base) {
-		return "", false
+	final, via := resolve(dir, p)
+	return execTarget{stat: final, shown: final, viaProc: via}, true
+}
+
+// resolve follows rel from dir as the kernel does for an exec (every
+// link, the last one too, and ".." after the links before it) and
+// returns where it leads, and whether it met /proc on the way: rel under
+// /proc, or a link whose target is. More than 40 links count as meeting
+// /proc (the exec fails anyway).
+func resolve(dir, rel string) (string, bool) {
+	todo := strings.Split(rel, "/")
+	cur := dir
+	for hops := 0; len(todo) > 0; {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		if next == "/proc" || strings.HasPrefix(next, "/proc/") {
+			return next, true
+		}
+		fi, err := os.Lstat(next)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return next, true
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return next, true
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		todo = append(strings.Split(target, "/"), todo...)
 	}
-	return filepath.Join(base, p), true
+	return cur, false
 }
 
 // readString reads a NUL-terminated string of at most PATH_MAX bytes from

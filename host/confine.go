@@ -52,7 +52,9 @@ type Confinement struct {
 }
 
 // devices a confined command may write: the sinks and its terminal.
-var confineDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts"}
+// Its own terminal is /dev/tty; another's (/dev/pts/N) is neither
+// writable nor open to ioctl (TIOCSTI).
+var confineDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/tty"}
 
 // probeConfinement learns whether this host can confine, by running the
 // helper once with every part of the confinement.
@@ -115,6 +117,15 @@ func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Sett
 		}
 		return &confined{argv: append([]string{l.helper}, args...)}, nil
 	}
+	// Judged by where it leads: a link in the workdir's path must not
+	// lead into the daemon's state.
+	if real, err := filepath.EvalSymlinks(workdir); err == nil {
+		workdir = real
+	}
+	if workdir == "/" {
+		return nil, protocol.Errorf(protocol.ErrSecurityViolation,
+			"Security Violation: workdir / under security allowlist: a command may write beneath its workdir, and this one would write anywhere; choose a project directory")
+	}
 	for _, h := range l.cfg.Confine.Hide {
 		if confine.Within(workdir, h) {
 			return nil, protocol.Errorf(protocol.ErrSecurityViolation,
@@ -129,6 +140,7 @@ func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Sett
 		ExecAll:  set.All,
 		ExecDirs: set.Dirs,
 		Hide:     l.cfg.Confine.Hide,
+		Workdir:  workdir,
 	}
 	seen := map[string]bool{}
 	add := func(f confine.File) {
