@@ -15,9 +15,9 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// Issue 14, classes D and E, with the requests of the issue text, through
-// the HTTP API. Both tests fail on the code before the fix (see the
-// report of the change): there the carriers ran and the rewritten tool ran.
+// Carriers and rewritten tools, through the HTTP API: allowlisted
+// programs that run other programs through their options or config, and
+// tools rewritten after an approval.
 
 // hostTool returns the real path of a tool in /usr/bin or skips the test,
 // naming the Debian package (scripts/ensure-deps.sh installs it).
@@ -42,10 +42,11 @@ func shellIn(t *testing.T, dir, script string) {
 }
 
 // TestClassDCarriers: with git (and less) allowlisted and the default ask
-// on-miss, every carrier form of the issue needs an approval instead of
-// running; the env doors are refused; apply_patch cannot plant .git/config;
-// a planted repository config stops git from being auto-allowed; a pager
-// in a PTY session gives no shell through process write.
+// on-miss, no carrier form runs what the allowlist does not allow: the
+// kernel confinement refuses the exec and names it (or the command is
+// asked for); the env doors are refused; apply_patch cannot plant
+// .git/config; a planted repository config runs nothing; a pager in a
+// PTY session gives no shell through process write.
 func TestClassDCarriers(t *testing.T) {
 	git := hostTool(t, "git")
 	less := hostTool(t, "less")
@@ -77,9 +78,7 @@ func TestClassDCarriers(t *testing.T) {
 		"git grep -O'touch M;:' x",
 	} {
 		res := tg.invoke("exec", map[string]any{"command": cmd}, "")
-		if res.Status() != protocol.StatusApprovalPending {
-			t.Errorf("%s: want approval-pending, got %s %q", cmd, res.Status(), res.Text())
-		}
+		refusedOrAsked(t, cmd, res)
 		noMarker(cmd)
 	}
 
@@ -118,10 +117,30 @@ func TestClassDCarriers(t *testing.T) {
 	// auto-allowed there.
 	shellIn(t, tg.cwd, "git config core.fsmonitor 'touch M; false'")
 	res = tg.invoke("exec", map[string]any{"command": "git status"}, "")
-	if res.Status() != protocol.StatusApprovalPending {
+	if !strings.Contains(res.Text(), "exec refused by policy") && res.Status() != protocol.StatusApprovalPending {
 		t.Errorf("git status with a planted fsmonitor: %s %q", res.Status(), res.Text())
 	}
 	noMarker("git status with a planted core.fsmonitor")
+}
+
+// refusedOrAsked: a carrier either was asked for, or ran in the
+// confinement, which refused what it tried to run (or it tried nothing:
+// git config only writes the repository's config, which is the
+// workdir's).
+func refusedOrAsked(t *testing.T, cmd string, res protocol.Result) {
+	t.Helper()
+	switch {
+	case res.Status() == protocol.StatusApprovalPending:
+	case strings.Contains(res.Text(), "exec refused by policy"):
+	case strings.HasPrefix(cmd, "git config ") && res.Status() == protocol.StatusCompleted:
+	case strings.Contains(cmd, "../"):
+		// Writes outside the workdir are refused before anything runs.
+		if !strings.Contains(res.Text(), "Permission denied") {
+			t.Errorf("%s: %s %q", cmd, res.Status(), res.Text())
+		}
+	default:
+		t.Errorf("%s: neither asked nor refused by the confinement: %s %q", cmd, res.Status(), res.Text())
+	}
 }
 
 // rewriteInPlace replaces a file's content keeping its inode.

@@ -13,10 +13,15 @@ import (
 	"github.com/execmesh/execmesh/config"
 
 	"github.com/execmesh/execmesh/access"
+	"github.com/execmesh/execmesh/confine"
 	"github.com/execmesh/execmesh/protocol"
 )
 
+// TestMain lets the test binary be the confinement helper of the
+// gateways and nodes it starts (host.ConfineConfig.Helper
+// "/proc/self/exe"), as the execmesh binary is in production.
 func TestMain(m *testing.M) {
+	confine.RunHelperIfRequested()
 	os.Exit(m.Run())
 }
 

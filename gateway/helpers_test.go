@@ -15,6 +15,7 @@ import (
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
+	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -52,6 +53,7 @@ func startGateway(t *testing.T, mutate func(*config.Config, *Options)) *testGate
 		Environ:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + cwd, "SHELL=/bin/sh", "LANG=C"},
 		Getenv:         func(string) string { return "" },
 		LoginShellPath: func() string { return "" },
+		Confine:        host.ConfineConfig{Helper: "/proc/self/exe"},
 	}
 	if mutate != nil {
 		mutate(&cfg, &opts)

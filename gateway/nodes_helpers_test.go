@@ -14,6 +14,7 @@ import (
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
+	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/nodeagent"
 	"github.com/execmesh/execmesh/protocol"
 )
@@ -74,6 +75,7 @@ func startNodeGateway(t *testing.T, srv *bus.Server, stateDir string, mutate fun
 		Environ:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + cwd, "SHELL=/bin/sh", "LANG=C"},
 		Getenv:         testNodeEnv,
 		LoginShellPath: func() string { return "" },
+		Confine:        host.ConfineConfig{Helper: "/proc/self/exe"},
 	}
 	if mutate != nil {
 		mutate(&cfg, &opts)
@@ -118,6 +120,7 @@ func (e *nodeEnv) close() { e.closeFn() }
 func testAgentConfig(t *testing.T, srv *bus.Server, name string) nodeagent.Config {
 	t.Helper()
 	cfg := nodeagent.DefaultConfig()
+	cfg.Confine = host.ConfineConfig{Helper: "/proc/self/exe"}
 	cfg.StateDir = t.TempDir()
 	cfg.Name = name
 	cfg.Client = bus.ClientConfig{URLs: []string{srv.ClientURL()}}

@@ -20,10 +20,15 @@ import (
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/bus/bustest"
+	"github.com/execmesh/execmesh/confine"
+	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/protocol"
 )
 
+// TestMain lets the test binary be the confinement helper of the agents
+// it starts (Config.Confine.Helper "/proc/self/exe").
 func TestMain(m *testing.M) {
+	confine.RunHelperIfRequested()
 	goleak.VerifyTestMain(m)
 }
 
@@ -54,6 +59,7 @@ func newHarness(t *testing.T, mutate func(*Config)) *harness {
 	cfg.Environ = []string{"PATH=" + ownPath, "HOME=" + cfg.Cwd, "LANG=C", "LD_PRELOAD=/evil.so", "NODE_OPTIONS=--require=/evil.js"}
 	cfg.Session.Shell = "/bin/sh"
 	cfg.Session.KillGrace = time.Second
+	cfg.Confine = host.ConfineConfig{Helper: "/proc/self/exe"}
 	if mutate != nil {
 		mutate(&cfg)
 	}
