@@ -174,7 +174,7 @@ func TestBinding(t *testing.T) {
 		"node --require r a.js":            {h.bin + "/node", h.work + "/a.js"},
 		"sh s.sh":                          {h.bin + "/sh", h.work + "/s.sh"},
 		"bash -e -o pipefail s.sh":         {h.bin + "/bash", h.work + "/s.sh"},
-		"env python3 x.py":                 {h.bin + "/python3", h.work + "/x.py"},
+		"env python3 x.py":                 {h.trusted + "/env", h.bin + "/python3", h.work + "/x.py"},
 		"nice -n 5 sh s.sh":                {h.bin + "/sh", h.trusted + "/nice", h.work + "/s.sh"},
 		"awk -f p.awk f":                   {h.bin + "/awk", h.work + "/p.awk"},
 		"ruby -I lib t.rb":                 {h.bin + "/ruby", h.work + "/t.rb"},
@@ -183,7 +183,7 @@ func TestBinding(t *testing.T) {
 		"if true; then python3 x.py; fi":   {h.bin + "/true", h.bin + "/python3", h.work + "/x.py"},
 		"for i in 1; do ./x; done":         {h.work + "/x"},
 		"echo $(./x) && sh s.sh":           {h.bin + "/echo", h.work + "/x", h.bin + "/sh", h.work + "/s.sh"},
-		"sh -c 'python3 x.py | node a.js'": {h.bin + "/python3", h.work + "/x.py", h.bin + "/node", h.work + "/a.js"},
+		"sh -c 'python3 x.py | node a.js'": {h.bin + "/sh", h.bin + "/python3", h.work + "/x.py", h.bin + "/node", h.work + "/a.js"},
 	}
 	for cmd, want := range cases {
 		a, _ := Authorize(authReq(h, cmd, pol))

@@ -177,6 +177,16 @@ func bind(command string, ev Evaluation, opts EvalOptions) (*Binding, error) {
 			}
 		}
 		add(exe)
+		// The wrappers the plan drops (env, sh -c, command, …) run too:
+		// an approved command runs as written, so they are bound, and a
+		// confined run may execute them.
+		for _, v := range ps.via {
+			if f := strings.Fields(v); len(f) > 0 {
+				if p, err := e.resolve(f[0], opts.Cwd); err == nil {
+					add(p)
+				}
+			}
+		}
 		for j, w := range ps.wrappers {
 			if j < len(wrapperPaths) {
 				add(wrapperPaths[j])

@@ -32,11 +32,15 @@ func TestNodeApprovalFlow(t *testing.T) {
 	gw.waitNode(np.id, "connected", "")
 	gw.approve(np.id)
 
+	// The commands run in a workdir of their own: under security
+	// allowlist a command writes beneath its workdir, never in the
+	// node's state dir.
+	work := t.TempDir()
 	pending := func(command string) string {
 		t.Helper()
 		var res protocol.Result
 		waitFor(t, 30*time.Second, func() error {
-			r := gw.invokeRaw("exec", map[string]any{"command": command, "host": "node"})
+			r := gw.invokeRaw("exec", map[string]any{"command": command, "host": "node", "workdir": work})
 			if r.Result == nil {
 				return fmt.Errorf("%d %s", r.Status, r.Raw)
 			}
@@ -71,7 +75,7 @@ func TestNodeApprovalFlow(t *testing.T) {
 		return out
 	}
 
-	marker := filepath.Join(np.stateDir, "approved-marker")
+	marker := filepath.Join(work, "approved-marker")
 	id := pending("touch " + marker + " && echo approved-on-node")
 	decide(id, gateway.DecisionAllowOnce)
 	evs := collect(30*time.Second, protocol.EventExecFinished)
@@ -89,7 +93,7 @@ func TestNodeApprovalFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	denied := filepath.Join(np.stateDir, "denied-marker")
+	denied := filepath.Join(work, "denied-marker")
 	id = pending("touch " + denied)
 	decide(id, gateway.DecisionDeny)
 	evs = collect(20*time.Second, protocol.EventExecDenied)
