@@ -369,12 +369,13 @@ func (m *Manager) started(s *session) error {
 	return nil
 }
 
-// takenLocked reports whether an id is in use: running, retained, or
-// removed but still running. Caller holds m.mu.
+// takenLocked reports whether an id is in use: running, retained,
+// removed but still running, or ended with its record held for an exit
+// event not confirmed yet. Caller holds m.mu.
 func (m *Manager) takenLocked(id string) bool {
 	_, a := m.sessions[id]
 	_, b := m.removed[id]
-	return a || b || m.reserved[id]
+	return a || b || m.reserved[id] || m.holdsRecordLocked(id)
 }
 
 // devNull returns a descriptor of /dev/null for a child's stdin, opened
@@ -455,6 +456,15 @@ func (m *Manager) finishSession(s *session, st exitStatus, cause error) {
 		}
 	}
 	m.mu.Unlock()
+	event := backgrounded && !s.refused
+	if !event {
+		// No exit event: the hold ends before done is closed. Once a
+		// foreground call answers, its caller may hand the id to the
+		// next call (the gateway's reservation pool does), and that
+		// session's hold must not be the one this ends. (The tree is
+		// not released yet, so this costs no write.)
+		m.settleExit(s.id, s.treeName)
+	}
 
 	s.mu.Lock()
 	if s.wake != nil {
@@ -470,17 +480,15 @@ func (m *Manager) finishSession(s *session, st exitStatus, cause error) {
 		// session's exit event is computed first, as a poll expects.)
 		runtime.Gosched()
 	}
-	if backgrounded && !s.refused {
+	if event {
 		m.markExitPending(s)
 		m.emitExit(s)
 		if m.cfg.OnExit == nil && s.hook == nil {
 			// Nobody takes the exit event, so nobody confirms it: the
 			// request's hook (host.Local's) is a taker as much as
 			// OnExit, and its record waits for ExitStored.
-			m.settleExit(s.id)
+			m.settleExit(s.id, s.treeName)
 		}
-	} else {
-		m.settleExit(s.id) // no exit event
 	}
 }
 

@@ -111,6 +111,10 @@ type recordSlots struct {
 	// session's.
 	held      map[string]*heldRecord
 	heldTrees map[string]*heldRecord
+	// heldIDs mirrors the keys of held (written with it, under mu) for
+	// Manager.takenLocked, which runs under the Manager's lock and must
+	// not wait for mu (held across record writes).
+	heldIDs sync.Map
 	// failure is the error of the last record write, nil once one
 	// succeeds (RecordsHealthy).
 	failure atomic.Pointer[error]
@@ -518,6 +522,7 @@ func (m *Manager) holdRecord(id, name string) {
 	h := &heldRecord{tree: name, exitOpen: true}
 	rs.held[id] = h
 	rs.heldTrees[name] = h
+	rs.heldIDs.Store(id, struct{}{})
 	rs.mu.Unlock()
 }
 
@@ -536,17 +541,20 @@ func (m *Manager) treeRecordGone(name string) {
 }
 
 // settleExit ends the hold of session id's record, and removes the
-// record when its tree is gone too.
-func (m *Manager) settleExit(id string) {
+// record when its tree is gone too. tree, when not "", names the
+// session's tree: a hold of another tree (a later session under the same
+// id) is not this session's to end.
+func (m *Manager) settleExit(id, tree string) {
 	rs := &m.records
 	rs.mu.Lock()
 	h := rs.held[id]
-	if h == nil {
+	if h == nil || (tree != "" && h.tree != tree) {
 		rs.mu.Unlock()
 		return
 	}
 	delete(rs.held, id)
 	delete(rs.heldTrees, h.tree)
+	rs.heldIDs.Delete(id)
 	gone, name := h.gone, h.tree
 	rs.mu.Unlock()
 	if gone {
@@ -558,7 +566,17 @@ func (m *Manager) settleExit(id string) {
 // OnExit) is stored where its agent will get it: with ConfirmExits its
 // record is removed now (once its processes are gone). Unknown ids are
 // ignored.
-func (m *Manager) ExitStored(id string) { m.settleExit(id) }
+func (m *Manager) ExitStored(id string) { m.settleExit(id, "") }
+
+// holdsRecordLocked reports whether a record is held for session id:
+// its exit event (or lost report) is not confirmed yet, so the id stays
+// taken (Manager.takenLocked) even after its session was dropped, or a
+// session under the same id would take over the hold and ExitStored
+// would end the wrong one. Caller holds m.mu (not records.mu).
+func (m *Manager) holdsRecordLocked(id string) bool {
+	_, ok := m.records.heldIDs.Load(id)
+	return ok
+}
 
 // removeFreeSlots removes the blank slots (Close).
 func (m *Manager) removeFreeSlots() {
@@ -664,6 +682,7 @@ func (m *Manager) recoverRecords() ([]LostSession, error) {
 		h := &heldRecord{tree: name, exitOpen: true, gone: true}
 		rs.held[r.SessionID] = h
 		rs.heldTrees[name] = h
+		rs.heldIDs.Store(r.SessionID, struct{}{})
 		rs.next = max(rs.next, n+1)
 		return true
 	}
