@@ -11,3 +11,6 @@ const (
 
 // archChmodSyscalls: chmod(2) exists on amd64 beside fchmod and fchmodat.
 var archChmodSyscalls = []chmodCall{{unix.SYS_CHMOD, 1}}
+
+// cloneFlagsArg is the argument of clone(2) that holds its flags.
+const cloneFlagsArg = 0

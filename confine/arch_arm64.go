@@ -11,3 +11,6 @@ const (
 
 // archChmodSyscalls: arm64 has only fchmod and the fchmodat calls.
 var archChmodSyscalls []chmodCall
+
+// cloneFlagsArg is the argument of clone(2) that holds its flags.
+const cloneFlagsArg = 0

@@ -388,6 +388,9 @@ func TestLayout(t *testing.T) {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(state, "secret"), []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tool := filepath.Join(work, "tool")
 	if err := os.WriteFile(tool, []byte("#!"+sh+"\necho tool\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -398,6 +401,7 @@ func TestLayout(t *testing.T) {
 	script := `
 while read -r l; do case "$l" in *" ` + work + ` "*noexec*) echo noexec;; esac; done </proc/self/mountinfo
 ./tool
+test -e a/b/state/secret && echo state-visible
 (echo x >> tool) 2>/dev/null || echo tool-ro
 mv tool tool2 2>/dev/null || echo tool-pinned
 mv a a2 2>/dev/null || echo a-pinned
@@ -415,6 +419,9 @@ while read -r k v; do case "$k" in CapBnd:) echo "bnd=$v";; esac; done </proc/se
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("missing %q in stdout %q (stderr %q)", want, r.stdout, r.stderr)
 		}
+	}
+	if strings.Contains(r.stdout, "state-visible") {
+		t.Error("the hidden state two levels beneath the workdir is visible")
 	}
 	if _, err := os.Stat(filepath.Join(work, "a")); err != nil {
 		t.Errorf("a was moved: %v", err)

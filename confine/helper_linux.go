@@ -118,7 +118,6 @@ func setupFailed(err error) int {
 // own mount namespace (mounts are made private first, so nothing
 // propagates back to the daemon's):
 //
-//   - the hidden paths are masked;
 //   - every directory between a write root and a hidden path beneath it
 //     becomes a mount point, which cannot be renamed or removed: moving
 //     a parent of the state dir aside would unmask it, and put a policy
@@ -126,16 +125,15 @@ func setupFailed(err error) int {
 //   - every executable or executable tree the rules allow that lies
 //     beneath a write root is bound read-only onto itself: a command
 //     cannot change what it, or a later command, may run;
-//   - the write roots are bound onto themselves noexec: nothing written
-//     there can be executed or mapped as code (a planted program through
-//     the ELF interpreter, a planted library through dlopen);
+//   - the write roots, and Spec.NoExec (where earlier confined commands
+//     wrote), are bound onto themselves noexec: nothing written there
+//     can be executed or mapped as code (a planted program through the
+//     ELF interpreter, a planted library through dlopen);
+//   - the hidden paths are masked, last, on top of all of it;
 //   - the helper enters the workdir again, through the new mounts.
 func layout(spec *Spec) error {
 	if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
-	}
-	if err := hide(spec.Hide); err != nil {
-		return err
 	}
 	var roots []string
 	for _, w := range spec.Write {
@@ -150,7 +148,7 @@ func layout(spec *Spec) error {
 				continue
 			}
 			for d := filepath.Dir(h); d != w && Within(d, w); d = filepath.Dir(d) {
-				if err := bindSelf(d, 0, false); err != nil {
+				if err := bindSelf(d, 0, true); err != nil {
 					return fmt.Errorf("pinning %s: %w", d, err)
 				}
 			}
@@ -160,8 +158,9 @@ func layout(spec *Spec) error {
 	for _, f := range append(append([]File(nil), spec.Exec...), spec.Interpreters...) {
 		execs = append(execs, f.Path)
 	}
+	noexec := append(append([]string(nil), roots...), spec.NoExec...)
 	for _, e := range append(execs, spec.ExecDirs...) {
-		for _, w := range roots {
+		for _, w := range noexec {
 			if Within(e, w) {
 				if err := bindSelf(e, unix.MS_RDONLY, true); err != nil && !errors.Is(err, unix.ENOENT) {
 					return fmt.Errorf("pinning %s read-only: %w", e, err)
@@ -170,15 +169,27 @@ func layout(spec *Spec) error {
 			}
 		}
 	}
-	for _, w := range roots {
-		if err := bindSelf(w, unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, true); err != nil {
+	for _, w := range noexec {
+		if err := bindSelf(w, unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, true); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("making %s noexec: %w", w, err)
 		}
 	}
-	if spec.Workdir == "" {
-		return nil
+	// The masks go last, on top of every bind above: a bind of a parent
+	// made after them would show what they hide.
+	if err := hide(spec.Hide); err != nil {
+		return err
 	}
-	if err := unix.Chdir(spec.Workdir); err != nil {
+	// The working directory the helper was started in is the one under
+	// all of these mounts: enter it again through them.
+	workdir := spec.Workdir
+	if workdir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("workdir: %w", err)
+		}
+		workdir = wd
+	}
+	if err := unix.Chdir(workdir); err != nil {
 		return fmt.Errorf("workdir: %w", err)
 	}
 	wd, err := os.Getwd()

@@ -93,14 +93,33 @@ func filter() []unix.SockFilter {
 		insn{code: bpfJeqK, k: unix.SYS_EXECVE, jt: "notify"},
 		insn{code: bpfJeqK, k: unix.SYS_EXECVEAT, jt: "notify"},
 		insn{code: bpfJeqK, k: unix.SYS_OPEN_BY_HANDLE_AT, jt: "deny"},
+		// New namespaces and a new root: a user namespace gives the
+		// tree every capability again, a chroot makes paths mean other
+		// files than the supervisor sees. clone3 passes its flags in
+		// memory the filter cannot read: ENOSYS sends callers back to
+		// clone, whose flags it can.
+		insn{code: bpfJeqK, k: unix.SYS_UNSHARE, jt: "deny"},
+		insn{code: bpfJeqK, k: unix.SYS_SETNS, jt: "deny"},
+		insn{code: bpfJeqK, k: unix.SYS_CHROOT, jt: "deny"},
+		insn{code: bpfJeqK, k: unix.SYS_CLONE3, jt: "enosys"},
+		insn{code: bpfJeqK, k: unix.SYS_CLONE, jt: "clone"},
+		// memfd_create without MFD_NOEXEC_SEAL would make memory a
+		// library can be loaded from, which noexec mounts cannot stop.
+		insn{code: bpfJeqK, k: unix.SYS_MEMFD_CREATE, jt: "memfd"},
 	)
 	chmods := chmodSyscalls()
 	for i, c := range chmods {
 		prog = append(prog, insn{code: bpfJeqK, k: c.nr, jt: fmt.Sprint("mode", i)})
 	}
 	// Classic BPF jumps only forward: the last compare falls through to
-	// allow, past the mode checks.
+	// allow, past the argument checks.
 	prog[len(prog)-1].jf = "allow"
+	prog = append(prog,
+		insn{code: bpfLdAbsW, k: 16 + 8*cloneFlagsArg, label: "clone"}, // low word of clone's flags
+		insn{code: bpfJsetK, k: namespaceFlags, jt: "deny", jf: "allow"},
+		insn{code: bpfLdAbsW, k: 16 + 8*1, label: "memfd"}, // memfd_create's flags
+		insn{code: bpfJsetK, k: unix.MFD_NOEXEC_SEAL, jt: "allow", jf: "deny"},
+	)
 	for i, c := range chmods {
 		prog = append(prog,
 			insn{code: bpfLdAbsW, k: 16 + 8*c.modeArg, label: fmt.Sprint("mode", i)}, // low word of the mode
@@ -111,9 +130,14 @@ func filter() []unix.SockFilter {
 		insn{code: bpfRetK, k: unix.SECCOMP_RET_ALLOW, label: "allow"},
 		insn{code: bpfRetK, k: deny, label: "deny"},
 		insn{code: bpfRetK, k: unix.SECCOMP_RET_USER_NOTIF, label: "notify"},
+		insn{code: bpfRetK, k: uint32(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)), label: "enosys"},
 	)
 	return assemble(prog)
 }
+
+// namespaceFlags are the clone flags that make new namespaces.
+const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+	unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
 
 // chmodCall is a system call that sets a file's mode, with the index of
 // its mode argument.

@@ -70,6 +70,10 @@ type Spec struct {
 	// Workdir is the command's working directory, symbolic links
 	// resolved; the helper enters it again once its mounts are made.
 	Workdir string `json:"workdir,omitempty"`
+	// NoExec are more directories bound noexec, like the write roots:
+	// where earlier confined commands could write (another session's
+	// workdir), so that what they planted is no code to this one.
+	NoExec []string `json:"noexec,omitempty"`
 	// Supervised says that SupervisorFD is the supervisor's socket.
 	Supervised bool `json:"supervised,omitempty"`
 	// UserNS says that the helper makes its own user namespace (the
@@ -104,7 +108,7 @@ func (s *Spec) Validate() error {
 	for _, c := range []struct {
 		kind string
 		ps   []string
-	}{{"exec", files}, {"exec dir", s.ExecDirs}, {"write", s.Write}, {"hide", s.Hide}, {"workdir", nonEmpty(s.Workdir)}} {
+	}{{"exec", files}, {"exec dir", s.ExecDirs}, {"write", s.Write}, {"hide", s.Hide}, {"workdir", nonEmpty(s.Workdir)}, {"noexec", s.NoExec}} {
 		if err := paths(c.kind, c.ps); err != nil {
 			return err
 		}

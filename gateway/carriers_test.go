@@ -204,12 +204,17 @@ func TestClassEApprovalBinding(t *testing.T) {
 			t.Fatalf("%s: the rewritten file ran", c.command)
 		}
 	}
-	// Untouched: approved and run.
+	// Untouched: approved and run, confined: the approval fixed ./tool
+	// and its shell, not the touch inside it, which the kernel refuses.
 	res := tg.invoke("exec", map[string]any{"command": "./tool"}, "")
 	id := res.Details.ApprovalID.Value()
 	tg.decide(id, DecisionAllowOnce)
-	if ev := tg.waitEvent(protocol.EventExecFinished); !strings.HasSuffix(ev.Text, "code 0)\nrewritten") {
+	if ev := tg.waitEvent(protocol.EventExecFinished); !strings.Contains(ev.Text, "code 0)") || !strings.HasSuffix(ev.Text, "rewritten") ||
+		!strings.Contains(ev.Text, "exec refused by policy: /usr/bin/touch") {
 		t.Fatalf("finished %q", ev.Text)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the approved tool ran a program its approval did not fix")
 	}
 }
 

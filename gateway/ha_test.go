@@ -222,7 +222,8 @@ func TestApprovalThroughAnyGateway(t *testing.T) {
 	})
 	dir := t.TempDir()
 	run := func(env *nodeEnv, host, name string) string {
-		res := env.invoke("exec", map[string]any{"command": "touch " + filepath.Join(dir, name) + "; echo approved-" + name, "host": host}, "")
+		// The workdir is where an approved command may write.
+		res := env.invoke("exec", map[string]any{"command": "touch " + filepath.Join(dir, name) + "; echo approved-" + name, "host": host, "workdir": dir}, "")
 		if res.Status() != protocol.StatusApprovalPending {
 			t.Fatalf("want approval-pending: %s", res.Text())
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -186,6 +187,11 @@ func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Sett
 			spec.Write = append(spec.Write, filepath.Clean(w))
 		}
 	}
+	// What other confined commands could write is no code to this one:
+	// the temporary root (every session's TMPDIR) and the write roots of
+	// earlier runs (another session's planted library, loaded by this
+	// one's allowlisted program).
+	spec.NoExec = l.wrote(spec.Write, tmpRoot)
 	spec.Write = append(spec.Write, confineDevices...)
 	sup, err := confine.NewSupervisor(&spec, confine.SupervisorOptions{Logger: l.log, Match: set.Match})
 	if err != nil {
@@ -245,4 +251,49 @@ func pipelinePrograms(p [][]string) []string {
 		out = append(out, seg[0])
 	}
 	return out
+}
+
+// maxWritten bounds the write roots of earlier confined runs a host
+// remembers (wrote).
+const maxWritten = 256
+
+// wrote records the directories a confined run may write and returns
+// the ones to make noexec for it: the temporary root and the write roots
+// of earlier runs (most recent first), none of them hidden, none of them
+// its own.
+func (l *Local) wrote(roots []string, tmpRoot string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	add := func(d string) {
+		if d != "/" && filepath.IsAbs(d) && !slices.Contains(roots, d) && !slices.Contains(out, d) && !l.hidden(d) {
+			out = append(out, d)
+		}
+	}
+	if real, err := filepath.EvalSymlinks(tmpRoot); err == nil {
+		add(real)
+	}
+	for _, d := range l.written {
+		add(d)
+	}
+	for _, r := range roots {
+		if fi, err := os.Stat(r); err == nil && fi.IsDir() && !strings.HasPrefix(r, "/dev/") {
+			l.written = slices.DeleteFunc(l.written, func(d string) bool { return d == r })
+			l.written = append([]string{r}, l.written...)
+		}
+	}
+	if len(l.written) > maxWritten {
+		l.written = l.written[:maxWritten]
+	}
+	return out
+}
+
+// hidden reports whether d is a hidden path or beneath one.
+func (l *Local) hidden(d string) bool {
+	for _, h := range l.cfg.Confine.Hide {
+		if confine.Within(d, h) {
+			return true
+		}
+	}
+	return false
 }

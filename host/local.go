@@ -123,8 +123,9 @@ type Local struct {
 	helperExe   string
 	shellPath   string
 
-	mu   sync.Mutex
-	used map[string]time.Time // approval ids already acted on, until their decision expires
+	mu      sync.Mutex
+	used    map[string]time.Time // approval ids already acted on, until their decision expires
+	written []string             // write roots of earlier confined runs, most recent first (wrote)
 }
 
 // NewLocal builds a Local host and its session core.

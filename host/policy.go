@@ -18,8 +18,8 @@ import (
 
 // run is the host's verdict on one command that may start.
 type run struct {
-	argv  []string          // nil: the command as written, through the shell
-	runID string            // the approval id of an approved run
+	argv  []string // nil: the command as written, through the shell
+	runID string   // the approval id of an approved run
 
 	// What the kernel confinement of a security allowlist run needs.
 	allowlistMode bool

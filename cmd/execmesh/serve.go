@@ -205,12 +205,22 @@ func (c *cli) serveDaemon(ctx context.Context, mode string, f *serverFlags) erro
 		return err
 	}
 	defer lock.Release()
+	cfg.StateDir = realDir(cfg.StateDir)
+	if f.config != "" {
+		// Reloads read the file found now, not where a link leads later.
+		f.config = realDir(f.config)
+		path = f.config
+	}
+	if f.stateDir != "" {
+		f.stateDir = cfg.StateDir
+	}
 	log := newLogger(c.stderr, f.logLevel)
 	d := &daemon{log: log, cfg: cfg, cfgPth: path,
 		drain: time.Duration(cfg.Gateway.DrainTimeoutMs) * time.Millisecond,
 		grace: time.Duration(cfg.Tools.Exec.KillGraceMs) * time.Millisecond,
 		reload: func() (config.Config, error) {
 			cfg, path, err := c.loadServerConfig(f)
+			cfg.StateDir = realDir(cfg.StateDir)
 			if err == nil && path != "" {
 				log.Info("configuration file", "path", path)
 			}
@@ -564,4 +574,18 @@ func nonDumpable() error {
 		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
 	}
 	return nil
+}
+
+// realDir is dir with its symbolic links resolved, once, at start: a
+// link a command could write (a state dir reached through a link in its
+// workdir) must not lead the daemon to another policy later.
+func realDir(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return dir
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return real
+	}
+	return abs
 }

@@ -188,6 +188,7 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 		return err
 	}
 	defer lock.Release()
+	cfg.StateDir = realDir(cfg.StateDir)
 	agent, err := nodeagent.New(cfg)
 	if err != nil {
 		return err
