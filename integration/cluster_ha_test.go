@@ -70,7 +70,8 @@ func TestClusterHA(t *testing.T) {
 		marker := filepath.Join(t.TempDir(), "approved")
 		var r protocol.Result
 		clCheckFor(t, "ha", 10*time.Second, 200*time.Millisecond, func() error { // the defaults reach B's view
-			r = a.mustCall(t, key, "exec", map[string]any{"command": "touch " + marker + "; echo approved-run", "host": "node", "node": node})
+			// The workdir is where an approved command may write.
+			r = a.mustCall(t, key, "exec", map[string]any{"command": "touch " + marker + "; echo approved-run", "host": "node", "node": node, "workdir": filepath.Dir(marker)})
 			if r.Status() != protocol.StatusApprovalPending {
 				return fmt.Errorf("want approval-pending: %s", r.Text())
 			}
