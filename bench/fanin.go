@@ -64,7 +64,7 @@ func load(ctx context.Context, callers int, dur time.Duration, ops []func(contex
 	return out
 }
 
-// faninTarget is issue 18's bar, calls/s ≥ 0.7× the bare forking
+// faninTarget is the bar, calls/s ≥ 0.7× the bare forking
 // goroutines', as a cost ratio (baseline ÷ value ≤ 1/0.7 = 1.42857…,
 // rounded up in the fourth digit so that exactly 0.7× passes).
 const faninTarget = 1.4286

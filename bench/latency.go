@@ -61,7 +61,7 @@ func interleave(ctx context.Context, probes []probe, n, block int) ([][]time.Dur
 	return out, nil
 }
 
-// latencyTargets are issue 18's bars for `exec echo hi`, as cost ratios:
+// latencyTargets are the bars for `exec echo hi`, as cost ratios:
 // against bare os/exec per host and quantile, and against the minimal Go
 // HTTP exec server (host=gateway p50: the same HTTP round trip and fork,
 // so what is left is execmesh's own work).

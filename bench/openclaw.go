@@ -89,7 +89,7 @@ func benchOpenClaw(ctx context.Context, c *cluster, o *options, res *results) er
 			f.Ratio = costRatio(t.Value, m.Value)
 		}
 		if n.key == "echo p50" {
-			f.Target = ratioAtMost(0.1) // issue 18
+			f.Target = ratioAtMost(0.1)
 			f.Note = "OpenClaw's tools are called as functions in its Node.js process; execmesh's through HTTP on loopback (host=gateway, in-process gateway)"
 		}
 		if n.key == "left after kill" {

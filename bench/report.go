@@ -97,7 +97,7 @@ type results struct {
 }
 
 // maxLoad is the 1-minute load average above which the run gives no
-// verdicts (issue 18: "refuses to call a figure passed when the load was
+// verdicts ("refuses to call a figure passed when the load was
 // above 1").
 const maxLoad = 1.0
 

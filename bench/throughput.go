@@ -138,7 +138,7 @@ func (c *cluster) barePTY(command string, want int64) func(ctx context.Context) 
 	}
 }
 
-// Throughput targets (issue 18): a background session within 1.3× a bare
+// Throughput targets: a background session within 1.3× a bare
 // Go pipe reader of the same command in the same run; a PTY session at or
 // below the bare Go PTY reader. (The old bar against `> /dev/null` is
 // retired: no pipe reader reaches it.)

@@ -11,7 +11,7 @@ import (
 
 // TestStartupBannerAtDebug: nats-server's start-up banner (version, name,
 // JetStream limits, "Server is ready") is logged at debug level; at info a
-// start shows one line of its own (issue 13 item 9).
+// start shows one line of its own.
 func TestStartupBannerAtDebug(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		var logs testutil.SyncBuffer

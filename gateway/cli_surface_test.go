@@ -14,7 +14,7 @@ import (
 )
 
 // TestNodeDecideByName: approve and reject take a node's name where the
-// id is not known, as exec's node parameter does (issue 13 item 7); an
+// id is not known, as exec's node parameter does; an
 // unknown name is a 404 that says so, an ambiguous one a 400 listing the
 // ids.
 func TestNodeDecideByName(t *testing.T) {
@@ -66,7 +66,7 @@ func TestHealthReportsHostID(t *testing.T) {
 	}
 }
 
-// TestBlockersIsAList: no blockers is [], not null (issue 13 item 9).
+// TestBlockersIsAList: no blockers is [], not null.
 func TestBlockersIsAList(t *testing.T) {
 	tg := startGateway(t, nil)
 	if r := tg.do("GET", "/v1/admin/blockers", nil, nil); r.Status != 200 || strings.TrimSpace(string(r.Raw)) != `{"blockers":[]}` {

@@ -32,7 +32,7 @@ func cgroupsUsable() (bool, string) {
 	return true, ""
 }
 
-// escapeeRounds runs the escapee case of issue 15 rounds times through
+// escapeeRounds runs the escapee case rounds times through
 // tg's tools: after other sessions, `setsid sleep & sleep` in the
 // background, killed; the setsid sleep must be gone each time.
 func escapeeRounds(t *testing.T, tg *testGateway, rounds int, extra map[string]any) {

@@ -241,7 +241,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Gateway, error)
 	g.bg, g.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	// A frozen NATS server leaves the connection looking connected for
 	// minutes; the watch's pings make calls that wait on it fail within
-	// seconds (issue 17 item 6).
+	// seconds.
 	g.serverWatch = bus.NewServerWatch(opts.Conn, bus.ServerWatchOptions{Logger: opts.Logger.With("component", "nats")})
 	g.spawn(g.serverWatch.Run)
 	g.requests = bus.NewRequester(opts.Conn)

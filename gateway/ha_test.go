@@ -19,7 +19,7 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// Issue 19 inside one process: two gateways (their own state dirs, so
+// High availability inside one process: two gateways (their own state dirs, so
 // their own identities) on one NATS server share the control plane.
 
 // startPair starts gateways A and B on one fresh server.

@@ -36,8 +36,8 @@ func secureEnv(t *testing.T) *nodeEnv {
 
 // TestNodeInviteRefusedOnLoopback: with the embedded server on loopback
 // only (the default), an invite is refused with what to do instead of a
-// code whose nats://127.0.0.1 URLs no other machine reaches (issue 13
-// item 7); the HTTP API refuses, so every client does.
+// code whose nats://127.0.0.1 URLs no other machine reaches; the HTTP API
+// refuses, so every client does.
 func TestNodeInviteRefusedOnLoopback(t *testing.T) {
 	env := startNodeGateway(t, nil, "", nil)
 	r := env.do("POST", "/v1/nodes/invite", []byte(`{"name":"build-1"}`), nil)

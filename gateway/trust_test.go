@@ -49,7 +49,7 @@ func touchCall(marker string) string {
 	return string(b)
 }
 
-// TestBrowserRequestsRefused (issue 14, class A, raw headers): what a web
+// TestBrowserRequestsRefused (class A, raw headers): what a web
 // page can make a browser send to a loopback gateway without a token is
 // refused before anything runs — a cross-origin "simple" POST
 // (Content-Type text/plain, Origin http://evil.example), a rebinding Host
@@ -203,7 +203,7 @@ func TestAllowedHostsValidation(t *testing.T) {
 	}
 }
 
-// TestSandboxHostNeedsRuntime (issue 14, class C): without a sandbox
+// TestSandboxHostNeedsRuntime (class C): without a sandbox
 // runtime (sandbox.mode off, the default) host=sandbox is refused with a
 // clear error, per call and per session, and nothing runs; a configured
 // tools.exec.host sandbox is a start-up error naming the keys.
@@ -257,7 +257,7 @@ func TestSandboxHostNeedsRuntime(t *testing.T) {
 	}
 }
 
-// TestSandboxEnvBlocklist (issue 14, class C): in a real sandbox the
+// TestSandboxEnvBlocklist (class C): in a real sandbox the
 // request env meets host=gateway's blocklists (LD_PRELOAD, BASH_ENV, …);
 // only PATH is allowed, applied inside.
 func TestSandboxEnvBlocklist(t *testing.T) {
@@ -309,7 +309,7 @@ func checkOperatorOnly(t *testing.T, tg *testGateway, cases []operatorCase) {
 	}
 }
 
-// TestOperatorAuthority (issue 14, class F): the agent's credential — the
+// TestOperatorAuthority (class F): the agent's credential — the
 // tool token, or none on a token-less loopback gateway — cannot decide
 // approvals or change configuration (403 forbidden, nothing decided); the
 // operator token can, and calls tools too.
@@ -420,7 +420,7 @@ func TestOperatorTokenFile(t *testing.T) {
 	}
 }
 
-// TestAuthFailuresLimitedGlobally (issue 14, class F): a guesser that
+// TestAuthFailuresLimitedGlobally (class F): a guesser that
 // rotates its source address through 127.0.0.0/8 never reaches ten
 // failures from one address, but a hundred from all addresses within a
 // minute stop every further authentication with 429 and Retry-After —
@@ -445,7 +445,7 @@ func TestAuthFailuresLimitedGlobally(t *testing.T) {
 	}
 }
 
-// TestNodeOperatorEndpoints (issue 14, class F): node pairing (invite,
+// TestNodeOperatorEndpoints (class F): node pairing (invite,
 // approve, reject) and node approvals files are the operator's; reading
 // the registry stays the agent's.
 func TestNodeOperatorEndpoints(t *testing.T) {

@@ -21,8 +21,8 @@ import (
 	"github.com/execmesh/execmesh/internal/testutil"
 )
 
-// The tests of this file drive the built binary as a user would (issue 13
-// items 3–9): a daemon started without a prepared configuration, and the
+// The tests of this file drive the built binary as a user would: a daemon
+// started without a prepared configuration, and the
 // client commands run from other directories, with their exit statuses.
 
 // bareDaemon is a daemon started with nothing but a state dir, ports and
@@ -157,7 +157,7 @@ func runBinary(t *testing.T, dir string, env map[string]string, stdin string, ar
 
 // TestCLIReloadsConfigCreatedAfterStart: a daemon started without a
 // configuration file picks up the one `execmesh config set` creates when
-// it gets SIGHUP (issue 13 item 3).
+// it gets SIGHUP.
 func TestCLIReloadsConfigCreatedAfterStart(t *testing.T) {
 	state := filepath.Join(t.TempDir(), ".execmesh")
 	d := startBareDaemon(t, "gateway", state, t.TempDir())
@@ -194,7 +194,7 @@ func TestCLIReloadsConfigCreatedAfterStart(t *testing.T) {
 
 // TestCLIOneDaemonPerStateDir: a second `up`, `gateway` or `node` on a
 // state dir in use exits at once, non-zero, naming the dir and the
-// holder's pid; kill -9 of the holder frees the dir (issue 13 item 4).
+// holder's pid; kill -9 of the holder frees the dir.
 func TestCLIOneDaemonPerStateDir(t *testing.T) {
 	state := filepath.Join(t.TempDir(), ".execmesh")
 	first := startBareDaemon(t, "up", state, t.TempDir())
@@ -295,7 +295,7 @@ func trustedUp(t *testing.T, dir string, extra ...string) *bareDaemon {
 
 // TestCLIExecRunsInTheCallersDirectory: with a local gateway, exec runs
 // in the caller's working directory; --workdir wins; a node run gets no
-// directory from the CLI (issue 13 item 5).
+// directory from the CLI.
 func TestCLIExecRunsInTheCallersDirectory(t *testing.T) {
 	daemonDir, callerDir, explicit := t.TempDir(), t.TempDir(), t.TempDir()
 	d := trustedUp(t, daemonDir)
@@ -340,7 +340,7 @@ func waitLocalNode(t *testing.T, d *bareDaemon) string {
 
 // TestCLIExecLikeSSH: exec waits for the command, prints its output and
 // takes its exit status: 127, 126, 128+N, 124 for a timeout, the command's
-// code; --background and --no-wait return at once (issue 13 item 6).
+// code; --background and --no-wait return at once.
 func TestCLIExecLikeSSH(t *testing.T) {
 	dir := t.TempDir()
 	d := trustedUp(t, dir)
@@ -387,7 +387,7 @@ func TestCLIExecLikeSSH(t *testing.T) {
 // TestCLIExecWaitsForApproval: an exec that needs approval says so on
 // stderr and waits; approved (with `execmesh approvals resolve`), it runs
 // and exec takes its status; denied, exec exits 1 with the reason. The
-// sessionKey's events stay for the agent (issue 13 item 6).
+// sessionKey's events stay for the agent.
 func TestCLIExecWaitsForApproval(t *testing.T) {
 	state := filepath.Join(t.TempDir(), ".execmesh")
 	dir := t.TempDir()
@@ -450,8 +450,7 @@ func TestCLIExecWaitsForApproval(t *testing.T) {
 }
 
 // TestCLINodesCommands: invite refuses on a loopback NATS server and says
-// to use --nats-listen; approve and reject take node names (issue 13
-// item 7).
+// to use --nats-listen; approve and reject take node names.
 func TestCLINodesCommands(t *testing.T) {
 	d := trustedUp(t, t.TempDir())
 	name := waitLocalNode(t, d)
@@ -476,8 +475,7 @@ func TestCLINodesCommands(t *testing.T) {
 }
 
 // TestCLIConventions: completion scripts, the version from the build
-// information, man pages, usage errors before any request (issue 13
-// item 8).
+// information, man pages, usage errors before any request.
 func TestCLIConventions(t *testing.T) {
 	dir := t.TempDir()
 	env := map[string]string{"HOME": dir, "EXECMESH_GATEWAY_URL": "http://" + freeAddr(t)}
@@ -528,7 +526,7 @@ func TestCLIConventions(t *testing.T) {
 // TestCLIDaemonSurfaces: GET / leads to the control page, whose URL the
 // start-up lines print; the embedded server's banner stays out of the info
 // log, the real NATS address is reported (0.0.0.0:P as such); blockers is
-// a list (issue 13 item 9).
+// a list.
 func TestCLIDaemonSurfaces(t *testing.T) {
 	port := strings.Split(freeAddr(t), ":")[1]
 	d := trustedUp(t, t.TempDir(), "--nats-listen", "0.0.0.0:"+port, "--token", "tok")

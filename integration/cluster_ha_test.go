@@ -19,7 +19,7 @@ import (
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// TestClusterHA is issue 19 on the machines of the cluster suite: gateway
+// TestClusterHA is high availability on the machines of the cluster suite: gateway
 // A (deploy/gateway.cluster.json) and gateway B (deploy/ha/gateway.ha.json,
 // its own identity appended to auth.conf as deploy/README.md says) on the
 // three-server cluster, two nodes. Any gateway answers any call; losing A

@@ -628,7 +628,7 @@ func (c *clCluster) nodeAIntactErr(key, session string, a *clNode) error {
 }
 
 // clLoadDuration is how long the load test runs: EXECMESH_CLUSTER_LOAD_SECONDS,
-// default 60 s as issue 7 asks (the whole integration package then takes
+// default 60 s (the whole integration package then takes
 // about 3½ minutes on 2 cores, well inside CI's 20-minute timeout; set a
 // lower value for a quick local run).
 func clLoadDuration(t *testing.T) time.Duration {

@@ -96,7 +96,7 @@ func fltLostOnce(t *testing.T, d *fltDaemon, key string, ids []string, what stri
 	}
 }
 
-// TestFaultNodeAgentKilled (issue 17 item 5): kill -9 of a node agent
+// TestFaultNodeAgentKilled: kill -9 of a node agent
 // with sleeping sessions and a file-writing loop running. The restarted
 // agent ends every process its crashed run left (none runs after it, the
 // loop stops writing), and each session's agent gets exactly one event
@@ -115,7 +115,7 @@ func TestFaultNodeAgentKilled(t *testing.T) {
 	fltLostOnce(t, gw, key, ids, "6 node sessions of a node agent killed with SIGKILL")
 }
 
-// TestFaultUpKilled (issue 17 item 5): kill -9 of `execmesh up` with
+// TestFaultUpKilled: kill -9 of `execmesh up` with
 // gateway-host and local-node sessions running (sleeps and a
 // file-writing loop each). After the restart no process of the crashed
 // run is left and each session's agent is told exactly once.

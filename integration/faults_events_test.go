@@ -85,7 +85,7 @@ func (d *fltDaemon) waitEnded(sessionKey string, ids []string, total time.Durati
 	})
 }
 
-// TestFaultReusedSessionIDs (issue 17 item 1): session ids are readable
+// TestFaultReusedSessionIDs: session ids are readable
 // slugs, and an id is handed out again once its session was removed. One
 // agent runs 150 sessions, polls each to its end and removes it; another
 // agent then runs 150 sessions and is told of every exit exactly once —
@@ -163,7 +163,7 @@ func TestFaultReusedSessionIDs(t *testing.T) {
 	}
 }
 
-// TestFaultQueueOverflowAnnounced (issue 17 item 8): with
+// TestFaultQueueOverflowAnnounced: with
 // events.maxQueued 20, 30 sessions end unread: the agent gets the 20
 // exit events that fit and one events.dropped event saying that 10 did
 // not, and the queue takes new events once read.
@@ -242,7 +242,7 @@ func (d *fltDaemon) sseRead(sessionKey, lastID string, total time.Duration, hand
 	}
 }
 
-// TestFaultEventStreamResume (issue 17 item 9): an event-stream (SSE)
+// TestFaultEventStreamResume: an event-stream (SSE)
 // consumer handles 10 of 40 waiting exit events and crashes; 10 more
 // sessions end while none is connected; the restarted consumer resumes
 // with Last-Event-ID and gets every other event exactly once. A long-poll

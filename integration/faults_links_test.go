@@ -70,7 +70,7 @@ func fltWorksAgain(t *testing.T, d *fltDaemon, key string, total time.Duration, 
 	return time.Since(start)
 }
 
-// TestFaultHungNATSServer (issue 17 item 6): the NATS server is frozen
+// TestFaultHungNATSServer: the NATS server is frozen
 // (SIGSTOP) for 15 s, longer than the node's presence TTL would catch
 // alone. Node calls and process list fail within a few seconds with a
 // retryable 503 — the gateway's pings of the server go unanswered — and
@@ -211,7 +211,7 @@ func fltCallsDuring(t *testing.T, d *fltDaemon, key, id string, total, limit tim
 	return ok, unavailable, firstOK
 }
 
-// TestFaultPartitionHeals (issue 17 item 7): the node's machine is cut
+// TestFaultPartitionHeals: the node's machine is cut
 // off (both directions) for 14 s, longer than the presence TTL, and
 // later the server→node direction alone is dropped as long. During each
 // fault and in the 16 s after it heals, every call to the node answers

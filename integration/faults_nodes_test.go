@@ -68,7 +68,7 @@ func (e *fltExternal) exitStreamMsgs(t *testing.T) uint64 {
 	return st.CachedInfo().State.Msgs
 }
 
-// TestFaultNodeRestartedWhileGatewayDown (issue 17 item 2): five node
+// TestFaultNodeRestartedWhileGatewayDown: five node
 // sessions finish while the gateway is down (SIGKILL), and two more are
 // still running when the node agent is restarted (SIGTERM), before the
 // gateway comes back. The restarted gateway must deliver every finished
@@ -121,7 +121,7 @@ func TestFaultNodeRestartedWhileGatewayDown(t *testing.T) {
 	}
 }
 
-// TestFaultDeadNodeErrorText (issue 17 item 10): after a node agent is
+// TestFaultDeadNodeErrorText: after a node agent is
 // killed (SIGKILL), the calls that find it gone are retryable 503s that
 // come at once and say when its last heartbeat came and what happened
 // then — not "never since the gateway started" (heartbeats had been
@@ -183,7 +183,7 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestFaultJetStreamStoreLost (issue 17 item 4): the NATS server is
+// TestFaultJetStreamStoreLost: the NATS server is
 // killed (SIGKILL), its JetStream store wiped and the server started
 // again, empty, while node sessions run. Neither the gateway nor the node
 // agent is restarted: they create the streams, buckets and consumers

@@ -64,14 +64,14 @@ func (m *fltMountNS) in(args ...string) (string, error) {
 	return string(out), err
 }
 
-// TestFaultStateDirFull (issue 17 item 3): the state dir of `execmesh
+// TestFaultStateDirFull: the state dir of `execmesh
 // up` (its JetStream store and session records) fills up while
 // gateway-host and node sessions run; see testStateDirFault.
 func TestFaultStateDirFull(t *testing.T) {
 	testStateDirFault(t, "full", fillStateDir, emptyStateDir, false)
 }
 
-// TestFaultStateDirFullOverRestarts (issue 17 item 3): as
+// TestFaultStateDirFullOverRestarts: as
 // TestFaultStateDirFull, but the daemon is restarted once more while the
 // state dir is still full, so the reports of what the first run could
 // not store cannot be stored either: they must come after the heal.
@@ -87,7 +87,7 @@ func emptyStateDir(m *fltMountNS) (string, error) {
 	return m.in("rm", "-f", filepath.Join(m.state, "fill"))
 }
 
-// TestFaultStateDirReadOnly (issue 17 item 3): the state dir of `execmesh
+// TestFaultStateDirReadOnly: the state dir of `execmesh
 // up` becomes read-only while gateway-host and node sessions run; see
 // testStateDirFault. The kernel refuses `mount -o remount,ro` of a file
 // system with files open for writing (the JetStream blocks), so a

@@ -23,7 +23,7 @@ import (
 	"github.com/execmesh/execmesh/internal/testutil"
 )
 
-// These tests are issue 14's attacks on a real `execmesh up`, one test per
+// These tests are the attacks on a real `execmesh up`, one test per
 // class of door (A: web pages, B: other local users on the NATS port, C:
 // host=sandbox without a sandbox, F: the agent approving itself), with the
 // requests of the issue. Each read the files of the daemon's state dir the

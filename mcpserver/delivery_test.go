@@ -22,8 +22,8 @@ import (
 )
 
 // clientNet is the network of one MCP client: every connection it dials,
-// so that the test can make the client go away without a word (issue 13
-// item 2). vanish closes them all, as the kernel does for a process that
+// so that the test can make the client go away without a word. vanish closes
+// them all, as the kernel does for a process that
 // was killed; freeze keeps them open but reads and writes nothing more,
 // as a client behind a dead network path or a suspended laptop looks to
 // the server (the server's writes still succeed, into socket buffers).
@@ -136,7 +136,8 @@ func (c *clientConn) Write(p []byte) (int, error) {
 // writes succeed and nobody reads them). The exit event must not be taken
 // by the session that is gone: GET /v1/events for the sessionKey returns
 // it, exactly once; so it does for a client whose logging level is above
-// info (the SDK drops the message without an error). A live client gets it as one logging notification,
+// info (the SDK drops the message without an error). A live client gets it
+// as one logging notification,
 // and then it is confirmed (GET /v1/events has nothing).
 func TestExitEventsSurviveGoneClient(t *testing.T) {
 	t.Parallel()
@@ -269,7 +270,7 @@ func TestExitEventsSurviveGoneClient(t *testing.T) {
 				return
 			}
 			// Give the session that is gone time to take the event, as
-			// the forwarding before issue 13 did, before the poll.
+			// an earlier forwarding did, before the poll.
 			time.Sleep(time.Second)
 			evs := takeEvents(t, key, 15*time.Second)
 			if mentioning(evs, marker) != 1 {

@@ -152,7 +152,7 @@ func TestServeStdioCancel(t *testing.T) {
 
 // TestApplyPatchOffered: apply_patch is listed only where Options.ApplyPatch
 // says the gateway serves it (tools.exec.applyPatch.enabled), and a call
-// applies the patch (issue 13 item 9).
+// applies the patch.
 func TestApplyPatchOffered(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

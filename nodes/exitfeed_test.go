@@ -18,7 +18,7 @@ import (
 // TestExitFeedWaitsForPairings: exit events that waited in the stream
 // while no gateway ran are handed to OnExit by the next registry, not
 // dropped as events of an unpaired node because the registry bucket was
-// not read yet (issue 17 item 2). Many other nodes in the bucket make its
+// not read yet. Many other nodes in the bucket make its
 // first read take a while.
 func TestExitFeedWaitsForPairings(t *testing.T) {
 	srv := bustest.StartServer(t)

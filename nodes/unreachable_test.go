@@ -10,7 +10,7 @@ import (
 // TestUnreachableErrorSaysWhatHappened: the text of an unreachable node
 // says when its last heartbeat came and what made it unreachable, as the
 // registry recorded it; "never" only when no heartbeat came since the
-// gateway started (issue 17 item 10).
+// gateway started.
 func TestUnreachableErrorSaysWhatHappened(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tc := range []struct {

@@ -2,8 +2,8 @@ package protocol
 
 import "strings"
 
-// execmesh's additions to OpenClaw's request-env blocklist (issue 14,
-// class D). OpenClaw's lists (env_policy.go) stay exactly as OpenClaw ships
+// execmesh's additions to OpenClaw's request-env blocklist. OpenClaw's lists
+// (env_policy.go) stay exactly as OpenClaw ships
 // them, pinned by testdata/conformance/host_env.json, and so do its
 // predicates (IsDangerousHostEnvVarName and the others); these tables are
 // applied on top, to request overrides only (InspectEnvOverrides,

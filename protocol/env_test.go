@@ -564,8 +564,8 @@ func TestJSHelpers(t *testing.T) {
 	}
 }
 
-// TestExecmeshEnvAdditions: execmesh's own request-env blocklist (issue 14
-// class D) refuses what makes an allowlisted tool run a program or write
+// TestExecmeshEnvAdditions: execmesh's own request-env blocklist refuses
+// what makes an allowlisted tool run a program or write
 // a file, on top of OpenClaw's lists, which stay as OpenClaw ships them
 // (TestHostEnvPolicyLists); the daemon's own environment keeps these keys.
 func TestExecmeshEnvAdditions(t *testing.T) {

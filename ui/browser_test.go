@@ -284,7 +284,7 @@ func TestBrowserControlPage(t *testing.T) {
 	// Kill it from the page.
 	clickRow(t, ctx, "kill", "kill-"+id)
 	waitJS(t, ctx, "the session to end", row+` && `+row+`.dataset.status !== 'running'`)
-	// A kill is not shown in green (issue 13 item 9), nor a non-zero exit.
+	// A kill is not shown in green, nor a non-zero exit.
 	status := row + `.querySelector('[data-testid="session-status"]')`
 	waitJS(t, ctx, "the killed session's outcome", status+`.dataset.outcome === 'killed' && `+status+`.className === 'status-killed'`)
 	if okColor, got := eval[string](t, ctx, `getComputedStyle(document.documentElement).getPropertyValue('--ok').trim()`),

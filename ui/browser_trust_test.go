@@ -71,7 +71,7 @@ async function attempt(name, url, init) {
 </script></body></html>`
 }
 
-// TestBrowserCrossOriginRefused (issue 14, class A, in a real browser):
+// TestBrowserCrossOriginRefused (class A, in a real browser):
 // pages of other sites in headless Chromium try to run commands on a
 // loopback gateway without a token and with security full — from another
 // origin (http://evil.example:<port>, resolved to 127.0.0.1) and through a

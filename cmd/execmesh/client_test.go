@@ -690,7 +690,7 @@ func TestAnswerError(t *testing.T) {
 // TestOperatorToken: the commands that call operator endpoints send the
 // operator token: --operator-token, else $EXECMESH_OPERATOR_TOKEN, else
 // <state-dir>/operator.token, else the tool token; every other call sends
-// the tool token (the operator-token contract of issue 14 item 7).
+// the tool token (the operator-token contract).
 func TestOperatorToken(t *testing.T) {
 	t.Parallel()
 	gw := newFakeGateway(t)
@@ -751,7 +751,7 @@ func TestOperatorToken(t *testing.T) {
 }
 
 // TestUsageErrorsSendNothing: a missing argument is a usage error (exit
-// 2) found before any request reaches the gateway (issue 13 item 8).
+// 2) found before any request reaches the gateway.
 func TestUsageErrorsSendNothing(t *testing.T) {
 	t.Parallel()
 	gw := newFakeGateway(t)

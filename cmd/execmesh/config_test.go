@@ -276,7 +276,7 @@ func TestConfigSetCreatesFile(t *testing.T) {
 
 // TestConfigGetOrigin: config get prints the value in force (the file,
 // then EXECMESH_* over it, --state-dir for stateDir) and says on stderr
-// where it comes from when the file does not set it (issue 13 item 9).
+// where it comes from when the file does not set it.
 func TestConfigGetOrigin(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -312,7 +312,7 @@ func TestConfigGetOrigin(t *testing.T) {
 }
 
 // TestConfigUnknownKeyNamesItsPath: a file with an unknown key fails with
-// the key's full path (issue 13 item 9), also inside lists.
+// the key's full path, also inside lists.
 func TestConfigUnknownKeyNamesItsPath(t *testing.T) {
 	t.Parallel()
 	for doc, want := range map[string]string{

@@ -70,8 +70,7 @@ func TestE2EExec(t *testing.T) {
 	}{
 		{name: "echo", args: []string{"--", "echo", "hi"}, stdout: "hi\n"},
 		{name: "one word is a shell line", args: []string{"echo a; echo b"}, stdout: "a\nb\n"},
-		// Like ssh host cmd: the command's output only, its exit status
-		// (issue 13 item 6).
+		// Like ssh host cmd: the command's output only, its exit status.
 		{name: "non-zero exit", args: []string{"--", "sh", "-c", "echo out; exit 3"}, code: 3, stdout: "out\n"},
 		{name: "not found is 127", args: []string{"--", "execmesh-no-such-command-xyz"}, code: 127, has: "not found"},
 		{name: "not executable is 126", args: []string{"--", notExecutable}, code: 126, has: "ermission denied"},

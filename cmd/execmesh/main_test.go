@@ -65,7 +65,7 @@ func TestUsage(t *testing.T) {
 		{name: "exec bad env", args: []string{"exec", "--env", "NOEQUALS", "--", "ls"}, code: 2, stderr: []string{`--env "NOEQUALS"`}},
 		{name: "process without action", args: []string{"process"}, code: 2, stderr: []string{"want a subcommand", "send-keys"}},
 		{name: "process unknown action", args: []string{"process", "explode"}, code: 2, stderr: []string{`unknown subcommand "explode"`, "send-keys"}},
-		// Issue 13 item 8: a missing argument is a usage error before any request.
+		// A missing argument is a usage error before any request.
 		{name: "process poll without id", args: []string{"process", "poll"}, code: 2, stderr: []string{"no session id given"}},
 		{name: "process kill without id", args: []string{"process", "kill"}, code: 2, stderr: []string{"no session id given"}},
 		{name: "process list with an id", args: []string{"process", "list", "x"}, code: 2, stderr: []string{"unexpected arguments"}},
@@ -126,7 +126,7 @@ func TestUsage(t *testing.T) {
 }
 
 // TestHelpListsEveryCommand checks the usage against DESIGN.md §2: every
-// command with its synopsis, subcommands included (issue 13 item 8: nodes
+// command with its synopsis, subcommands included (nodes
 // approvals get|set at the top level).
 func TestHelpListsEveryCommand(t *testing.T) {
 	t.Parallel()

@@ -42,7 +42,7 @@ func Deviations() []Deviation {
 	return []Deviation{{
 		Old: "so OpenClaw can register a pollable process session",
 		New: "so execmesh can register a pollable process session",
-		Why: "the timeout guidance names the product that registers the session (issue 13 item 9)",
+		Why: "the timeout guidance names the product that registers the session",
 	}, {
 		// DESIGN.md §3.5: exit notices carry the whole session id, so the
 		// agent can poll it; OpenClaw cuts its random ids to 8 characters.
