@@ -439,3 +439,28 @@ while read -r k v; do case "$k" in CapBnd:) echo "bnd=$v";; esac; done </proc/se
 		}
 	}
 }
+
+// TestLinkedExecutableDoesNotRun: an allowed file beneath a write root
+// that has another name there could be rewritten through that name
+// (read-only binds guard names, not inodes): it does not run.
+func TestLinkedExecutableDoesNotRun(t *testing.T) {
+	requireLandlock(t)
+	sh := realPath(t, "sh")
+	ld := interp(t, sh)
+	work := t.TempDir()
+	tool := filepath.Join(work, "tool")
+	if err := os.WriteFile(tool, []byte("#!"+sh+"\necho tool\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(tool, filepath.Join(work, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	r := runHelper(t, Spec{
+		Pipeline: [][]string{{sh, "-c", "./tool"}},
+		Exec:     []File{{Path: sh}, {Path: tool}}, Interpreters: []File{{Path: ld}},
+		Write: []string{work}, Workdir: work,
+	}, work)
+	if strings.Contains(r.stdout, "tool") || !strings.Contains(r.stderr, "another name") {
+		t.Fatalf("stdout %q stderr %q", r.stdout, r.stderr)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"runtime"
 	"syscall"
 
@@ -148,7 +149,7 @@ func layout(spec *Spec) error {
 				continue
 			}
 			for d := filepath.Dir(h); d != w && Within(d, w); d = filepath.Dir(d) {
-				if err := bindSelf(d, 0, true); err != nil {
+				if err := bindSelf(d, unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, true); err != nil {
 					return fmt.Errorf("pinning %s: %w", d, err)
 				}
 			}
@@ -161,12 +162,19 @@ func layout(spec *Spec) error {
 	noexec := append(append([]string(nil), roots...), spec.NoExec...)
 	for _, e := range append(execs, spec.ExecDirs...) {
 		for _, w := range noexec {
-			if Within(e, w) {
-				if err := bindSelf(e, unix.MS_RDONLY, true); err != nil && !errors.Is(err, unix.ENOENT) {
-					return fmt.Errorf("pinning %s read-only: %w", e, err)
-				}
-				break
+			if !Within(e, w) {
+				continue
 			}
+			if err := bindSelf(e, unix.MS_RDONLY, true); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("pinning %s read-only: %w", e, err)
+			}
+			// A file with another name (a hard link made before) could
+			// still be written through that name: it does not run.
+			var st unix.Stat_t
+			if unix.Stat(e, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
+				spec.linked = append(spec.linked, e)
+			}
+			break
 		}
 	}
 	for _, w := range noexec {
@@ -313,6 +321,10 @@ func restrict(spec *Spec) error {
 	defer unix.Close(rs)
 	if !spec.ExecAll {
 		for _, f := range append(append([]File(nil), spec.Exec...), spec.Interpreters...) {
+			if slices.Contains(spec.linked, f.Path) {
+				fmt.Fprintf(os.Stderr, "execmesh: exec refused by policy: %s (it has another name a command may write)\n", f.Path)
+				continue
+			}
 			if err := addRule(rs, f, ll.AccessFSExecute, false); err != nil {
 				return err
 			}

@@ -79,6 +79,10 @@ type Spec struct {
 	// UserNS says that the helper makes its own user namespace (the
 	// daemon is not root); Args sets it.
 	UserNS bool `json:"userns,omitempty"`
+
+	// linked are the files of Exec beneath a write root that have
+	// another name (layout finds them); they get no rule.
+	linked []string
 }
 
 // Validate checks what the helper relies on: a pipeline of absolute

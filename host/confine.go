@@ -143,36 +143,6 @@ func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Sett
 		Hide:     l.cfg.Confine.Hide,
 		Workdir:  workdir,
 	}
-	seen := map[string]bool{}
-	add := func(f confine.File) {
-		if f.Path != "" && !seen[f.Path] {
-			seen[f.Path] = true
-			spec.Exec = append(spec.Exec, f)
-		}
-	}
-	for _, p := range set.Files {
-		add(confine.File{Path: p})
-	}
-	for _, p := range r.execs {
-		add(confine.File{Path: p})
-	}
-	if len(r.plan) == 0 {
-		// An approved command runs as written: the shell is one of the
-		// executables the approval fixed.
-		add(confine.File{Path: l.shellPath})
-	}
-	for _, p := range r.approved {
-		// Bound to the inode that approvals just checked: a file renamed
-		// over it later is not the approved file.
-		add(boundFile(p))
-	}
-	interps := map[string]bool{}
-	for _, p := range append(slices.Clone(pipelinePrograms(pipeline)), l.helperExe, l.shellPath) {
-		if ip := confine.Interpreter(p); ip != "" && !interps[ip] {
-			interps[ip] = true
-			spec.Interpreters = append(spec.Interpreters, confine.File{Path: ip})
-		}
-	}
 	tmpRoot := l.cfg.Confine.TempRoot
 	if tmpRoot == "" {
 		tmpRoot = os.TempDir()
@@ -192,6 +162,48 @@ func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Sett
 	// earlier runs (another session's planted library, loaded by this
 	// one's allowlisted program).
 	spec.NoExec = l.wrote(spec.Write, tmpRoot)
+	// What a confined command may write (now, or in an earlier run) is
+	// no code: an allowlist pattern does not allow a file or directory
+	// there (a command could have put it there, or will), nor a plan's
+	// program there; only a file an approval fixed by its hash does.
+	writable := func(p string) bool {
+		for _, w := range append(slices.Clone(spec.Write), spec.NoExec...) {
+			if confine.Within(p, w) {
+				return true
+			}
+		}
+		return false
+	}
+	spec.ExecDirs = slices.DeleteFunc(spec.ExecDirs, writable)
+	seen := map[string]bool{}
+	add := func(f confine.File) {
+		if f.Path != "" && !seen[f.Path] {
+			seen[f.Path] = true
+			spec.Exec = append(spec.Exec, f)
+		}
+	}
+	for _, p := range r.approved {
+		// Bound to the inode that approvals just checked: a file renamed
+		// over it later is not the approved file.
+		add(boundFile(p))
+	}
+	for _, p := range append(slices.Clone(set.Files), r.execs...) {
+		if !writable(p) {
+			add(confine.File{Path: p})
+		}
+	}
+	if len(r.plan) == 0 {
+		// An approved command runs as written: the shell is one of the
+		// executables the approval fixed.
+		add(confine.File{Path: l.shellPath})
+	}
+	interps := map[string]bool{}
+	for _, p := range append(slices.Clone(pipelinePrograms(pipeline)), l.helperExe, l.shellPath) {
+		if ip := confine.Interpreter(p); ip != "" && !interps[ip] {
+			interps[ip] = true
+			spec.Interpreters = append(spec.Interpreters, confine.File{Path: ip})
+		}
+	}
 	spec.Write = append(spec.Write, confineDevices...)
 	sup, err := confine.NewSupervisor(&spec, confine.SupervisorOptions{Logger: l.log, Match: set.Match})
 	if err != nil {

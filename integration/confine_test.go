@@ -322,3 +322,27 @@ func TestConfineNonRootDaemon(t *testing.T) {
 type stringer func() string
 
 func (s stringer) String() string { return s() }
+
+// TestConfinePlantedUnderPattern: an allowlist pattern over a directory a
+// command may write allows nothing there: a program one session plants
+// where the pattern points does not run in the next.
+func TestConfinePlantedUnderPattern(t *testing.T) {
+	requireLandlock(t)
+	work := t.TempDir()
+	marker := filepath.Join(work, "MARKER")
+	d := confineDaemon(t, "auto", nil, filepath.Join(work, "bin", "*"), realBin(t, "mkdir"), realBin(t, "cp"))
+	src := filepath.Join(t.TempDir(), "evil")
+	if err := os.WriteFile(src, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"mkdir bin", "cp " + src + " bin/evil"} {
+		if res := d.invoke("exec", map[string]any{"command": c, "workdir": work}); outStatus(res) != "completed" {
+			t.Fatalf("%s: %s %q", c, outStatus(res), outText(res))
+		}
+	}
+	res := d.invoke("exec", map[string]any{"command": filepath.Join(work, "bin", "evil"), "workdir": work})
+	mustNotExist(t, marker, "a program planted under an allowlist pattern")
+	if st, text := outStatus(res), outText(res); st != "approval-pending" && !strings.Contains(text, "Permission denied") && !strings.Contains(text, "refused by policy") {
+		t.Fatalf("planted program: %s %q", st, text)
+	}
+}
