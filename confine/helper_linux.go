@@ -7,8 +7,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"runtime"
+	"slices"
 	"syscall"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
