@@ -8,11 +8,11 @@ import (
 	"syscall"
 )
 
-// interpreterOf returns the real path of a dynamic program's ELF
+// Interpreter returns the real path of a dynamic program's ELF
 // interpreter, "" for anything else (a static program, a script, a file
 // that is not regular). It never blocks on a FIFO put in a program's
 // place.
-func interpreterOf(path string) string {
+func Interpreter(path string) string {
 	file, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
@@ -41,6 +41,3 @@ func interpreterOf(path string) string {
 	}
 	return ""
 }
-
-// Interpreter is interpreterOf, for the daemon's side of a spec.
-func Interpreter(path string) string { return interpreterOf(path) }

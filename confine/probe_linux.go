@@ -59,7 +59,7 @@ func Probe(ctx context.Context, helper string) error {
 		Write:    []string{dir, "/dev/null"},
 		Hide:     []string{hidden},
 	}
-	if ip := interpreterOf(sh); ip != "" {
+	if ip := Interpreter(sh); ip != "" {
 		spec.Interpreters = []File{{Path: ip}}
 	}
 	sup, err := NewSupervisor(&spec, SupervisorOptions{})

@@ -197,22 +197,31 @@ func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Sett
 		// executables the approval fixed.
 		add(confine.File{Path: l.shellPath})
 	}
-	interps := map[string]bool{}
-	for _, p := range append(slices.Clone(pipelinePrograms(pipeline)), l.helperExe, l.shellPath) {
-		if ip := confine.Interpreter(p); ip != "" && !interps[ip] {
-			interps[ip] = true
-			spec.Interpreters = append(spec.Interpreters, confine.File{Path: ip})
+	interps := slices.Clone(l.baseInterps)
+	for _, p := range pipelinePrograms(pipeline) {
+		if ip := confine.Interpreter(p); ip != "" && !slices.Contains(interps, ip) {
+			interps = append(interps, ip)
 		}
 	}
+	for _, ip := range interps {
+		spec.Interpreters = append(spec.Interpreters, confine.File{Path: ip})
+	}
 	spec.Write = append(spec.Write, confineDevices...)
+	// Checked before the supervisor's socket exists, so that a refusal
+	// leaves nothing open.
+	if err := spec.Validate(); err != nil {
+		os.RemoveAll(tmp)
+		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "exec: %v", err)
+	}
 	sup, err := confine.NewSupervisor(&spec, confine.SupervisorOptions{Logger: l.log, Match: set.Match})
 	if err != nil {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("exec: %w", err)
 	}
-	args, err := spec.Args()
+	args, err := spec.Args() // validated above: only encoding is left
 	if err != nil {
 		sup.ReleaseChild()
+		sup.Start() // takes the end of the handover that never comes, and closes
 		os.RemoveAll(tmp)
 		return nil, protocol.Errorf(protocol.ErrInvalidRequest, "exec: %v", err)
 	}

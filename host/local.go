@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/execmesh/execmesh/applypatch"
 	"github.com/execmesh/execmesh/approvals"
+	"github.com/execmesh/execmesh/confine"
 	"github.com/execmesh/execmesh/protocol"
 	"github.com/execmesh/execmesh/sandbox"
 	"github.com/execmesh/execmesh/session"
@@ -116,12 +118,13 @@ type Local struct {
 	envCache  envCache             // the environment of calls without overrides (env.go)
 
 	// The kernel confinement of allowlist runs (confine.go): the mode
-	// probed at start, the helper binary, its real path (whose ELF
-	// interpreter is the system's), and the shell's real path.
+	// probed at start, the helper binary (its real path), the shell's
+	// real path, and the ELF interpreters of both, which every confined
+	// run allows (the helper's is the system's).
 	confinement Confinement
 	helper      string
-	helperExe   string
 	shellPath   string
+	baseInterps []string
 
 	mu      sync.Mutex
 	used    map[string]time.Time // approval ids already acted on, until their decision expires
@@ -183,13 +186,17 @@ func NewLocal(cfg Config) (*Local, error) {
 	}
 	l.mgr = m
 	l.confinement, l.helper = probeConfinement(cfg.Confine)
-	l.helperExe = l.helper
 	l.shellPath = scfg.Shell
 	if p, err := exec.LookPath(scfg.Shell); err == nil {
 		l.shellPath = p
 	}
 	if p, err := filepath.EvalSymlinks(l.shellPath); err == nil {
 		l.shellPath = p
+	}
+	for _, p := range []string{l.helper, l.shellPath} {
+		if ip := confine.Interpreter(p); ip != "" && !slices.Contains(l.baseInterps, ip) {
+			l.baseInterps = append(l.baseInterps, ip)
+		}
 	}
 	if l.confinement.Mode != ModeLandlock {
 		l.log.Warn("security allowlist is not confined by the kernel: every program that is not a safe bin needs approval", "host", l.label(), "why", l.confinement.Reason)
