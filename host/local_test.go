@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/execmesh/execmesh/approvals"
 	"github.com/execmesh/execmesh/protocol"
@@ -318,5 +319,35 @@ func TestShellFromEnviron(t *testing.T) {
 				t.Errorf("shell %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestConfinedTMPDIRRemoved: a confined run gets a TMPDIR of its own,
+// which it may write, and which is gone once its last process is.
+func TestConfinedTMPDIRRemoved(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, KindGateway, nil)
+	if got := l.Confinement(); got.Mode != ModeLandlock {
+		t.Skipf("no kernel confinement here: %+v", got)
+	}
+	writeApprovals(t, l, func(f *approvals.File) error {
+		f.Agents["main"] = &approvals.Agent{Allowlist: []approvals.Entry{{Pattern: "/usr/bin/printenv"}}}
+		return nil
+	})
+	req := execReq(l, "printenv TMPDIR")
+	req.Security, req.Ask = "allowlist", "off"
+	tmp, err := runCmd(t, l, req)
+	if err != nil || !filepath.IsAbs(tmp) || !strings.Contains(filepath.Base(tmp), "execmesh-") {
+		t.Fatalf("TMPDIR %q %v", tmp, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(tmp); os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session's TMPDIR %s is still there", tmp)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
