@@ -126,6 +126,8 @@ type Local struct {
 	shellPath   string
 	baseInterps []string
 
+	streams pendingStreams // streams bound by starts, until claimed (stream.go)
+
 	mu      sync.Mutex
 	used    map[string]time.Time // approval ids already acted on, until their decision expires
 	written []string             // write roots of earlier confined runs, most recent first (wrote)
@@ -240,6 +242,14 @@ func (l *Local) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.Ex
 		Warnings:    req.Warnings,
 		SessionID:   req.SessionID,
 	}
+	if req.Stream != nil {
+		// Bound before the process runs; the caller claims it (Attach).
+		a, err := l.streams.add(req.Stream, req.Args.PTY)
+		if err != nil {
+			return protocol.ExecReply{}, err
+		}
+		sreq.Attach, sreq.Background, sreq.Synchronous = a, true, false
+	}
 	// The gateway's effective limits; a call's own may only tighten them.
 	if req.Limits != nil {
 		sreq.Limits = *req.Limits
@@ -257,6 +267,11 @@ func (l *Local) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.Ex
 		res, err = l.execSandbox(ctx, req, sreq, s)
 	} else {
 		res, err = l.execHost(ctx, req, sreq, s)
+	}
+	if req.Stream != nil && (err != nil || res.Status() != protocol.StatusRunning) {
+		if a := l.streams.take(req.Stream.ID); a != nil {
+			_ = a.Close() // nothing runs that a client could claim
+		}
 	}
 	if err != nil {
 		return protocol.ExecReply{}, err

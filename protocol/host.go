@@ -54,6 +54,10 @@ type ExecRequest struct {
 	// gateway: set only on the start of a run whose first attempt needed
 	// an approval. A host verifies it before acting on it.
 	Approval *SignedDecision `json:"approval,omitempty"`
+	// Stream, when set, binds a stream to the session before it runs
+	// (the caller then claims it with an AttachRequest); the request is a
+	// background start.
+	Stream *StreamSpec `json:"stream,omitempty"`
 }
 
 // ExecReply answers an ExecRequest over NATS.

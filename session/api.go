@@ -129,6 +129,12 @@ type ExecRequest struct {
 	Warnings   []string // prefixed to the result text
 	NotifyOff  bool     // no exec.exit notification for this session
 	OnExitHook func(protocol.ExitEvent)
+
+	// Attach, when set, is bound to the session before its process runs,
+	// so that it sees every byte of output (NewAttachment). With
+	// AttachOptions.Stdin a pipe session's stdin is a pipe the attachment
+	// writes; the request should be Background.
+	Attach *Attachment
 }
 
 // Blocker is an active gateway-host process that blocks a safe restart.

@@ -199,12 +199,25 @@ func (m *Manager) Exec(ctx context.Context, req ExecRequest) (protocol.Result, e
 	if len(argv) == 0 {
 		argv = append(append([]string{m.shell}, m.shellArgs...), execCommand(m.shell, req.Command, env, cwd))
 	}
-	warning, err := s.spawn(argv, env, req.Limits, spawnExtras{files: req.ExtraFiles, sys: req.SysProcAttr})
+	x := spawnExtras{files: req.ExtraFiles, sys: req.SysProcAttr}
+	if a := req.Attach; a != nil {
+		// Bound before the process runs: the attachment sees all output.
+		if err := s.attach(a); err != nil {
+			m.unregister(s)
+			s.cancel(errExited)
+			return protocol.Result{}, err
+		}
+		x.stdin = a.opts.Stdin && !req.PTY
+	}
+	warning, err := s.spawn(argv, env, req.Limits, x)
 	if warning != "" {
 		req.Warnings = append(slices.Clip(req.Warnings), warning)
 		warningText = strings.Join(req.Warnings, "\n") + "\n\n"
 	}
 	if err != nil {
+		if req.Attach != nil {
+			req.Attach.end(ErrDetached)
+		}
 		m.unregister(s)
 		s.cancel(errExited)
 		s.log.Info("spawn failed", "err", err)
@@ -438,6 +451,7 @@ func (m *Manager) finishSession(s *session, st exitStatus, cause error) {
 	s.retained = backgrounded && !removed
 	res := s.res
 	s.mu.Unlock()
+	s.tapExit()
 	s.log.Debug("exited", "status", res.status, "reason", res.reason, "signal", res.signal)
 	if m.cfg.OnUsage != nil {
 		m.cfg.OnUsage(res.usage)

@@ -94,7 +94,9 @@ type session struct {
 	// acknowledgement owed), for background sessions.
 	eventDone chan struct{}
 
-	writeMu sync.Mutex // serialises PTY writes; never held with mu
+	writeMu sync.Mutex // serialises PTY and stdin writes; never held with mu
+
+	attachState // raw output taps and the input's holder (attach.go)
 
 	mu              sync.Mutex
 	out             outputBuffer
@@ -126,6 +128,7 @@ type session struct {
 type spawnExtras struct {
 	files []*os.File
 	sys   func(*syscall.SysProcAttr)
+	stdin bool // a stdin pipe for an attachment instead of /dev/null
 }
 
 // spawn starts the process in a tree of its own. On success the output
@@ -198,12 +201,26 @@ func (s *session) startPipes(argv, env []string, x spawnExtras) (err error) {
 		x.sys(attr)
 	}
 	// stdin is /dev/null: anything waiting for input sees EOF instead of
-	// hanging.
+	// hanging; an attached start that asked for stdin gets a pipe.
 	stdin, release, err := s.m.devNull()
 	if err != nil {
 		started(0)
 		closeRaw()
 		return err
+	}
+	var stdinW *os.File
+	if x.stdin {
+		var in [2]int
+		if err := unix.Pipe2(in[:], unix.O_CLOEXEC); err != nil {
+			release()
+			started(0)
+			closeRaw()
+			return os.NewSyscallError("pipe2", err)
+		}
+		release()
+		stdin, release = in[0], func() { _ = unix.Close(in[0]) }
+		_ = unix.SetNonblock(in[1], true)
+		stdinW = os.NewFile(uintptr(in[1]), "|0")
 	}
 	register := s.m.reaper.spawn()
 	var forked [2]uint64
@@ -224,9 +241,11 @@ func (s *session) startPipes(argv, env []string, x spawnExtras) (err error) {
 		register(0, nil)
 		started(0)
 		closeRaw()
+		closeFiles(stdinW)
 		return &os.PathError{Op: "fork/exec", Path: path, Err: err}
 	}
 	s.pid = pid
+	s.stdinPipe = stdinW
 	s.releaseProcess(register, forked)
 	started(s.pid)
 	for i := range p {
@@ -449,6 +468,11 @@ func (s *session) run() {
 	// The readers are done: the pipes are closed after the caller was
 	// answered, not before (two system calls off a short command's path).
 	closeFiles(s.pipes[:]...)
+	if s.stdinPipe != nil {
+		s.writeMu.Lock()
+		_ = s.stdinPipe.Close()
+		s.writeMu.Unlock()
+	}
 	// A termination that started must finish before the session is
 	// released: escapees may still need their SIGKILL.
 	if !s.stopTerm() {
@@ -709,6 +733,7 @@ func (w *streamWriter) consume(p []byte) (windowed bool) {
 	if f := w.s.m.cfg.OnOutput; f != nil {
 		f(len(p))
 	}
+	w.s.tapOutput(w.stream, p)
 	if w.z.passThrough(p) {
 		w.s.appendOutput(w.stream, p, &w.z) // common case: no copy
 		return false
