@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/base64"
+	"strings"
 )
 
 // NATS subjects. Every subject starts with a configurable prefix (default
@@ -11,17 +12,19 @@ import (
 //	<prefix>.gw.events.<sessionKeyToken>  system events the gateway publishes for one sessionKey
 //	<prefix>.node.<nodeId>.<endpoint>     a node's service group (nats micro), endpoints:
 //	                                        exec, process, approvals.get, approvals.set, which,
-//	                                        list, pairing, applypatch
+//	                                        list, pairing, applypatch, ping, attach
+//	<prefix>.node.<nodeId>.stream.<id>    input of one of the node's streams (gateway → node)
+//	<prefix>.nstream.<nodeId>.<id>        output of one of the node's streams (node → gateway)
 //	<prefix>.presence.<nodeId>            node heartbeats
 //	<prefix>.events.exit.<nodeId>         exit events of a node's sessions (JetStream, durable)
 //	<prefix>.pair.request                 pairing requests of nodes not yet approved
 //
 // A node's credentials need only its own subjects: subscribe
 // <prefix>.node.<nodeId>.>, publish <prefix>.presence.<nodeId>,
-// <prefix>.events.exit.<nodeId> and <prefix>.pair.request (plus its reply
-// inbox). Prefixes and node ids are single subject tokens (ValidateSubjectPrefix,
-// ValidateNodeID); a sessionKey is carried as one token with
-// EncodeSessionKeyToken.
+// <prefix>.events.exit.<nodeId>, <prefix>.nstream.<nodeId>.> and
+// <prefix>.pair.request (plus its reply inbox). Prefixes and node ids are
+// single subject tokens (ValidateSubjectPrefix, ValidateNodeID); a
+// sessionKey is carried as one token with EncodeSessionKeyToken.
 
 // DefaultSubjectPrefix is the subject prefix when none is configured.
 const DefaultSubjectPrefix = "execmesh"
@@ -38,6 +41,7 @@ const (
 	NodeEndpointPairing      = "pairing"       // the gateway tells the node its pairing status; NodePairingNotice → {}
 	NodeEndpointApplyPatch   = "applypatch"    // apply a patch on the node; ApplyPatchRequest → Result
 	NodeEndpointPing         = "ping"          // the gateway's liveness probe; {} → PingReply
+	NodeEndpointAttach       = "attach"        // open a stream of a node session (hostbus); → the started Control
 )
 
 // Limits on the tokens this package validates. NATS has no such small limit;
@@ -45,6 +49,7 @@ const (
 const (
 	maxSubjectPrefixLen = 64
 	maxNodeIDLen        = 128
+	maxStreamIDLen      = 64
 )
 
 // SubjectSet holds the subject names of one installation. Build it with
@@ -121,6 +126,47 @@ func (s SubjectSet) PresenceOf(nodeID string) string {
 // publishes the exit events of its sessions to JetStream.
 func (s SubjectSet) ExitEventsOf(nodeID string) string {
 	return s.Prefix + ".events.exit." + nodeID
+}
+
+// NodeStreamIn returns <prefix>.node.<nodeID>.stream.<streamID>, where
+// the gateway sends the input frames of one of the node's streams (inside
+// the node's subscribe permission, NodeAll).
+func (s SubjectSet) NodeStreamIn(nodeID, streamID string) string {
+	return s.Prefix + ".node." + nodeID + ".stream." + streamID
+}
+
+// NodeStreamOut returns <prefix>.nstream.<nodeID>.<streamID>, where the
+// node publishes the output frames of one of its streams.
+func (s SubjectSet) NodeStreamOut(nodeID, streamID string) string {
+	return s.Prefix + ".nstream." + nodeID + "." + streamID
+}
+
+// NodeStreamsOf returns <prefix>.nstream.<nodeID>.>, the output of every
+// stream of one node (for its publish permission).
+func (s SubjectSet) NodeStreamsOf(nodeID string) string {
+	return s.Prefix + ".nstream." + nodeID + ".>"
+}
+
+// ParseNodeGroup splits a node's group, <prefix>.node.<nodeID> (NodeGroup),
+// into its prefix and node id, both validated. The error is an *Error of
+// type ErrInvalidRequest.
+func ParseNodeGroup(group string) (prefix, nodeID string, err error) {
+	prefix, rest, ok := strings.Cut(group, ".node.")
+	if !ok || ValidateSubjectPrefix(prefix) != nil || ValidateNodeID(rest) != nil {
+		return "", "", Errorf(ErrInvalidRequest, "%q is not a node group (<prefix>.node.<nodeId>)", group)
+	}
+	return prefix, rest, nil
+}
+
+// ValidateStreamID checks the id of a stream carried over NATS
+// (StreamSpec.ID, AttachRequest.StreamID): 1 to 64 letters, digits, '-'
+// or '_', one subject token. The error is an *Error of type
+// ErrInvalidRequest.
+func ValidateStreamID(id string) error {
+	if !isIDToken(id, maxStreamIDLen) {
+		return Errorf(ErrInvalidRequest, "invalid stream id %q: want 1 to %d letters, digits, '-' or '_'", id, maxStreamIDLen)
+	}
+	return nil
 }
 
 // ValidateSubjectPrefix checks a configured subject prefix: one NATS subject

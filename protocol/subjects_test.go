@@ -28,11 +28,43 @@ func TestSubjects(t *testing.T) {
 		{s.Node("build-1", NodeEndpointApprovalsGet), "execmesh.node.build-1.approvals.get"},
 		{s.Node("build-1", NodeEndpointApprovalsSet), "execmesh.node.build-1.approvals.set"},
 		{s.Node("build-1", NodeEndpointWhich), "execmesh.node.build-1.which"},
+		{s.Node("build-1", NodeEndpointAttach), "execmesh.node.build-1.attach"},
+		{s.NodeStreamIn("build-1", "s-1"), "execmesh.node.build-1.stream.s-1"},
+		{s.NodeStreamOut("build-1", "s-1"), "execmesh.nstream.build-1.s-1"},
+		{s.NodeStreamsOf("build-1"), "execmesh.nstream.build-1.>"},
 		{Subjects("acme_prod").Invoke, "acme_prod.gw.invoke"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+func TestParseNodeGroup(t *testing.T) {
+	for _, c := range []struct{ prefix, id string }{{"execmesh", "build-1"}, {"acme_prod", "N" + strings.Repeat("x", 127)}} {
+		p, id, err := ParseNodeGroup(Subjects(c.prefix).NodeGroup(c.id))
+		if err != nil || p != c.prefix || id != c.id {
+			t.Errorf("ParseNodeGroup(NodeGroup(%q, %q)) = %q, %q, %v", c.prefix, c.id, p, id, err)
+		}
+	}
+	for _, g := range []string{"", "execmesh", "execmesh.node.", "execmesh.node.a.b", "a.b.node.c", ".node.x", "execmesh.node.*", "execmesh.nodes.x", "execmesh.node.>"} {
+		if p, id, err := ParseNodeGroup(g); err == nil {
+			t.Errorf("ParseNodeGroup(%q) = %q, %q, nil", g, p, id)
+		}
+	}
+}
+
+func TestValidateStreamID(t *testing.T) {
+	for _, id := range []string{"a", "0123456789abcdef0123456789abcdef", "A-b_9", strings.Repeat("s", 64)} {
+		if err := ValidateStreamID(id); err != nil {
+			t.Errorf("ValidateStreamID(%q) = %v", id, err)
+		}
+	}
+	for _, id := range []string{"", "a.b", "*", ">", "a b", strings.Repeat("s", 65)} {
+		var pe *Error
+		if err := ValidateStreamID(id); !errors.As(err, &pe) || pe.Type != ErrInvalidRequest {
+			t.Errorf("ValidateStreamID(%q) = %v, want an invalid_request *Error", id, err)
 		}
 	}
 }
