@@ -151,6 +151,20 @@ func TestNodePermissions(t *testing.T) {
 		t.Fatalf("own presence: %v %v", m, err)
 	}
 
+	// Own stream output: delivered.
+	streams, err := gw.SubscribeSync(prefix + ".nstream.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.Flush()
+	ownStream := prefix + ".nstream." + a.NodeID + ".s1"
+	if err := ncA.Publish(ownStream, []byte("out")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := streams.NextMsgWithContext(ctx); err != nil || m.Subject != ownStream {
+		t.Fatalf("own stream output: %v %v", m, err)
+	}
+
 	// Own exit event through JetStream (publish + ack on A's inbox).
 	code := 0
 	ev := protocol.ExitEvent{SessionID: "nimble-coral", NodeID: a.NodeID, Status: "completed", ExitCode: &code, StartedAt: 1}
@@ -170,6 +184,7 @@ func TestNodePermissions(t *testing.T) {
 	ncA.Publish(bSubj, []byte("rm -rf"))
 	ncA.Publish(prefix+".presence."+b.NodeID, []byte("fake"))
 	ncA.Publish(prefix+".gw.invoke", []byte("{}"))
+	ncA.Publish(prefix+".nstream."+b.NodeID+".s1", []byte("forged output"))
 	nodesKV := "$KV." + bus.StreamNamesFor(prefix).Nodes + "." + a.NodeID
 	ncA.Publish(nodesKV, []byte(`{"pairing":"paired"}`)) // its own registry record
 	if _, err := ncA.SubscribeSync(prefix + ".node." + b.NodeID + ".>"); err != nil {
@@ -184,6 +199,7 @@ func TestNodePermissions(t *testing.T) {
 			`Publish to "` + bSubj,
 			`Publish to "` + prefix + ".presence." + b.NodeID,
 			`Publish to "` + prefix + ".gw.invoke",
+			`Publish to "` + prefix + ".nstream." + b.NodeID,
 			`Publish to "` + nodesKV,
 			`Subscription to "` + prefix + ".node." + b.NodeID,
 			`Subscription to "_INBOX.>"`,
@@ -207,6 +223,9 @@ func TestNodePermissions(t *testing.T) {
 	}
 	if m, err := presence.NextMsg(100 * time.Millisecond); err == nil {
 		t.Fatalf("forged presence delivered: %s %q", m.Subject, m.Data)
+	}
+	if m, err := streams.NextMsg(10 * time.Millisecond); err == nil {
+		t.Fatalf("forged stream output delivered: %s %q", m.Subject, m.Data)
 	}
 	if errs := sinkB.all(); len(errs) != 0 {
 		t.Fatalf("node B errors: %v", errs)

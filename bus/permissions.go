@@ -52,6 +52,9 @@ func GatewayPermissions(prefix string) *server.Permissions {
 //	<prefix>.events.exit.<id>              exit events (a JetStream publish
 //	                                       needs only this plus an inbox for the ack)
 //	<prefix>.pair.request                  pairing
+//	<prefix>.nstream.<id>.>                output of its sessions' streams
+//	                                       (hostbus; input arrives on
+//	                                       <prefix>.node.<id>.stream.*)
 //
 // subscribe:
 //
@@ -80,6 +83,7 @@ func NodePermissions(prefix, nodeID string) (*server.Permissions, error) {
 			subj.PresenceOf(nodeID),
 			subj.ExitEventsOf(nodeID),
 			subj.PairRequest,
+			subj.NodeStreamsOf(nodeID),
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			subj.NodeAll(nodeID),
