@@ -79,6 +79,13 @@ type Remote struct {
 	// RequestMargin and CallTimeout; zero takes the defaults.
 	RequestMargin time.Duration
 	CallTimeout   time.Duration
+	// StreamWindow, StreamPing and StreamTimeout shape the streams of
+	// Attach (stream.go): the output in flight, the ping of an idle side,
+	// the silence that ends a stream; zero takes DefaultStreamWindow,
+	// DefaultStreamPing, DefaultStreamTimeout.
+	StreamWindow  int64
+	StreamPing    time.Duration
+	StreamTimeout time.Duration
 }
 
 func (r *Remote) margin() time.Duration {
@@ -104,12 +111,19 @@ func (r *Remote) callTimeout() time.Duration {
 func (r *Remote) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.ExecReply, error) {
 	var deadline time.Duration
 	a := req.Args
+	if req.Stream != nil {
+		// Its subjects are named after the stream id (Attach).
+		if err := protocol.ValidateStreamID(req.Stream.ID); err != nil {
+			return protocol.ExecReply{}, err
+		}
+	}
 	switch {
-	case req.Sync:
+	case req.Sync && req.Stream == nil:
 		if a.Timeout != nil && *a.Timeout > 0 {
 			deadline = time.Duration(*a.Timeout*float64(time.Second)) + r.margin()
 		} // else: the caller's context alone
-	case a.Background:
+	case a.Background || req.Stream != nil:
+		// A start with a stream runs in the background (host.Local).
 		deadline = r.callTimeout()
 	default:
 		y := float64(maxYieldMs)

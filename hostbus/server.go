@@ -54,6 +54,11 @@ type ServerConfig struct {
 	MaxIdempotencyKeys int
 	// Count, when set, wraps every handler (the node agent's counters).
 	Count func(endpoint string, fn HandlerFunc) HandlerFunc
+	// StreamPing and StreamTimeout time the liveness of streams (a Host
+	// that is a host.Streamer, see stream.go); zero values take
+	// DefaultStreamPing and DefaultStreamTimeout.
+	StreamPing    time.Duration
+	StreamTimeout time.Duration
 }
 
 // HandlerFunc serves one endpoint: it returns the JSON reply, or an error
@@ -78,6 +83,8 @@ type Server struct {
 	mu      sync.Mutex
 	closing bool
 	nc      *nats.Conn
+	streams map[string]*nodeStream // open streams by id (stream.go)
+	timing  streamTiming
 
 	// listBuf is the buffer of the last list reply, once sent: the next
 	// one is written into it (a node's list of ten thousand sessions is
@@ -96,7 +103,8 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.MaxIdempotencyKeys <= 0 {
 		cfg.MaxIdempotencyKeys = DefaultMaxIdempotency
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, idem: newIdemCache(cfg.IdempotencyTTL, cfg.MaxIdempotencyKeys)}
+	s := &Server{cfg: cfg, log: cfg.Logger, idem: newIdemCache(cfg.IdempotencyTTL, cfg.MaxIdempotencyKeys),
+		timing: newStreamTiming(cfg.StreamPing, cfg.StreamTimeout)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -108,18 +116,18 @@ var hostEndpoints = []struct{ name, subject string }{
 	{"list", protocol.NodeEndpointList},
 	{"applypatch", protocol.NodeEndpointApplyPatch},
 	{"ping", protocol.NodeEndpointPing},
+	{"attach", protocol.NodeEndpointAttach},
 }
 
 // AddTo registers the host endpoints (exec, process, list, applypatch,
-// ping) in
-// g, answering on nc.
+// ping, attach) in g, answering on nc.
 func (s *Server) AddTo(nc *nats.Conn, g micro.Group) error {
 	s.mu.Lock()
 	s.nc = nc
 	s.mu.Unlock()
 	handlers := map[string]HandlerFunc{
 		"exec": s.handleExec, "process": s.handleProcess, "list": s.handleList, "applypatch": s.handleApplyPatch,
-		"ping": s.handlePing,
+		"ping": s.handlePing, "attach": s.handleAttach,
 	}
 	for _, e := range hostEndpoints {
 		if err := g.AddEndpoint(e.name, s.Endpoint(e.name, handlers[e.name]), micro.WithEndpointSubject(e.subject),
@@ -183,12 +191,14 @@ func (s *Server) Endpoint(name string, fn HandlerFunc) micro.HandlerFunc {
 	}
 }
 
-// Close refuses new requests, ends the waits of those in flight and waits
-// for them, bounded by ctx. It is idempotent.
+// Close refuses new requests, ends the streams (their gateways hear
+// why) and the waits of the requests in flight, and waits for them,
+// bounded by ctx. It is idempotent.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
+	s.closeStreams()
 	s.cancel()
 	s.workers.close()
 	done := make(chan struct{})

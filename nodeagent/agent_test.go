@@ -526,14 +526,14 @@ func TestNodePresenceAndDiscovery(t *testing.T) {
 	if err := json.Unmarshal(reply.Data, &info); err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "execmesh-node" || info.Metadata["nodeId"] != h.a.ID() || len(info.Endpoints) != 9 {
+	if info.Name != "execmesh-node" || info.Metadata["nodeId"] != h.a.ID() || len(info.Endpoints) != 10 {
 		t.Fatalf("info: %+v", info)
 	}
 	subjects := map[string]bool{}
 	for _, ep := range info.Endpoints {
 		subjects[ep.Subject] = true
 	}
-	for _, s := range []string{"exec", "process", "list", "ping", "approvals.get", "approvals.set", "which", "pairing", "applypatch"} {
+	for _, s := range []string{"exec", "process", "list", "ping", "approvals.get", "approvals.set", "which", "pairing", "applypatch", "attach"} {
 		if !subjects["execmesh.node."+h.a.ID()+"."+s] {
 			t.Fatalf("endpoint %s missing: %v", s, subjects)
 		}

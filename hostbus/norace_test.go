@@ -1,0 +1,5 @@
+//go:build !race
+
+package hostbus
+
+const raceEnabled = false
