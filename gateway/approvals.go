@@ -94,6 +94,9 @@ func (n *notices) stop() {
 // requestApproval records the pending approval of a run a host refused
 // without one, and returns the approval-pending result.
 func (g *Gateway) requestApproval(ctx context.Context, c *call, req protocol.ExecRequest, n *nodes.Node, ar protocol.ApprovalRequest) (protocol.Result, error) {
+	// An approved run starts later, with nobody attached to claim a
+	// stream bound now.
+	req.Stream = nil
 	decisions := []string{DecisionAllowOnce, DecisionAllowAlways, DecisionDeny}
 	if !ar.AllowAlways {
 		decisions = []string{DecisionAllowOnce, DecisionDeny}

@@ -35,7 +35,11 @@ func (c *call) exec(ctx context.Context, args protocol.ExecArgs) (protocol.Resul
 	if err != nil {
 		return protocol.Result{}, err
 	}
-	req := protocol.ExecRequest{SessionKey: c.sessionKey, AgentID: c.agentID, Args: args}
+	req := protocol.ExecRequest{SessionKey: c.sessionKey, AgentID: c.agentID, Args: args, Stream: c.stream}
+	if c.stream != nil {
+		// Attached starts are background sessions from the start.
+		req.Args.Background, req.Args.YieldMs = true, nil
+	}
 	if !limits.IsZero() {
 		req.Limits = &limits
 	}

@@ -801,6 +801,9 @@ type call struct {
 	cfg        config.Config
 	sessionKey string
 	agentID    string
+	// stream, for a start attached to a WebSocket (attach.go), is bound
+	// to the session on its host before it runs.
+	stream *protocol.StreamSpec
 }
 
 // defaultsKeyPrefix starts the control-bucket keys of the per-sessionKey

@@ -40,6 +40,10 @@ func (g *Gateway) Handler() http.Handler {
 	// select what a call may select itself (host, node).
 	mux.HandleFunc("PUT /v1/sessions/{sessionKey}/exec", g.authed(g.handlePutSessionExec))
 	mux.HandleFunc("GET /v1/sessions/{sessionKey}/{sessionId}/stream", g.authed(g.handleSessionStream))
+	// Attach sockets authenticate themselves: a browser's token comes as a
+	// subprotocol (attach.go).
+	mux.HandleFunc("GET /v1/sessions/{id}/attach", g.handleAttach)
+	mux.HandleFunc("GET /v1/exec/attach", g.handleExecAttach)
 	mux.HandleFunc("GET /v1/admin/blockers", g.authed(g.handleBlockers))
 	mux.HandleFunc("POST /v1/admin/reload", g.operator(g.handleReload))
 	mux.HandleFunc("GET /v1/config/exec-node", g.authed(g.handleGetExecNode))

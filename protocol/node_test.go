@@ -23,8 +23,9 @@ func TestNodeWireNames(t *testing.T) {
 		golden string
 	}{
 		{"exec request", &ExecRequest{SessionKey: "k", AgentID: "a", SessionID: "s", Target: TargetNode, Args: ExecArgs{Command: "true", YieldMs: &yield}, Security: "full", Ask: "off", Warnings: []string{"w"}, Sync: true,
-			Limits: &Limits{PidsMax: 7}, Approval: &SignedDecision{Decision: decision, GatewayKey: "g", Signature: "x"}},
-			`{"sessionKey":"k","agentId":"a","sessionId":"s","target":"node","args":{"command":"true","yieldMs":100},"security":"full","ask":"off","warnings":["w"],"sync":true,"limits":{"pidsMax":7},"approval":{"decision":{"approvalId":"i","decision":"allow-once","plan":{"host":"node","nodeId":"n","agentId":"a","sessionKey":"k","command":"c","argv":["/bin/c"],"cwd":"/","cwdId":"1:2","envDigest":"e","files":[{"path":"/bin/c","sha256":"h"}]},"expiresAtMs":9},"gatewayKey":"g","signature":"x"}}`},
+			Limits: &Limits{PidsMax: 7}, Approval: &SignedDecision{Decision: decision, GatewayKey: "g", Signature: "x"},
+			Stream: &StreamSpec{ID: "i", Stdin: true, KeepOnDetach: true}},
+			`{"sessionKey":"k","agentId":"a","sessionId":"s","target":"node","args":{"command":"true","yieldMs":100},"security":"full","ask":"off","warnings":["w"],"sync":true,"limits":{"pidsMax":7},"approval":{"decision":{"approvalId":"i","decision":"allow-once","plan":{"host":"node","nodeId":"n","agentId":"a","sessionKey":"k","command":"c","argv":["/bin/c"],"cwd":"/","cwdId":"1:2","envDigest":"e","files":[{"path":"/bin/c","sha256":"h"}]},"expiresAtMs":9},"gatewayKey":"g","signature":"x"},"stream":{"id":"i","stdin":true,"keepOnDetach":true}}`},
 		{"exec reply", &ExecReply{Result: TextResult("t", details), Instance: "i"},
 			`{"result":{"content":[{"type":"text","text":"t"}],"details":{"sessionId":"s"}},"instance":"i"}`},
 		{"approval request", &ApprovalRequest{AllowAlways: true, AskFallback: "deny", FallbackAllows: true, Reason: "r", Plan: plan},

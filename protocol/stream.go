@@ -55,7 +55,7 @@ const (
 	// socket stays open), or, just before the close, why it ends.
 	ControlError = "error"
 	// ControlCredit (NATS only, receiver → sender): Credit more bytes of
-	// output may be sent.
+	// output, or of input, may be sent.
 	ControlCredit = "credit"
 	// ControlPing (NATS only, both ways): the peer is alive.
 	ControlPing = "ping"

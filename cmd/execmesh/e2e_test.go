@@ -66,14 +66,18 @@ func TestE2EExec(t *testing.T) {
 		code   int
 		stdout string // exact when set
 		has    string // substring of stdout
+		hasErr string // substring of stderr
 		stderr string // exact when set
 	}{
 		{name: "echo", args: []string{"--", "echo", "hi"}, stdout: "hi\n"},
 		{name: "one word is a shell line", args: []string{"echo a; echo b"}, stdout: "a\nb\n"},
 		// Like ssh host cmd: the command's output only, its exit status.
 		{name: "non-zero exit", args: []string{"--", "sh", "-c", "echo out; exit 3"}, code: 3, stdout: "out\n"},
-		{name: "not found is 127", args: []string{"--", "execmesh-no-such-command-xyz"}, code: 127, has: "not found"},
-		{name: "not executable is 126", args: []string{"--", notExecutable}, code: 126, has: "ermission denied"},
+		{name: "not found is 127", args: []string{"--", "execmesh-no-such-command-xyz"}, code: 127, hasErr: "not found"},
+		{name: "not executable is 126", args: []string{"--", notExecutable}, code: 126, hasErr: "ermission denied"},
+		// The real bytes: stdout and stderr apart, each in order, binary whole.
+		{name: "stderr apart", args: []string{"echo out1; echo err >&2; echo out2"}, stdout: "out1\nout2\n", stderr: "err\n"},
+		{name: "binary", args: []string{`printf 'a\000\377b'`}, stdout: "a\x00\xffb"},
 		{name: "signal is 128+N", args: []string{"kill -9 $$"}, code: 137, stderr: "execmesh: command ended by signal SIGKILL\n"},
 		{name: "env and workdir", args: []string{"--env", "GREETING=hello", "--workdir", "/", "--", "sh", "-c", `echo "$GREETING from $(pwd)"`}, stdout: "hello from /\n"},
 		{name: "timeout is 124 with the reason", args: []string{"--timeout", "1", "--", "sleep", "30"}, code: 124, stderr: "execmesh: command timed out: the exec timeout ended it (SIGTERM)\n"},
@@ -93,6 +97,9 @@ func TestE2EExec(t *testing.T) {
 			}
 			if !strings.Contains(r.stdout, tt.has) {
 				t.Errorf("stdout %q lacks %q", r.stdout, tt.has)
+			}
+			if !strings.Contains(r.stderr, tt.hasErr) {
+				t.Errorf("stderr %q lacks %q", r.stderr, tt.hasErr)
 			}
 			if tt.stderr != "" && r.stderr != tt.stderr {
 				t.Errorf("stderr %q, want %q", r.stderr, tt.stderr)

@@ -66,6 +66,8 @@ type execOptions struct {
 	// allowTruncated accepts output cut at the retention cap: exit with
 	// the command's status instead of exitTruncated (the note stays).
 	allowTruncated bool
+	// stream: -i, -t, --signal, --keep of a streamed run (stream.go).
+	stream streamOptions
 }
 
 func (c *cli) newExecCmd() *cobra.Command {
@@ -138,6 +140,10 @@ command reads), the current directory; otherwise the gateway's default.`,
 	fs.StringVar(&o.node, "node", "", "target node `id or name` (host=node)")
 	fs.BoolVar(&o.follow, "follow", false, "follow the output live (the default; kept for scripts written for older versions)")
 	_ = fs.MarkHidden("follow")
+	fs.BoolVarP(&o.stream.stdin, "interactive", "i", false, "forward stdin to the command (its end of file included)")
+	fs.BoolVarP(&o.stream.tty, "tty", "t", false, "run in a pseudo-terminal attached to this one (raw mode, window size, Ctrl-C to the remote foreground job; Ctrl-] detaches); implies -i")
+	fs.StringVar(&o.stream.signal, "signal", "", "signal `NAME` an interrupt of execmesh sends to the command (default: the one received, SIGINT for Ctrl-C); a second interrupt within 2 s detaches")
+	fs.BoolVar(&o.stream.keep, "keep", false, "keep the command running when execmesh goes away (default: it is killed, as ssh's would be)")
 	fs.BoolVar(&o.allowTruncated, "allow-truncated", false, "exit with the command's status even when its output was cut at the 200 000-character retention cap (the note on stderr stays)")
 	completeValues(cmd, "host", "auto", "sandbox", "gateway", "node")
 	completeValues(cmd, "security", "deny", "allowlist", "full")
@@ -159,6 +165,14 @@ func (c *cli) runExec(cmd *cobra.Command, f *clientFlags, o *execOptions, words 
 		return usageErrorf("exec: --background and --no-wait do not mix (--background starts in the background at once)")
 	case o.follow && (o.background || o.noWait):
 		return usageErrorf("exec: --follow does not mix with --background or --no-wait")
+	case (o.stream.stdin || o.stream.tty || o.stream.keep || o.stream.signal != "") && (o.background || o.noWait || fs.Changed("yield-ms") || f.json):
+		return usageErrorf("exec: -i, -t, --signal and --keep stream a command execmesh waits for; they do not mix with --background, --no-wait, --yield-ms or --json")
+	}
+	if o.stream.signal != "" && unix.SignalNum(strings.ToUpper(o.stream.signal)) == 0 && unix.SignalNum("SIG"+strings.ToUpper(o.stream.signal)) == 0 {
+		return usageErrorf("exec: --signal %q: not a signal name (SIGTERM, TERM, HUP, …)", o.stream.signal)
+	}
+	if o.stream.tty {
+		o.stream.stdin = true
 	}
 	a := protocol.ExecArgs{
 		Command:    joinCommand(words),
@@ -216,6 +230,15 @@ func (c *cli) runExec(cmd *cobra.Command, f *clientFlags, o *execOptions, words 
 		}
 	}
 
+	if wait && !fs.Changed("yield-ms") && !f.json {
+		// The real bytes: stdout and stderr apart, whole and exact.
+		a.PTY = a.PTY || o.stream.tty
+		o.stream.signal = strings.ToUpper(o.stream.signal)
+		if err := c.streamExec(ctx, cl, f, o, a); !errors.Is(err, errFallback) {
+			return err
+		}
+		a.PTY = o.pty
+	}
 	data, ans, err := cl.invokeTool(ctx, protocol.ToolExec, a, f.sessionKey)
 	if hint := unknownNodeHint(ctx, cl, a.Node, err); hint != "" {
 		// A typo in --node: the gateway refused it and ran nothing; the

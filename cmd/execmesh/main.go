@@ -153,7 +153,7 @@ func (c *cli) newRootCmd() *cobra.Command {
 		}
 	}
 	add(groupDaemon, c.newUpCmd(), c.newGatewayCmd(), c.newNodeCmd())
-	add(groupClient, c.newExecCmd(), c.newCallCmd(), c.newProcessCmd(), c.newSessionCmd(), c.newEventsCmd(),
+	add(groupClient, c.newExecCmd(), c.newAttachCmd(), c.newLogsCmd(), c.newCallCmd(), c.newProcessCmd(), c.newSessionCmd(), c.newEventsCmd(),
 		c.newNodesCmd(), c.newGatewaysCmd(), c.newApprovalsCmd(), c.newAdminCmd(), c.newReloadCmd(), c.newMCPCmd(), c.newConfigCmd())
 	add(groupOther, c.newVersionCmd())
 	root.AddCommand(c.newManCmd(root))
