@@ -21,13 +21,17 @@ import (
 // column, a configuration edit applied or said not to be, and events a
 // follower printed never delivered again.
 
-// TestCLIExecSaysWhatItCannotPrint: the session core keeps 200 000
-// characters of output and escapes bytes it cannot show; exec says so on
-// stderr and exits 125 for a cut, unless --allow-truncated or the command
-// failed on its own.
+// TestCLIExecSaysWhatItCannotPrint: exec streams the command's bytes
+// whole; where it prints the agents' text instead (--yield-ms, -o json),
+// which keeps 200 000 characters and escapes bytes it cannot show, it
+// says so on stderr and exits 125 for a cut, unless --allow-truncated or
+// the command failed on its own.
 func TestCLIExecSaysWhatItCannotPrint(t *testing.T) {
 	d := trustedUp(t, t.TempDir())
 	const cutNote, escNote = "the output was cut", "the output shows escaped bytes"
+	// The tool's text: a command backgrounded at once and followed by
+	// polls, as agents see it.
+	text := []string{"--yield-ms", "10"}
 	tests := []struct {
 		name     string
 		args     []string
@@ -38,15 +42,19 @@ func TestCLIExecSaysWhatItCannotPrint(t *testing.T) {
 		noNotes  bool
 		maxBytes int // stdout is shorter than this when set
 	}{
-		// 588 895 bytes: more than the retention cap keeps.
-		{name: "cut", args: []string{"seq 1 100000"}, code: 125, suffix: "99999\n100000\n", notes: []string{cutNote}, maxBytes: 588895},
-		{name: "cut allowed", args: []string{"--allow-truncated", "--", "seq", "1", "100000"}, code: 0, suffix: "\n100000\n", notes: []string{cutNote}},
-		{name: "cut of a failed command keeps its status", args: []string{"seq 1 100000; exit 3"}, code: 3, suffix: "\n100000\n", notes: []string{cutNote}},
+		// Streamed: the bytes, all 588 895 of them.
+		{name: "streamed whole", args: []string{"seq 1 100000"}, code: 0, suffix: "\n99999\n100000\n", noNotes: true},
+		{name: "streamed NUL byte", args: []string{`printf 'a\000b'`}, code: 0, stdout: "a\x00b", noNotes: true},
+		{name: "streamed invalid UTF-8", args: []string{`printf 'x\377y\n'`}, code: 0, stdout: "x\xffy\n", noNotes: true},
+		// The agents' text: 200 000 characters kept.
+		{name: "cut", args: append(text, "sleep 0.5; seq 1 100000"), code: 125, suffix: "99999\n100000\n", notes: []string{cutNote}, maxBytes: 588895},
+		{name: "cut allowed", args: append(text, "--allow-truncated", "sleep 0.5; seq 1 100000"), code: 0, suffix: "\n100000\n", notes: []string{cutNote}},
+		{name: "cut of a failed command keeps its status", args: append(text, "sleep 0.5; seq 1 100000; exit 3"), code: 3, suffix: "\n100000\n", notes: []string{cutNote}},
 		{name: "cut with -o json", args: []string{"-o", "json", "--", "seq", "1", "100000"}, code: 125, notes: []string{cutNote}},
-		{name: "whole output has no note", args: []string{"seq 1 10000"}, code: 0, suffix: "\n10000\n", noNotes: true},
-		{name: "a NUL byte", args: []string{`printf 'a\000b'`}, code: 0, stdout: `a\x00b` + "\n", notes: []string{escNote}},
-		{name: "invalid UTF-8", args: []string{`printf 'x\377y\n'`}, code: 0, stdout: "x\uFFFDy\n", notes: []string{escNote}},
-		{name: "plain text has no note", args: []string{"--", "echo", "plain"}, code: 0, stdout: "plain\n", noNotes: true},
+		{name: "whole output has no note", args: append(text, "sleep 0.5; seq 1 10000"), code: 0, suffix: "\n10000\n", noNotes: true},
+		{name: "a NUL byte", args: append(text, `sleep 0.5; printf 'a\000b'`), code: 0, stdout: `a\x00b` + "\n", notes: []string{escNote}},
+		{name: "invalid UTF-8", args: append(text, `sleep 0.5; printf 'x\377y\n'`), code: 0, stdout: "x\uFFFDy\n", notes: []string{escNote}},
+		{name: "plain text has no note", args: append(text, "sleep 0.5; echo plain"), code: 0, stdout: "plain\n", noNotes: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,6 +78,9 @@ func TestCLIExecSaysWhatItCannotPrint(t *testing.T) {
 			}
 			if tt.noNotes && r.stderr != "" {
 				t.Errorf("stderr %q, want nothing", r.stderr)
+			}
+			if tt.name == "streamed whole" && len(r.stdout) != 588895 {
+				t.Errorf("streamed %d bytes, want 588895", len(r.stdout))
 			}
 			if tt.args[0] == "-o" && !json.Valid([]byte(r.stdout)) {
 				t.Errorf("-o json: stdout is not JSON: %.200s", r.stdout)

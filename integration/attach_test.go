@@ -1,0 +1,296 @@
+package integration
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The tests of this file hold the remote shell to what people expect of
+// ssh and kubectl exec, through the built binary: the real bytes, stdout
+// and stderr apart, stdin, a terminal, attaching to a session an agent
+// started, on the gateway's host and on a node alike.
+
+// streamHosts are the exec flags of each host a stream test runs on.
+func streamHosts(t *testing.T, d *bareDaemon) map[string][]string {
+	node := waitLocalNode(t, d)
+	return map[string][]string{"gateway": {"--host", "gateway"}, "node": {"--node", node}}
+}
+
+// TestStreamExecBytes: exec prints the command's bytes exactly: 50 MB of
+// stdin through sha256sum, a gzip stream that gunzips, output far beyond
+// the agents' 200 000-character cap, and stdout and stderr apart, each
+// in order, run after run.
+func TestStreamExecBytes(t *testing.T) {
+	dir := t.TempDir()
+	d := trustedUp(t, dir)
+	data := make([]byte, 50_000_000)
+	_, _ = rand.Read(data)
+	sum := sha256.Sum256(data)
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, data[:20_000_000], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, flags := range streamHosts(t, d) {
+		t.Run(name, func(t *testing.T) {
+			r := runBinary(t, dir, d.env(), string(data), append(append([]string{"exec", "-i"}, flags...), "--", "sha256sum")...)
+			if r.code != 0 || !strings.HasPrefix(r.stdout, hex.EncodeToString(sum[:])) {
+				t.Fatalf("sha256sum of 50 MB of stdin: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
+			r = runBinary(t, dir, d.env(), "", append(append([]string{"exec"}, flags...), "--", "gzip", "-1", "-c", big)...)
+			zr, err := gzip.NewReader(strings.NewReader(r.stdout))
+			if err != nil {
+				t.Fatalf("gzip -c: exit %d, %d bytes, stderr %q: %v", r.code, len(r.stdout), r.stderr, err)
+			}
+			got, err := io.ReadAll(zr)
+			if err != nil || !bytes.Equal(got, data[:20_000_000]) {
+				t.Fatalf("gunzip of exec's output: %d bytes, %v", len(got), err)
+			}
+			r = runBinary(t, dir, d.env(), "", append(append([]string{"exec"}, flags...), "--", "seq", "1", "100000")...)
+			if r.code != 0 || len(r.stdout) != 588_895 || !strings.HasSuffix(r.stdout, "\n99999\n100000\n") || r.stderr != "" {
+				t.Fatalf("seq 1 100000: exit %d, %d bytes, stderr %q", r.code, len(r.stdout), r.stderr)
+			}
+			runs := 100
+			if name == "node" {
+				runs = 30
+			}
+			for i := range runs {
+				r := runBinary(t, dir, d.env(), "", append(append([]string{"exec"}, flags...), "echo out1; echo err1 >&2; echo out2; echo err2 >&2; exit 4")...)
+				if r.code != 4 || r.stdout != "out1\nout2\n" || r.stderr != "err1\nerr2\n" {
+					t.Fatalf("run %d: exit %d, stdout %q, stderr %q", i, r.code, r.stdout, r.stderr)
+				}
+			}
+		})
+	}
+}
+
+// env is the client environment of the daemon's CLI.
+func (d *bareDaemon) env() map[string]string {
+	return map[string]string{"HOME": d.home, "EXECMESH_GATEWAY_URL": d.url, "EXECMESH_STATE_DIR": d.stateDir}
+}
+
+// tmuxSession is a terminal the test types into and reads, running one
+// command of the execmesh binary.
+type tmuxSession struct {
+	t    *testing.T
+	name string
+	sock string
+}
+
+// startTmux runs the execmesh binary with args in a fresh tmux server of
+// its own, in a 100x30 window; the shell then prints EXITED and the
+// status.
+func startTmux(t *testing.T, d *bareDaemon, args ...string) *tmuxSession {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed: the terminal tests need it (apt-get install tmux)")
+	}
+	bin, err := execmeshBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &tmuxSession{t: t, name: "t", sock: filepath.Join(t.TempDir(), "tmux.sock")}
+	var env []string
+	for k, v := range d.env() {
+		env = append(env, k+"="+v)
+	}
+	quoted := []string{"env", "-u", "TMUX"}
+	quoted = append(quoted, env...)
+	quoted = append(quoted, bin)
+	for _, a := range args {
+		quoted = append(quoted, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
+	}
+	line := strings.Join(quoted, " ") + "; echo EXITED $?; sleep 600"
+	s.tmux("new-session", "-d", "-s", s.name, "-x", "100", "-y", "30", line)
+	t.Cleanup(func() { _ = exec.Command("tmux", "-S", s.sock, "kill-server").Run() })
+	return s
+}
+
+func (s *tmuxSession) tmux(args ...string) string {
+	s.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-S", s.sock}, args...)...).CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("tmux %q: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// keys types into the terminal (tmux send-keys arguments).
+func (s *tmuxSession) keys(keys ...string) {
+	s.t.Helper()
+	s.tmux(append([]string{"send-keys", "-t", s.name}, keys...)...)
+}
+
+// screen is the terminal's text.
+func (s *tmuxSession) screen() string {
+	s.t.Helper()
+	return s.tmux("capture-pane", "-p", "-t", s.name)
+}
+
+// waitScreen waits until the screen matches re, and returns the match.
+func (s *tmuxSession) waitScreen(re string) []string {
+	s.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		scr := s.screen()
+		if m := rx.FindStringSubmatch(scr); m != nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the terminal never showed %q:\n%s", re, scr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestStreamExecTTY: exec -t is an interactive terminal: typing reaches
+// the remote shell, the window size follows the local one, Ctrl-C stops
+// the foreground job and not the shell, and exec exits with the shell's
+// status.
+func TestStreamExecTTY(t *testing.T) {
+	d := trustedUp(t, t.TempDir())
+	for name, flags := range streamHosts(t, d) {
+		t.Run(name, func(t *testing.T) {
+			s := startTmux(t, d, append(append([]string{"exec", "-t"}, flags...), "--", "sh")...)
+			s.keys("echo typed-$((6*7)); stty size", "Enter")
+			s.waitScreen(`typed-42`)
+			s.waitScreen(`(?m)^30 100`)
+			s.tmux("resize-window", "-t", s.name, "-x", "70", "-y", "20")
+			s.keys("clear; stty size", "Enter")
+			s.waitScreen(`(?m)^20 70`)
+			s.keys("sleep 600", "Enter")
+			time.Sleep(300 * time.Millisecond) // the sleep runs in the foreground
+			s.keys("C-c")
+			// The shell runs the next line: the sleep ended, the shell did not.
+			s.keys("echo alive-$((2+3)); exit 6", "Enter")
+			s.waitScreen(`alive-5`)
+			s.waitScreen(`EXITED 6`)
+		})
+	}
+}
+
+// TestAttachToAgentSession: a person attaches to a PTY session an agent
+// started in the background, types into it, and the agent's poll returns
+// what was typed; detaching (Ctrl-]) leaves the session running.
+// logs -f follows a session's raw output to its end.
+func TestAttachToAgentSession(t *testing.T) {
+	dir := t.TempDir()
+	d := trustedUp(t, dir)
+	for name, flags := range streamHosts(t, d) {
+		t.Run(name, func(t *testing.T) {
+			r := d.cli(dir, append(append([]string{"exec", "--background", "--pty"}, flags...), "--", "sh")...)
+			id := strings.TrimSpace(r.stdout)
+			if r.code != 0 || id == "" {
+				t.Fatalf("exec --background: exit %d, %q %q", r.code, r.stdout, r.stderr)
+			}
+			s := startTmux(t, d, "attach", "-i", id)
+			time.Sleep(300 * time.Millisecond) // attached
+			s.keys("echo typed-$((6*7))", "Enter")
+			s.waitScreen(`typed-42`)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				p := d.cli(dir, "process", "log", id)
+				if strings.Contains(p.stdout, "typed-42") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the agent's log never showed the typed line: %q", p.stdout)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			s.keys("C-]")
+			s.waitScreen(`EXITED 0`)
+			if p := d.cli(dir, "process", "poll", id); !strings.Contains(p.stdout, "still running") && !strings.Contains(p.stdout, "running") {
+				t.Errorf("after detaching: %q", p.stdout)
+			}
+			d.cli(dir, "process", "kill", id)
+
+			// logs -f: the raw output of a session from now to its end.
+			r = d.cli(dir, append(append([]string{"exec", "--background"}, flags...), "--", "sh", "-c", "sleep 1; seq 1 50000; echo bye >&2; exit 2")...)
+			id = strings.TrimSpace(r.stdout)
+			r = d.cli(dir, "logs", "-f", id)
+			if r.code != 2 || len(r.stdout) != 288_894 || r.stderr != "bye\n" {
+				t.Errorf("logs -f: exit %d, %d bytes, stderr %q", r.code, len(r.stdout), r.stderr)
+			}
+		})
+	}
+}
+
+// TestStreamSlowReaderBounded: a client that stops reading a fast
+// command's output holds it back; the daemon (gateway and node in one
+// process) does not buffer it, and all of it arrives once the client
+// reads again.
+func TestStreamSlowReaderBounded(t *testing.T) {
+	dir := t.TempDir()
+	d := trustedUp(t, dir)
+	node := waitLocalNode(t, d)
+	bin, err := execmeshBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 1_000_000_000
+	cmd := exec.Command(bin, "exec", "--node", node, "--", "head", "-c", strconv.Itoa(total), "/dev/zero")
+	cmd.Dir = dir
+	cmd.Env = cleanEnv(d.env())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	before := rssKiB(t, d.cmd.Process.Pid)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Read a little, then stop for a while: the pipe fills, and so does
+	// every window behind it.
+	buf := make([]byte, 1<<20)
+	if _, err := io.ReadFull(out, buf); err != nil {
+		t.Fatal(err)
+	}
+	peak := 0
+	for range 20 {
+		time.Sleep(250 * time.Millisecond)
+		peak = max(peak, rssKiB(t, d.cmd.Process.Pid))
+	}
+	n, err := io.CopyBuffer(io.Discard, out, buf)
+	if err != nil || n+int64(len(buf)) != total {
+		t.Fatalf("read %d bytes after the pause: %v", n+int64(len(buf)), err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exec: %v: %s", err, stderr.String())
+	}
+	if grew := peak - before; grew > 64<<10 {
+		t.Errorf("the daemon grew by %d KiB while the client did not read (from %d KiB)", grew, before)
+	}
+	t.Logf("daemon RSS %d KiB before, %d KiB at most while the client paused", before, peak)
+}
+
+// rssKiB is a process's resident set.
+func rssKiB(t *testing.T, pid int) int {
+	t.Helper()
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(st), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return n
+		}
+	}
+	return 0
+}
