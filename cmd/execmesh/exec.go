@@ -87,12 +87,19 @@ runs exactly those three words; a single word is the command line as is ("exec '
 While the command awaits an exec approval, execmesh says so on stderr and waits for the
 decision: approved, the command runs and is followed; denied, execmesh exits 1 with the reason.
 
-The output is the text agents read, not yet the raw bytes: the session core keeps the last
-200 000 characters of a command's output, shows control bytes as \xNN and invalid UTF-8 as
-U+FFFD, and removes terminal escape sequences. execmesh never passes that off as the whole
-output: when a part was dropped before it could be printed, a note on stderr says so and
-execmesh exits 125 (unless --allow-truncated, or the command failed: then its own status);
-when the output shows escaped bytes, a note on stderr says so.
+The output is the command's own bytes: stdout to stdout, stderr to stderr, each in order,
+uncut and byte-exact (exec -- gzip -c f | gunzip works). -i forwards stdin, its end of file
+included; -t runs a pseudo-terminal attached to this one (raw mode, the window size, Ctrl-C
+to the remote foreground job; Ctrl-] detaches). Without -t an interrupt (Ctrl-C) is sent on
+to the command (--signal NAME sends that one instead); a second within 2 s detaches. When
+execmesh goes away the command is killed, as ssh's is; --keep leaves it running.
+
+With --yield-ms, --no-wait or -o json the output is the text agents read instead: the last
+200 000 characters, control bytes shown as \xNN, invalid UTF-8 as U+FFFD, terminal escapes
+removed. execmesh never passes that off as the whole output: when a part was dropped before
+it could be printed, a note on stderr says so and execmesh exits 125 (unless
+--allow-truncated, or the command failed: then its own status); when the output shows
+escaped bytes, a note on stderr says so.
 
 --background starts the command in the background and prints its session id alone on stdout
 (S=$(execmesh exec --background -- make) captures it); when the command awaits an operator's
@@ -100,7 +107,7 @@ approval it prints the approval id alone on stdout instead, the explanation on s
 exits 75. --no-wait returns when the command goes to the background after the yield window
 (tools.exec.backgroundMs, or --yield-ms), printing the result an agent would see; it exits 0
 for a command still running or awaiting approval. Interrupted (Ctrl-C), execmesh stops
-waiting; the command keeps running (follow it with "execmesh process poll ID --follow").
+waiting for an approval; the command keeps its course.
 
 Exit statuses of execmesh itself: 1 a failed call, 2 a bad command line, 75 approval pending
 (--background), 125 output cut (see above).
@@ -113,6 +120,8 @@ command reads), the current directory; otherwise the gateway's default.`,
   execmesh exec 'make -j4 2>&1 | tail -n 20'
   execmesh exec --background -- make build
   execmesh exec --node build-1 -- uname -a
+  execmesh exec -t --node build-1 -- bash
+  execmesh exec -i -- sha256sum < big.iso
   execmesh exec --timeout 60 --env CI=1 -- ./run-tests.sh`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
