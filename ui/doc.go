@@ -5,15 +5,37 @@
 // kept in the tab's sessionStorage and sent as a bearer token; a loopback
 // gateway without a tool token is tried first, and GET /v1/whoami says
 // whether the token is the operator's), the node registry with the
-// exec node binding, the process sessions of a chosen sessionKey with
-// their output, a kill button and an input box, the pending exec approvals
-// with allow-once, allow-always and deny, and a form to run a command. The
-// page is three embedded files, plain HTML, CSS and JavaScript with no
-// build step and nothing fetched from elsewhere; it talks to the gateway's
-// HTTP API only (GET /v1/whoami, POST /tools/invoke, GET /v1/approvals,
-// POST /v1/approvals/<id>, GET /v1/nodes, PUT /v1/config/exec-node, GET
-// /v1/sessions/<sessionKey>/<id>/stream), from its own origin: the gateway
-// refuses other origins.
+// exec node binding, the process sessions of a chosen sessionKey (filtered
+// and paged in the page) with their output, a kill button and an input
+// box, a terminal on a session, the pending exec approvals with
+// allow-once, allow-always and deny, and a form to run a command, in the
+// terminal if asked. The page is plain HTML, CSS and JavaScript with no
+// build step, embedded with xterm.js (assets/xterm: the npm releases'
+// files, pinned and checked by scripts/vendor-xterm.sh); nothing is
+// fetched from elsewhere. It talks to the gateway's HTTP API only (GET
+// /v1/whoami, POST /tools/invoke, GET /v1/approvals, POST
+// /v1/approvals/<id>, GET /v1/nodes, PUT /v1/config/exec-node, GET
+// /v1/sessions/<sessionKey>/<id>/stream, GET /v1/admin/blockers for the
+// sessionKeys it suggests, and the attach WebSockets), from its own
+// origin: the gateway refuses other origins.
+//
+// The gateway lists sessions per sessionKey only (process list), so the
+// page shows one key at a time; it suggests the keys the gateway shows
+// elsewhere: those of running gateway sessions and pending approvals.
+//
+// The terminal (xterm.js with its canvas renderer, so that the page's
+// Content-Security-Policy needs no inline style) first writes the
+// session's retained log (process log), then attaches over GET
+// /v1/sessions/<id>/attach, read-write, or read-only when another client
+// holds the input (the handshake fails with 409, which a browser cannot
+// read: a read-only attach that then succeeds says so). Keys go as stdin
+// bytes (Ctrl-C is 0x03 on a PTY; on a pipe Ctrl-C and Ctrl-D are SIGINT
+// and end of input), the grid's size as resize, and the panel shows the
+// exit status, or how the socket closed. "Run in terminal" starts the
+// command on a PTY over GET /v1/exec/attach with keepOnDetach, so closing
+// the panel detaches and the session runs on. The token travels as the
+// WebSocket subprotocol execmesh.bearer.<token> (browsers cannot set
+// Authorization on a WebSocket).
 //
 // Deciding approvals and changing the binding need the operator token
 // (DESIGN.md §3.4). The page gets it only from the user, who pastes it

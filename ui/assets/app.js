@@ -1,4 +1,6 @@
-// execmesh control page. Vanilla JS, no build step, no third-party code.
+// execmesh control page. Vanilla JS, no build step; the one third-party
+// code is xterm.js (xterm/, loaded by index.html before this file), for the
+// terminal on a session.
 //
 // Every piece of server data reaches the page through textContent or
 // setAttribute, never through the HTML parser: command lines and output
@@ -23,6 +25,12 @@
     authed: false,
     sessionKey: DEFAULT_SESSION_KEY,
     tail: null, // {id, done} of the session whose output is shown
+    term: null, // the terminal's attachment (see openTerminal)
+    sessions: [], // the last process list of sessionKey
+    filter: '', // the sessions filter, lower case
+    page: 0, // the page of the (filtered) sessions shown
+    pageSize: 25,
+    knownKeys: new Set(), // sessionKeys to suggest
     timers: {},
     generation: 0, // bumped to stop every refresh loop
   };
@@ -93,8 +101,8 @@
     return data;
   }
 
-  async function invoke(tool, args) {
-    const d = await api('POST', '/tools/invoke', { tool, args, sessionKey: state.sessionKey });
+  async function invoke(tool, args, sessionKey) {
+    const d = await api('POST', '/tools/invoke', { tool, args, sessionKey: sessionKey || state.sessionKey });
     return d.result;
   }
 
@@ -209,6 +217,8 @@
 
   function clearData() {
     closeTail();
+    closeTerminal();
+    state.sessions = [];
     for (const id of ['sessions-body', 'approvals-body', 'nodes-body', 'node-options']) $(id).replaceChildren();
     for (const id of ['sessions-status', 'sessions-result', 'approvals-status', 'approvals-result', 'nodes-status', 'bind-status', 'bind-current']) setText(id, '');
     $('run-output').hidden = true;
@@ -275,8 +285,88 @@
     }
     if (key !== state.sessionKey) return;
     const sessions = (res && res.details && res.details.sessions) || [];
+    state.sessions = sessions;
     setText('sessions-status', sessions.length + (sessions.length === 1 ? ' session' : ' sessions') + ' · ' + new Date().toLocaleTimeString());
-    syncRows($('sessions-body'), sessions, (s) => s.sessionId, sessionRow, updateSessionRow, 'No running or recent sessions.', 7);
+    renderSessions();
+  }
+
+  // renderSessions shows the page of state.sessions that the filter and
+  // the pager select: the list comes whole from process list (newest
+  // first) and is filtered and paged here.
+  function renderSessions() {
+    const f = state.filter;
+    const list = f ? state.sessions.filter((s) => sessionMatches(s, f)) : state.sessions;
+    const size = state.pageSize;
+    const pages = Math.max(1, Math.ceil(list.length / size));
+    state.page = Math.max(0, Math.min(state.page, pages - 1));
+    const start = state.page * size;
+    const items = list.slice(start, start + size);
+    syncRows($('sessions-body'), items, (s) => s.sessionId, sessionRow, updateSessionRow,
+      f ? 'No session matches the filter.' : 'No running or recent sessions.', 7);
+    const pager = $('sessions-pager');
+    pager.hidden = pages === 1;
+    pager.dataset.page = String(state.page + 1);
+    pager.dataset.pages = String(pages);
+    $('sessions-page').textContent = list.length
+      ? (start + 1) + '–' + (start + items.length) + ' of ' + list.length + (f ? ' matching' : '') + ' · page ' + (state.page + 1) + ' of ' + pages
+      : '';
+    $('sessions-prev').disabled = state.page === 0;
+    $('sessions-next').disabled = state.page >= pages - 1;
+  }
+
+  // sessionMatches: the filter is part of the session's command, status
+  // (as shown: "completed · exit 3"), name, id or node.
+  function sessionMatches(s, filter) {
+    return [s.command, visible(s.command || ''), statusLabel(s), s.name, s.sessionId, s.nodeName, s.nodeId]
+      .some((v) => v !== undefined && v !== null && String(v).toLowerCase().includes(filter));
+  }
+
+  function onFilterInput() {
+    state.filter = $('sessions-filter').value.trim().toLowerCase();
+    state.page = 0;
+    renderSessions();
+  }
+
+  function onPageSizeChange() {
+    const first = state.page * state.pageSize;
+    state.pageSize = Number($('sessions-page-size').value) || 25;
+    state.page = Math.floor(first / state.pageSize);
+    renderSessions();
+  }
+
+  function turnPage(delta) {
+    state.page += delta;
+    renderSessions();
+  }
+
+  // ---- sessionKeys ----------------------------------------------------
+  //
+  // The gateway lists sessions per sessionKey and has no list of the keys
+  // in use. The key box suggests the keys it does show: those of running
+  // gateway-host sessions (GET /v1/admin/blockers, read when the key box
+  // gets the focus: the list may be long), of pending approvals, and the
+  // ones used in this tab.
+
+  function noteKeys(keys) {
+    let changed = false;
+    for (const k of keys) {
+      if (typeof k === 'string' && SESSION_KEY_RE.test(k) && !state.knownKeys.has(k)) {
+        state.knownKeys.add(k);
+        changed = true;
+      }
+    }
+    if (changed) $('session-keys').replaceChildren(...[...state.knownKeys].sort().map((k) => el('option', { value: k })));
+  }
+
+  let keysReadAt = 0;
+
+  async function refreshKnownKeys() {
+    if (Date.now() - keysReadAt < 5000) return;
+    keysReadAt = Date.now();
+    try {
+      const d = await api('GET', '/v1/admin/blockers');
+      noteKeys(((d && d.blockers) || []).map((b) => b.sessionKey));
+    } catch (e) { /* suggestions only */ }
   }
 
   function sessionRow(s) {
@@ -287,6 +377,8 @@
     remove.addEventListener('click', () => sessionAction(id, 'remove', remove));
     const output = el('button', { type: 'button', id: 'tail-' + id, 'data-testid': 'tail-' + id }, 'Output');
     output.addEventListener('click', () => openTail(id));
+    const terminal = el('button', { type: 'button', id: 'terminal-' + id, 'data-testid': 'terminal-' + id, title: 'Open a terminal on this session' }, 'Terminal');
+    terminal.addEventListener('click', () => openTerminal(id));
     return el('tr', { 'data-testid': 'session-row', 'data-session-id': id },
       el('td', { class: 'mono', text: id }),
       el('td', { 'data-testid': 'session-host' }),
@@ -294,7 +386,7 @@
       el('td', { 'data-testid': 'session-name' }),
       el('td', { 'data-testid': 'session-runtime' }),
       el('td', { class: 'command', 'data-testid': 'session-command' }),
-      el('td', { class: 'actions' }, output, kill, remove));
+      el('td', { class: 'actions' }, terminal, output, kill, remove));
   }
 
   // outcome names how a session ended, for its colour: only an exit 0 is
@@ -308,6 +400,17 @@
     return 'ok';
   }
 
+  // statusLabel is a session's status as the table shows it.
+  function statusLabel(s) {
+    const st = String(s.status || '');
+    let label = st;
+    if (s.exitReason === 'manual-cancel') label += ' · killed';
+    else if (st !== 'running' && s.exitSignal) label += ' · ' + s.exitSignal;
+    else if (st !== 'running' && s.exitCode !== undefined && s.exitCode !== null) label += ' · exit ' + s.exitCode;
+    if (s.waitingForInput) label += ' · waiting for input';
+    return label;
+  }
+
   function updateSessionRow(tr, s) {
     const [, host, status, name, runtime, command] = tr.cells;
     // Node sessions carry the node that runs them; the rest run on the
@@ -315,12 +418,7 @@
     host.textContent = s.nodeId ? 'node ' + (s.nodeName || s.nodeId) : 'gateway';
     host.title = s.nodeId ? 'node id: ' + s.nodeId : '';
     const st = String(s.status || '');
-    let label = st;
-    if (s.exitReason === 'manual-cancel') label += ' · killed';
-    else if (st !== 'running' && s.exitSignal) label += ' · ' + s.exitSignal;
-    else if (st !== 'running' && s.exitCode !== undefined && s.exitCode !== null) label += ' · exit ' + s.exitCode;
-    if (s.waitingForInput) label += ' · waiting for input';
-    status.textContent = label;
+    status.textContent = statusLabel(s);
     status.className = 'status-' + outcome(s);
     status.dataset.status = st;
     status.dataset.outcome = outcome(s);
@@ -360,7 +458,10 @@
     state.sessionKey = key;
     $('session-key').value = key;
     sessionStorage.setItem(SESSION_KEY_KEY, key);
+    noteKeys([key]);
     closeTail();
+    state.sessions = [];
+    state.page = 0;
     $('sessions-body').replaceChildren();
     setText('sessions-result', '');
     refreshSessions();
@@ -558,6 +659,380 @@
     }
   }
 
+  // ---- terminal ------------------------------------------------------
+  //
+  // A terminal (xterm.js) on one session at a time, over the gateway's
+  // attach WebSocket: GET /v1/sessions/<id>/attach joins a running session
+  // (read-write when no other client holds its input), GET /v1/exec/attach
+  // starts a command on a PTY attached from its first byte. Binary
+  // messages are data, their first byte the kind (0 stdin, 1 stdout, 2
+  // stderr); text messages are JSON controls (started, exit, result,
+  // error from the gateway; resize, signal, eof from the page). A browser
+  // cannot set Authorization on a WebSocket: the token goes as a second
+  // subprotocol, execmesh.bearer.<token>, beside execmesh.attach.v1.
+  //
+  // A socket's output starts when it attaches, so the screen is first
+  // filled with the session's retained log (process log, which drains
+  // nothing the agent has not read). The Terminal is made once and kept;
+  // #term-screen's terminal property is it (tests read its buffer there).
+  // #term-card's data-state is connecting, attached, exited or closed,
+  // data-mode rw or ro.
+
+  const ATTACH_PROTOCOL = 'execmesh.attach.v1';
+  const BEARER_PROTOCOL = 'execmesh.bearer.';
+  const KIND_STDIN = 0;
+  const KIND_STDOUT = 1;
+  const KIND_STDERR = 2;
+  const STDIN_CHUNK = 64 * 1024; // the gateway takes up to 256 KiB a frame
+  const LOG_LINES = 1000; // how much of the log fills the screen
+  const CLOSE_TEXT = {
+    1001: 'the gateway is shutting down',
+    1006: 'the connection was lost',
+    1008: 'the gateway refused a message',
+    1009: 'a message was too big',
+    1011: 'the gateway failed',
+    4008: 'the page did not take the output fast enough',
+    4010: 'the stream was lost: the session’s host stopped answering',
+  };
+  const encoder = new TextEncoder();
+
+  let xterm = null; // {term, fit} once made
+
+  function dim(s) { return '\x1b[2m' + s + '\x1b[22m'; }
+
+  // ensureXterm makes the Terminal in #term-screen, which must be shown.
+  function ensureXterm() {
+    if (xterm) return xterm;
+    if (typeof Terminal !== 'function' || typeof FitAddon !== 'object' || typeof CanvasAddon !== 'object') {
+      throw new Error('xterm.js did not load');
+    }
+    const screen = $('term-screen');
+    const term = new Terminal({
+      cursorBlink: true,
+      fontFamily: 'ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", "Liberation Mono", monospace',
+      fontSize: 13,
+      scrollback: 5000,
+      theme: { background: '#111418', foreground: '#e6e8eb', cursor: '#e6e8eb', selectionBackground: '#3a4556' },
+    });
+    const fit = new FitAddon.FitAddon();
+    term.loadAddon(fit);
+    // Loaded before open, the canvas renderer takes the place of the DOM
+    // renderer, whose <style> elements the page's CSP refuses.
+    term.loadAddon(new CanvasAddon.CanvasAddon());
+    term.open(screen);
+    term.onData((s) => termInput(encoder.encode(s)));
+    term.onBinary((s) => termInput(Uint8Array.from(s, (c) => c.charCodeAt(0) & 0xff)));
+    term.onResize(({ cols, rows }) => sendResize(cols, rows));
+    new ResizeObserver(() => scheduleFit()).observe(screen);
+    screen.terminal = term;
+    xterm = { term, fit, fitPending: false };
+    return xterm;
+  }
+
+  // scheduleFit fits the grid to #term-screen at the next frame; a new
+  // size goes to the session (term.onResize).
+  function scheduleFit() {
+    if (!xterm || xterm.fitPending) return;
+    xterm.fitPending = true;
+    requestAnimationFrame(() => {
+      xterm.fitPending = false;
+      // A hidden box measures 0: fitting it would squeeze the grid.
+      if ($('term-card').hidden || $('term-screen').clientWidth === 0) return;
+      try { xterm.fit.fit(); } catch (e) { /* not measurable yet */ }
+    });
+  }
+
+  function setTermStatus(text, isError) {
+    setText('term-status', text, isError);
+  }
+
+  function setTermState(t, st) {
+    if (state.term === t) $('term-card').dataset.state = st;
+  }
+
+  function setTermMode(mode) {
+    const m = $('term-mode');
+    m.textContent = mode === 'rw' ? 'read-write' : mode === 'ro' ? 'read-only' : '';
+    m.className = 'badge ' + (mode || '');
+    $('term-card').dataset.mode = mode || '';
+  }
+
+  // showTerminal opens the panel for a new attachment t.
+  function showTerminal(t, title) {
+    closeTerminal();
+    state.term = t;
+    const card = $('term-card');
+    card.hidden = false;
+    card.dataset.state = 'connecting';
+    delete card.dataset.closeCode;
+    delete card.dataset.exitCode;
+    delete card.dataset.status;
+    $('term-title').textContent = title;
+    $('term-reattach').hidden = true;
+    $('term-interrupt').disabled = true;
+    setTermMode('');
+    setTermStatus('');
+    let x;
+    try {
+      x = ensureXterm();
+    } catch (e) {
+      setTermStatus(e.message, true);
+      state.term = null;
+      return null;
+    }
+    x.term.reset();
+    x.term.options.disableStdin = true;
+    x.term.options.convertEol = false;
+    try { x.fit.fit(); } catch (e) { /* fitted at the next resize */ }
+    card.scrollIntoView({ block: 'nearest' });
+    return x.term;
+  }
+
+  // openTerminal shows session id of sessionKey (the chosen one by
+  // default) in the terminal: its retained log, then its live streams.
+  async function openTerminal(id, sessionKey) {
+    const t = { id, sessionKey: sessionKey || state.sessionKey, ws: null, exec: false };
+    const term = showTerminal(t, id);
+    if (!term) return;
+    setTermStatus('Reading the log…');
+    try {
+      const res = await invoke('process', { action: 'log', sessionId: id, limit: LOG_LINES }, t.sessionKey);
+      if (state.term !== t) return;
+      const text = logText(res);
+      if (text) term.write(text.replace(/\r?\n/g, '\r\n'));
+    } catch (e) {
+      if (state.term !== t) return;
+      if (e.status === 401) return;
+      term.write(dim('[no log: ' + e.message + ']') + '\r\n');
+    }
+    setTermStatus('Attaching…');
+    attachSession(t, true);
+  }
+
+  // logText is the screen's part of a process log answer: the output,
+  // without the hint the log adds for a session that waits for input.
+  function logText(res) {
+    let text = resultText(res);
+    const hint = text.lastIndexOf('\n\nNo new output for ');
+    if (hint >= 0 && text.indexOf('may be waiting for input', hint) > 0) text = text.slice(0, hint);
+    if (text === '(no output yet)' || text === '(no output recorded)') return '';
+    return text;
+  }
+
+  function attachPath(t, write) {
+    const q = new URLSearchParams({ sessionKey: t.sessionKey });
+    if (write) q.set('write', '1');
+    return '/v1/sessions/' + encodeURIComponent(t.id) + '/attach?' + q.toString();
+  }
+
+  // attachSession attaches t to its session, asking for its input when
+  // write is set.
+  function attachSession(t, write) {
+    connect(t, attachPath(t, write), { write });
+  }
+
+  // runInTerminal starts exec args on a PTY over GET /v1/exec/attach. The
+  // session is kept when the terminal closes (keepOnDetach): it is listed
+  // with the others and can be attached again or killed.
+  function runInTerminal(args) {
+    const t = { id: '', sessionKey: state.sessionKey, ws: null, exec: true };
+    const exec = Object.assign({}, args, { pty: true });
+    if (!showTerminal(t, visible(args.command))) return;
+    setTermStatus('Starting…');
+    connect(t, '/v1/exec/attach', { start: { type: 'start', exec, sessionKey: t.sessionKey, keepOnDetach: true } });
+  }
+
+  // connect opens the socket of t. opts.write: a writer was asked for;
+  // opts.start: the start frame to send once open.
+  function connect(t, path, opts) {
+    const protocols = [ATTACH_PROTOCOL];
+    if (state.token) protocols.push(BEARER_PROTOCOL + state.token);
+    let ws;
+    try {
+      ws = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + BASE + path, protocols);
+    } catch (e) {
+      setTermStatus('Cannot open the terminal socket: ' + e.message, true);
+      setTermState(t, 'closed');
+      return;
+    }
+    ws.binaryType = 'arraybuffer';
+    t.ws = ws;
+    t.opened = false;
+    t.started = false;
+    t.writer = false;
+    t.pty = false;
+    t.exited = false;
+    const mine = () => state.term === t && t.ws === ws;
+    ws.addEventListener('open', () => {
+      if (!mine()) return;
+      t.opened = true;
+      if (opts.start) ws.send(JSON.stringify(opts.start));
+    });
+    ws.addEventListener('message', (ev) => { if (mine()) onTermMessage(t, ev.data); });
+    ws.addEventListener('close', (ev) => { if (mine()) onTermClose(t, ev, opts); });
+  }
+
+  function onTermMessage(t, data) {
+    const term = xterm.term;
+    if (data instanceof ArrayBuffer) {
+      const b = new Uint8Array(data);
+      if (b.length === 0) return;
+      if (b[0] === KIND_STDOUT) term.write(b.subarray(1));
+      else if (b[0] === KIND_STDERR) {
+        // stderr of a pipe session, tinted (a PTY has none).
+        term.write('\x1b[91m');
+        term.write(b.subarray(1));
+        term.write('\x1b[39m');
+      }
+      return;
+    }
+    let c;
+    try { c = JSON.parse(data); } catch (e) { return; }
+    if (!c || typeof c !== 'object') return;
+    if (c.type === 'started') onStarted(t, c);
+    else if (c.type === 'exit') onExit(t, c);
+    else if (c.type === 'result') onResult(t, c);
+    else if (c.type === 'error') {
+      const msg = String(c.error || 'refused');
+      t.lastError = msg;
+      setTermStatus(msg, true);
+      if (!t.started) term.write('\x1b[91m' + msg.replace(/\r?\n/g, '\r\n') + '\x1b[39m\r\n');
+    }
+  }
+
+  function onStarted(t, c) {
+    const term = xterm.term;
+    t.started = true;
+    if (c.sessionId) t.id = String(c.sessionId);
+    t.writer = !!c.writer;
+    t.pty = !!c.pty;
+    $('term-title').textContent = t.id;
+    $('term-card').dataset.sessionId = t.id;
+    // A pipe's output ends lines with a bare \n.
+    term.options.convertEol = !t.pty;
+    term.options.disableStdin = !t.writer;
+    setTermMode(t.writer ? 'rw' : 'ro');
+    $('term-interrupt').disabled = !t.writer;
+    setTermState(t, 'attached');
+    if (t.writer) setTermStatus(t.exec ? 'started' : 'attached');
+    else setTermStatus(t.readOnlyWhy || 'attached read-only: typing does nothing');
+    if (t.writer && t.pty) {
+      t.sentSize = '';
+      try { xterm.fit.fit(); } catch (e) { /* measured later */ }
+      sendResize(term.cols, term.rows);
+    }
+    if (t.exec) refreshSessions();
+    term.focus();
+  }
+
+  function exitLabel(c) {
+    const st = String(c.status || 'ended');
+    if (c.reason === 'manual-cancel') return st + ' · killed';
+    if (c.signal) return st + ' · ' + c.signal;
+    if (c.exitCode !== undefined && c.exitCode !== null) return st + ' · exit ' + c.exitCode;
+    return st;
+  }
+
+  function onExit(t, c) {
+    t.exited = true;
+    const label = exitLabel(c);
+    xterm.term.write('\r\n' + dim('[session ' + t.id + ': ' + label + ']') + '\r\n');
+    const card = $('term-card');
+    card.dataset.status = String(c.status || '');
+    if (c.exitCode !== undefined && c.exitCode !== null) card.dataset.exitCode = String(c.exitCode);
+    setTermState(t, 'exited');
+    $('term-interrupt').disabled = true;
+    setTermStatus(label, c.status === 'failed');
+    xterm.term.options.disableStdin = true;
+    refreshSessions();
+  }
+
+  // onResult: the start left no running session (it waits for an
+  // approval, or policy refused it); the exec tool's answer is shown.
+  function onResult(t, c) {
+    t.exited = true;
+    const res = c.result || {};
+    const d = res.details || {};
+    xterm.term.write(resultText(res).replace(/\r?\n/g, '\r\n') + '\r\n');
+    $('term-card').dataset.status = String(d.status || '');
+    setTermState(t, 'exited');
+    setTermStatus(d.status === 'approval-pending' ? 'waiting for an approval: the command runs in the background once allowed' : String(d.status || 'not started'), d.status === 'failed');
+    if (d.status === 'approval-pending') refreshApprovals();
+    refreshSessions();
+  }
+
+  function onTermClose(t, ev, opts) {
+    t.ws = null;
+    const card = $('term-card');
+    card.dataset.closeCode = String(ev.code);
+    xterm.term.options.disableStdin = true;
+    $('term-interrupt').disabled = true;
+    if (!t.opened) {
+      // The handshake failed, and a browser does not say why. A writer
+      // is refused (409) while another client holds the input: attach
+      // read-only then. Anything else fails read-only too.
+      if (opts.write) {
+        t.readOnlyWhy = 'read-only: another client holds this session’s input';
+        attachSession(t, false);
+        return;
+      }
+      setTermState(t, 'closed');
+      setTermStatus((t.exec ? 'Could not start: ' : 'Could not attach to ' + t.id + ': ') +
+        'the gateway refused the socket (the session may be gone, or the token may not reach it).', true);
+      $('term-reattach').hidden = t.exec;
+      return;
+    }
+    if (t.exited) return; // the exit (or result) said it all
+    setTermState(t, 'closed');
+    const why = ev.reason || CLOSE_TEXT[ev.code] || t.lastError || '';
+    const msg = 'disconnected (' + ev.code + (why ? ': ' + why : '') + ')';
+    xterm.term.write('\r\n' + dim('[' + msg + ']') + '\r\n');
+    setTermStatus(msg, true);
+    $('term-reattach').hidden = !t.id;
+  }
+
+  // closeTerminal detaches: the session keeps running.
+  function closeTerminal() {
+    const t = state.term;
+    state.term = null;
+    if (t && t.ws) {
+      try { t.ws.close(1000, 'detached'); } catch (e) { /* closing already */ }
+    }
+    $('term-card').hidden = true;
+    $('term-card').dataset.state = 'closed';
+  }
+
+  // termInput sends what was typed: stdin bytes. On a pipe, Ctrl-C and
+  // Ctrl-D become a SIGINT and an end of input; on a PTY they are bytes
+  // like any other, which its line discipline turns into both.
+  function termInput(bytes) {
+    const t = state.term;
+    if (!t || !t.started || !t.writer || t.exited || !t.ws || t.ws.readyState !== WebSocket.OPEN) return;
+    if (!t.pty && bytes.length === 1 && (bytes[0] === 3 || bytes[0] === 4)) {
+      t.ws.send(JSON.stringify(bytes[0] === 3 ? { type: 'signal', signal: 'SIGINT' } : { type: 'eof' }));
+      return;
+    }
+    for (let i = 0; i < bytes.length; i += STDIN_CHUNK) {
+      const part = bytes.subarray(i, i + STDIN_CHUNK);
+      const msg = new Uint8Array(part.length + 1);
+      msg[0] = KIND_STDIN;
+      msg.set(part, 1);
+      t.ws.send(msg);
+    }
+  }
+
+  // sendResize tells a PTY session the terminal's size (its input holder
+  // only: the gateway refuses it from a reader).
+  function sendResize(cols, rows) {
+    const t = state.term;
+    if (!t || !t.started || !t.writer || !t.pty || t.exited || !t.ws || t.ws.readyState !== WebSocket.OPEN) return;
+    const size = cols + 'x' + rows;
+    if (t.sentSize === size) return;
+    t.sentSize = size;
+    t.ws.send(JSON.stringify({ type: 'resize', cols, rows }));
+    $('term-card').dataset.size = size;
+  }
+
   // ---- run a command -------------------------------------------------
 
   async function onRunSubmit(ev) {
@@ -569,6 +1044,11 @@
     if (workdir) args.workdir = workdir;
     if (host) args.host = host;
     if (node) args.node = node;
+    if ($('run-terminal').checked) {
+      $('run-output').hidden = true;
+      runInTerminal(args);
+      return;
+    }
     if ($('run-background').checked) args.background = true;
     const out = $('run-output');
     out.hidden = false;
@@ -604,6 +1084,7 @@
       return;
     }
     const list = (d && d.approvals) || [];
+    noteKeys(list.map((a) => a.sessionKey));
     setText('approvals-status', list.length ? '' : 'No pending approvals.');
     syncRows($('approvals-body'), list, (a) => a.id, approvalRow, updateApprovalRow, 'Nothing waits for a decision.', 6);
   }
@@ -750,6 +1231,14 @@
     $('tail-close').addEventListener('click', closeTail);
     $('input-form').addEventListener('submit', onInputSubmit);
     $('run-form').addEventListener('submit', onRunSubmit);
+    $('session-key').addEventListener('focus', refreshKnownKeys);
+    $('sessions-filter').addEventListener('input', onFilterInput);
+    $('sessions-page-size').addEventListener('change', onPageSizeChange);
+    $('sessions-prev').addEventListener('click', () => turnPage(-1));
+    $('sessions-next').addEventListener('click', () => turnPage(1));
+    $('term-close').addEventListener('click', closeTerminal);
+    $('term-interrupt').addEventListener('click', () => { termInput(Uint8Array.of(3)); if (xterm) xterm.term.focus(); });
+    $('term-reattach').addEventListener('click', () => { if (state.term && state.term.id) openTerminal(state.term.id, state.term.sessionKey); });
     $('bind-form').addEventListener('submit', onBindSubmit);
     document.addEventListener('visibilitychange', () => {
       if (document.visibilityState === 'visible' && state.authed) startTimers();
@@ -761,6 +1250,8 @@
     const key = sessionStorage.getItem(SESSION_KEY_KEY);
     if (key && SESSION_KEY_RE.test(key)) state.sessionKey = key;
     $('session-key').value = state.sessionKey;
+    noteKeys([DEFAULT_SESSION_KEY, state.sessionKey]);
+    state.pageSize = Number($('sessions-page-size').value) || 25;
     // Without a stored token, try the API without one first: a loopback
     // gateway without auth needs no prompt.
     const stored = sessionStorage.getItem(TOKEN_KEY);
