@@ -300,10 +300,13 @@ func (g *Gateway) pumpOutput(ctx context.Context, conn *websocket.Conn, st host.
 		if f.Kind == protocol.FrameControl {
 			err = writeControl(wctx, conn, f.Control)
 		} else {
-			msg = append(append(msg[:0], f.Kind), f.Data...)
-			err = conn.Write(wctx, websocket.MessageBinary, msg)
-			if cap(msg) > 4*protocol.MaxFrameData {
-				msg = nil
+			// A message carries at most MaxFrameData bytes: what clients
+			// are told to accept.
+			for p := f.Data; len(p) > 0 && err == nil; {
+				n := min(len(p), protocol.MaxFrameData)
+				msg = append(append(msg[:0], f.Kind), p[:n]...)
+				err = conn.Write(wctx, websocket.MessageBinary, msg)
+				p = p[n:]
 			}
 		}
 		cancel()

@@ -41,7 +41,7 @@ func (tg *testGateway) dialAttach(path string, header http.Header) (*wsClient, *
 	if err != nil {
 		return nil, resp, err
 	}
-	conn.SetReadLimit(1 << 22)
+	conn.SetReadLimit(protocol.MaxFrameData + 1) // what clients are told to accept
 	tg.t.Cleanup(func() { conn.CloseNow() })
 	return &wsClient{t: tg.t, conn: conn, ctx: ctx}, resp, nil
 }
@@ -148,6 +148,22 @@ func TestExecAttachStreams(t *testing.T) {
 				t.Errorf("the agent's poll: %q", res.Text())
 			}
 		}
+	}
+}
+
+// TestExecAttachFlood: a flood of output arrives whole, in messages no
+// larger than clients are told to accept.
+func TestExecAttachFlood(t *testing.T) {
+	tg := startGateway(t, nil)
+	c, _, err := tg.dialAttach("/v1/exec/attach", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.control(execFrame(t, map[string]any{"command": "head -c 30000000 /dev/zero; yes | head -c 3000000 >&2"}))
+	c.started()
+	out, errb, exit := c.untilExit()
+	if len(out) != 30000000 || len(errb) != 3000000 || *exit.ExitCode != 0 || bytes.Count(out, []byte{0}) != len(out) {
+		t.Errorf("stdout %d bytes, stderr %d, exit %+v", len(out), len(errb), exit)
 	}
 }
 

@@ -108,6 +108,7 @@ type Attachment struct {
 	err     error // why it ended: ErrDetached, ErrSlowReader
 	closing chan struct{}
 	writer  bool
+	out     []byte // the Data Next returned last, recycled at the next call
 }
 
 // NewAttachment makes an attachment to pass in ExecRequest.Attach, bound
@@ -174,13 +175,48 @@ func (s *session) detach(a *Attachment) {
 	s.mu.Unlock()
 }
 
+// MaxChunk bounds the bytes of one Chunk: a flood read in one large
+// batch is handed out in pieces.
+const MaxChunk = 256 << 10
+
+// pooledChunk is the output size from which a chunk's buffer is a
+// MaxChunk buffer of the Manager's pool: a flood reuses a few buffers
+// instead of allocating (and clearing) a fresh one per chunk, while a
+// trickle of small output allocates just what it holds.
+const pooledChunk = 16 << 10
+
+// chunkBuffer returns an empty buffer for at least n bytes of output.
+func (m *Manager) chunkBuffer(n int) []byte {
+	if n < pooledChunk {
+		return make([]byte, 0, n)
+	}
+	if b, ok := m.chunks.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, MaxChunk)
+}
+
+// recycleChunk gives a chunk's buffer back to the pool, if it is one of
+// the pool's.
+func (m *Manager) recycleChunk(b []byte) {
+	if cap(b) == MaxChunk {
+		b = b[:0]
+		m.chunks.Put(&b)
+	}
+}
+
 // tapOutput hands raw output to every attachment, waiting while one's
 // queue is full (at most its Stall).
 func (s *session) tapOutput(stream int, p []byte) {
 	taps, _ := s.taps.Load().([]*Attachment)
 	for _, a := range taps {
-		if err := a.push(stream, p); err != nil {
-			s.detach(a)
+		for q := p; len(q) > 0; {
+			n := min(len(q), MaxChunk)
+			if err := a.push(stream, q[:n]); err != nil {
+				s.detach(a)
+				break
+			}
+			q = q[n:]
 		}
 	}
 }
@@ -220,10 +256,10 @@ func (a *Attachment) push(stream int, p []byte) error {
 			return a.err
 		}
 		if a.queued == 0 || a.queued+len(p) <= a.opts.Queue {
-			if n := len(a.queue); n > 0 && a.queue[n-1].Stream == stream && len(a.queue[n-1].Data)+len(p) <= 64<<10 {
+			if n := len(a.queue); n > 0 && a.queue[n-1].Stream == stream && len(a.queue[n-1].Data)+len(p) <= cap(a.queue[n-1].Data) {
 				a.queue[n-1].Data = append(a.queue[n-1].Data, p...)
 			} else {
-				a.queue = append(a.queue, Chunk{Stream: stream, Data: append([]byte(nil), p...)})
+				a.queue = append(a.queue, Chunk{Stream: stream, Data: append(a.s.m.chunkBuffer(len(p)), p...)})
 			}
 			a.queued += len(p)
 			a.wakeLocked()
@@ -274,7 +310,8 @@ func (a *Attachment) end(err error) {
 }
 
 // Next returns the next output, or, once all output was returned, the
-// session's exit (with a nil Chunk.Data). It fails with ErrSlowReader or
+// session's exit (with a nil Chunk.Data). The Chunk's Data is valid until
+// the next call of Next. It fails with ErrSlowReader or
 // ErrDetached when the attachment ended without an exit, and with ctx's
 // error.
 func (a *Attachment) Next(ctx context.Context) (Chunk, *Exit, error) {
@@ -285,8 +322,13 @@ func (a *Attachment) Next(ctx context.Context) (Chunk, *Exit, error) {
 			a.mu.Unlock()
 			return Chunk{}, nil, err
 		}
+		if a.out != nil {
+			a.s.m.recycleChunk(a.out) // the caller is done with it
+			a.out = nil
+		}
 		if len(a.queue) > 0 {
 			c := a.queue[0]
+			a.out = c.Data
 			a.queue[0] = Chunk{}
 			a.queue = a.queue[1:]
 			if len(a.queue) == 0 {

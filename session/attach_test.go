@@ -29,6 +29,9 @@ func drain(t *testing.T, a *Attachment) (stdout, stderr []byte, exit *Exit) {
 		if e != nil {
 			return stdout, stderr, e
 		}
+		if len(c.Data) > MaxChunk || len(c.Data) == 0 {
+			t.Fatalf("a chunk of %d bytes", len(c.Data))
+		}
 		switch c.Stream {
 		case StreamStdout:
 			stdout = append(stdout, c.Data...)
@@ -85,6 +88,13 @@ func TestAttachRawStreams(t *testing.T) {
 			}
 		})
 	}
+	t.Run("flood", func(t *testing.T) {
+		a, _ := startAttached(t, m, "head -c 50000000 /dev/zero", false, AttachOptions{})
+		out, _, exit := drain(t, a)
+		if len(out) != 50000000 || exit.Status != protocol.StatusCompleted {
+			t.Errorf("%d bytes, %+v", len(out), exit)
+		}
+	})
 	t.Run("beyond the cap", func(t *testing.T) {
 		a, _ := startAttached(t, m, "head -c 3000000 /dev/urandom | od -An -tx1 | head -c 2000000", false, AttachOptions{})
 		out, _, exit := drain(t, a)

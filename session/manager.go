@@ -32,6 +32,9 @@ var errEmptyCommand error = protocol.Errorf(protocol.ErrInvalidRequest, "Provide
 // Manager runs commands and keeps them as sessions. It is safe for
 // concurrent use. Create it with NewManager and release it with Close.
 type Manager struct {
+	// chunks holds MaxChunk buffers of attachments' output (attach.go).
+	chunks sync.Pool
+
 	cfg       Config
 	log       *slog.Logger
 	shell     string

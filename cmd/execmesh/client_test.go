@@ -280,7 +280,7 @@ func TestExecArgumentsAndExitCodes(t *testing.T) {
 			answer: fakeAnswer{200, okResult("[earlier output was discarded at the retention cap and cannot be recovered]\n\n99999\n100000", map[string]any{"status": "completed", "exitCode": 0, "aggregated": "99999\n100000"})},
 			code:   125,
 			stdout: "[earlier output was discarded at the retention cap and cannot be recovered]\n\n99999\n100000\n",
-			stderr: "execmesh: the output was cut: a session keeps the last 200 000 characters of a command's output (fewer when configured so), and an earlier part was dropped before execmesh could print it; it cannot be recovered (write the output to a file instead)\n",
+			stderr: "execmesh: the output was cut: a session keeps the last 200 000 characters of a command's output (fewer when configured so), and an earlier part was dropped before execmesh could print it; it cannot be recovered (exec without --yield-ms, --no-wait and -o json streams the whole output)\n",
 		},
 		{
 			name:   "high exit code passed through",

@@ -489,10 +489,10 @@ func (c *cli) finishWait(raw bool, data []byte, res protocol.Result, facts outpu
 		}
 	}
 	if facts.cut {
-		fmt.Fprintln(c.stderr, "execmesh: the output was cut: a session keeps the last 200 000 characters of a command's output (fewer when configured so), and an earlier part was dropped before execmesh could print it; it cannot be recovered (write the output to a file instead)")
+		fmt.Fprintln(c.stderr, "execmesh: the output was cut: a session keeps the last 200 000 characters of a command's output (fewer when configured so), and an earlier part was dropped before execmesh could print it; it cannot be recovered (exec without --yield-ms, --no-wait and -o json streams the whole output)")
 	}
 	if facts.escaped {
-		fmt.Fprintln(c.stderr, `execmesh: the output shows escaped bytes: control bytes appear as \xNN and invalid UTF-8 as U+FFFD (the text agents read; execmesh exec cannot give the raw bytes yet)`)
+		fmt.Fprintln(c.stderr, `execmesh: the output shows escaped bytes: control bytes appear as \xNN and invalid UTF-8 as U+FFFD (the text agents read; exec without --yield-ms, --no-wait and -o json streams the raw bytes)`)
 	}
 	if code == exitOK && facts.cut && !facts.allowTruncated {
 		code = exitTruncated

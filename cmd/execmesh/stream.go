@@ -161,8 +161,9 @@ func (s *streamSession) run(ctx context.Context) (int, error) {
 	if s.opts.stdin {
 		go s.forwardStdin(ctx, detach)
 	}
+	buf := make([]byte, protocol.MaxFrameData+1)
 	for {
-		typ, b, err := s.conn.Read(ctx)
+		typ, b, err := s.readMessage(ctx, buf)
 		if err != nil {
 			select {
 			case <-detached:
@@ -200,6 +201,32 @@ func (s *streamSession) run(ctx context.Context) (int, error) {
 			fmt.Fprintln(s.c.stderr, "execmesh:", ctl.Error)
 		}
 	}
+}
+
+// readMessage reads one message into buf, which holds the largest a
+// gateway sends: output flows without an allocation per message.
+func (s *streamSession) readMessage(ctx context.Context, buf []byte) (websocket.MessageType, []byte, error) {
+	typ, r, err := s.conn.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := io.ReadFull(r, buf)
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		return typ, buf[:n], nil
+	case err != nil:
+		return 0, nil, err
+	}
+	// A full buffer: the message ends here, or is longer than the read
+	// limit allows, which this read reports.
+	var one [1]byte
+	if m, err := r.Read(one[:]); m > 0 || (err != nil && err != io.EOF) {
+		if err == nil {
+			err = errors.New("a message longer than the stream's limit")
+		}
+		return 0, nil, err
+	}
+	return typ, buf[:n], nil
 }
 
 // rawTerminal puts the local terminal in raw mode and keeps the remote
