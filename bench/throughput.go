@@ -166,6 +166,8 @@ func benchThroughput(ctx context.Context, c *cluster, node *nodeProc, o *options
 			{"text node", toolBackground(cl, text, "node", node.id, false, o.pollEvery)},
 			{"NUL pty", c.barePTY(zero, n)},
 			{"NUL gateway pty", toolBackground(cl, zero, "gateway", "", true, o.pollEvery)},
+			{"NUL exec attach gateway", c.cliExec(zero, "--host", "gateway")},
+			{"NUL exec attach node", c.cliExec(zero, "--node", node.id)},
 		}
 	}
 	// One untimed round of a tenth of the bytes first, as the latency
@@ -209,7 +211,11 @@ func benchThroughput(ctx context.Context, c *cluster, node *nodeProc, o *options
 	add(5, txt+", host=node", 3, "bare Go pipe reader", ratioAtMost(pipeTarget), "")
 	add(7, nul+", host=gateway pty", 6, "bare Go PTY reader", ratioAtMost(ptyTarget),
 		"pty:true; baseline: the same command on a PTY (creack/pty) whose master Go reads and discards")
-	return nil
+	add(8, nul+" through `execmesh exec` to /dev/null, host=gateway", 0, "bare Go pipe reader", ratioAtMost(attachTarget),
+		"the execmesh client streaming the command's stdout over GET /v1/exec/attach, its start included; the agents' capped buffer is fed alongside")
+	add(9, nul+" through `execmesh exec` to /dev/null, host=node", 0, "bare Go pipe reader", ratioAtMost(attachTarget),
+		"the same across NATS, with credit flow control")
+	return benchAttachRTT(ctx, c, node, res)
 }
 
 func humanBytes(n int64) string {
