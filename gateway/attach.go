@@ -391,3 +391,13 @@ func truncateReason(s string) string {
 	}
 	return strings.ToValidUTF8(s[:120], "") + "..."
 }
+
+// handleSessionKeys serves GET /v1/sessions (operator): the sessionKeys
+// that hold sessions in the session index, with how many each holds and
+// how many of them run, the busiest first. The tool API lists sessions
+// per sessionKey; this is how an operator finds the keys.
+func (g *Gateway) handleSessionKeys(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		SessionKeys []index.KeyCount `json:"sessionKeys"`
+	}{g.index.Keys()})
+}

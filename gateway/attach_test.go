@@ -394,3 +394,35 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestSessionKeysList: the operator finds every sessionKey that holds
+// sessions, with its counts; the tool token may not.
+func TestSessionKeysList(t *testing.T) {
+	tg := startGateway(t, func(c *config.Config, _ *Options) { c.Gateway.Auth.Token = "tool-secret" })
+	for _, key := range []string{"agent:main:a", "agent:main:b", "agent:main:b", "agent:ops:c"} {
+		r := tg.do(http.MethodPost, "/tools/invoke", mustJSON(t, map[string]any{"tool": "exec", "sessionKey": key,
+			"args": map[string]any{"command": "sleep 60", "background": true}}), tg.asAgent())
+		if !r.OK {
+			t.Fatalf("exec: %s", r.Raw)
+		}
+	}
+	if r := tg.do(http.MethodGet, "/v1/sessions", nil, tg.asAgent()); r.Status != http.StatusForbidden {
+		t.Errorf("the tool token listed the sessionKeys: %d %s", r.Status, r.Raw)
+	}
+	var got struct {
+		SessionKeys []struct {
+			SessionKey        string
+			Sessions, Running int
+		}
+	}
+	checkFor(t, 10*time.Second, func() error {
+		r := tg.do(http.MethodGet, "/v1/sessions", nil, nil)
+		if err := json.Unmarshal(r.Raw, &got); err != nil || r.Status != http.StatusOK {
+			return fmt.Errorf("%d %s: %v", r.Status, r.Raw, err)
+		}
+		if len(got.SessionKeys) != 3 || got.SessionKeys[0].SessionKey != "agent:main:b" || got.SessionKeys[0].Sessions != 2 || got.SessionKeys[0].Running != 2 {
+			return fmt.Errorf("sessionKeys %+v", got.SessionKeys)
+		}
+		return nil
+	})
+}

@@ -44,6 +44,7 @@ func (g *Gateway) Handler() http.Handler {
 	// subprotocol (attach.go).
 	mux.HandleFunc("GET /v1/sessions/{id}/attach", g.handleAttach)
 	mux.HandleFunc("GET /v1/exec/attach", g.handleExecAttach)
+	mux.HandleFunc("GET /v1/sessions", g.operator(g.handleSessionKeys))
 	mux.HandleFunc("GET /v1/admin/blockers", g.authed(g.handleBlockers))
 	mux.HandleFunc("POST /v1/admin/reload", g.operator(g.handleReload))
 	mux.HandleFunc("GET /v1/config/exec-node", g.authed(g.handleGetExecNode))

@@ -26,6 +26,7 @@ import (
 	"iter"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -572,5 +573,42 @@ func (ix *Index) OfHost(kind, hostID string) []string {
 			out = append(out, id)
 		}
 	}
+	return out
+}
+
+// KeyCount is how many records of the index one sessionKey holds.
+type KeyCount struct {
+	SessionKey string `json:"sessionKey"`
+	Sessions   int    `json:"sessions"`
+	Running    int    `json:"running"`
+}
+
+// Keys returns the sessionKeys of the records, with their counts, the
+// ones with the most records first (then by name).
+func (ix *Index) Keys() []KeyCount {
+	ix.mu.RLock()
+	counts := map[string]*KeyCount{}
+	for _, e := range ix.cache {
+		c := counts[e.rec.SessionKey]
+		if c == nil {
+			c = &KeyCount{SessionKey: e.rec.SessionKey}
+			counts[e.rec.SessionKey] = c
+		}
+		c.Sessions++
+		if e.rec.State == StateRunning {
+			c.Running++
+		}
+	}
+	ix.mu.RUnlock()
+	out := make([]KeyCount, 0, len(counts))
+	for _, c := range counts {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b KeyCount) int {
+		if a.Sessions != b.Sessions {
+			return b.Sessions - a.Sessions
+		}
+		return strings.Compare(a.SessionKey, b.SessionKey)
+	})
 	return out
 }
