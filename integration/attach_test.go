@@ -3,11 +3,13 @@ package integration
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
+	"golang.org/x/sync/errgroup"
 )
 
 // The tests of this file hold the remote shell to what people expect of
@@ -293,4 +298,106 @@ func rssKiB(t *testing.T, pid int) int {
 		}
 	}
 	return 0
+}
+
+// TestAttachThousandClients: a thousand clients attached to one session
+// all get its output and its exit when it ends while they are attached;
+// afterwards the daemon holds no more descriptors or threads than
+// before.
+func TestAttachThousandClients(t *testing.T) {
+	dir := t.TempDir()
+	d := trustedUp(t, dir)
+	tok, err := os.ReadFile(filepath.Join(d.stateDir, "operator.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := filepath.Join(dir, "go")
+	r := d.cli(dir, "exec", "--background", "--", "sh", "-c", "while [ ! -e "+gate+" ]; do sleep 0.05; done; echo all-see-this; exit 3")
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || id == "" {
+		t.Fatalf("exec --background: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	pid := d.cmd.Process.Pid
+	fdsBefore, threadsBefore := countFDs(t, pid), countThreads(t, pid)
+
+	const clients = 1000
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	conns := make([]*websocket.Conn, clients)
+	u := "ws" + strings.TrimPrefix(d.url, "http") + "/v1/sessions/" + id + "/attach"
+	for i := range conns {
+		c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + strings.TrimSpace(string(tok))}},
+			Subprotocols: []string{"execmesh.attach.v1"}})
+		if err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+		defer c.CloseNow()
+		if typ, b, err := c.Read(ctx); err != nil || typ != websocket.MessageText || !strings.Contains(string(b), `"started"`) {
+			t.Fatalf("client %d: %v %s", i, err, b)
+		}
+		conns[i] = c
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var g errgroup.Group
+	g.SetLimit(64)
+	for i, c := range conns {
+		g.Go(func() error {
+			var out []byte
+			for {
+				typ, b, err := c.Read(ctx)
+				if err != nil {
+					return fmt.Errorf("client %d: %v after %q", i, err, out)
+				}
+				if typ == websocket.MessageBinary {
+					out = append(out, b[1:]...)
+					continue
+				}
+				if strings.Contains(string(b), `"exit"`) {
+					if string(out) != "all-see-this\n" || !strings.Contains(string(b), `"exitCode":3`) {
+						return fmt.Errorf("client %d: output %q, exit %s", i, out, b)
+					}
+					_, _, err := c.Read(ctx)
+					if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+						return fmt.Errorf("client %d: after the exit: %v", i, err)
+					}
+					return nil
+				}
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		fds, threads := countFDs(t, pid), countThreads(t, pid)
+		if fds <= fdsBefore+5 && threads <= threadsBefore+8 {
+			t.Logf("descriptors %d before, %d after; threads %d before, %d after", fdsBefore, fds, threadsBefore, threads)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon holds %d descriptors and %d threads, %d and %d before the clients", fds, threads, fdsBefore, threadsBefore)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func countFDs(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func countThreads(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
