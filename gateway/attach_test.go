@@ -426,3 +426,35 @@ func TestSessionKeysList(t *testing.T) {
 		return nil
 	})
 }
+
+// TestExecAttachSandbox: a start attached to host=sandbox runs in the
+// sandbox with the same streams: stdout and stderr apart, stdin, a PTY.
+func TestExecAttachSandbox(t *testing.T) {
+	tg := startSandboxGateway(t, nil)
+	c, _, err := tg.dialAttach("/v1/exec/attach", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := execFrame(t, map[string]any{"command": "touch /etc/x 2>/dev/null || echo ro >&2; read line; echo got-$line; printf '\\000'"})
+	ctl.Stdin = true
+	c.control(ctl)
+	c.started()
+	c.stdin([]byte("abc\n"))
+	c.control(protocol.Control{Type: protocol.ControlEOF})
+	out, errb, exit := c.untilExit()
+	if string(out) != "got-abc\n\x00" || string(errb) != "ro\n" || *exit.ExitCode != 0 {
+		t.Errorf("stdout %q stderr %q exit %+v", out, errb, exit)
+	}
+	p, _, err := tg.dialAttach("/v1/exec/attach", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.control(execFrame(t, map[string]any{"command": "stty size; exit 5", "pty": true}))
+	if st := p.started(); !st.PTY {
+		t.Fatalf("started %+v", st)
+	}
+	out, _, exit = p.untilExit()
+	if !strings.Contains(string(out), "30 120") || *exit.ExitCode != 5 {
+		t.Errorf("pty: %q %+v", out, exit)
+	}
+}
