@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +23,8 @@ import (
 
 	"github.com/coder/websocket"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/execmesh/execmesh/bus"
 )
 
 // The tests of this file hold the remote shell to what people expect of
@@ -400,4 +404,55 @@ func countThreads(t *testing.T, pid int) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// TestAttachNodeGoesAway: a node agent killed while a client is attached
+// to one of its sessions ends the stream with a reason, within the
+// stream's liveness bound, and the gateway keeps nothing of it.
+func TestAttachNodeGoesAway(t *testing.T) {
+	ns := startNodeServer(t, bus.ServerConfig{})
+	gw := startItGateway(t, ns, "", bus.ClientConfig{})
+	np := newNodeProc(t, "going", "--nats-url", ns.url())
+	np.start()
+	gw.waitNode(np.id, "connected", "")
+	gw.approve(np.id)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	u := "ws" + strings.TrimPrefix(gw.http.URL, "http") + "/v1/exec/attach"
+	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{"execmesh.attach.v1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	start, _ := json.Marshal(map[string]any{"type": "start", "exec": map[string]any{"command": "while :; do echo tick; sleep 0.1; done", "host": "node", "node": np.id}})
+	if err := c.Write(ctx, websocket.MessageText, start); err != nil {
+		t.Fatal(err)
+	}
+	for ticks := 0; ticks < 3; {
+		typ, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("before the kill: %v", err)
+		}
+		if typ == websocket.MessageBinary {
+			ticks += strings.Count(string(b), "tick")
+		}
+	}
+	np.kill()
+	killed := time.Now()
+	for {
+		_, _, err := c.Read(ctx)
+		if err == nil {
+			continue
+		}
+		var ce websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != 4010 || !strings.Contains(ce.Reason, "stream lost: node going") {
+			t.Fatalf("the stream ended with %v, want close 4010 saying the node stopped answering", err)
+		}
+		if waited := time.Since(killed); waited > 30*time.Second {
+			t.Errorf("the stream ended %v after the node died", waited)
+		}
+		t.Logf("closed %v after the kill: %s", time.Since(killed).Round(time.Millisecond), ce.Reason)
+		break
+	}
 }
