@@ -394,7 +394,13 @@ func (c *cli) streamExec(ctx context.Context, cl *client, f *clientFlags, o *exe
 		return fmt.Errorf("the gateway answered the start with %q", first.Type)
 	}
 	s.pty = first.PTY
-	code, err := s.run(sctx)
+	return s.wait(sctx)
+}
+
+// wait runs the session to its end and turns its exit status into the
+// command's.
+func (s *streamSession) wait(ctx context.Context) error {
+	code, err := s.run(ctx)
 	if err != nil {
 		return err
 	}
@@ -524,12 +530,5 @@ func (c *cli) runAttach(cmd *cobra.Command, f *clientFlags, o streamOptions, id 
 		return fmt.Errorf("the gateway answered the attach with %q", first.Type)
 	}
 	s := &streamSession{c: c, conn: conn, opts: o, pty: first.PTY}
-	code, err := s.run(sctx)
-	if err != nil {
-		return err
-	}
-	if code != exitOK {
-		return &exitError{code: code}
-	}
-	return nil
+	return s.wait(sctx)
 }
