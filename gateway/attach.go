@@ -35,6 +35,9 @@ const (
 	attachWriteWait = 30 * time.Second
 )
 
+// endSession is the close reason after the exit frame.
+const endSession = "session ended"
+
 // Close codes of attach sockets beyond the standard ones.
 const (
 	// closeSlowClient: the client did not read output fast enough.
@@ -172,7 +175,13 @@ func (g *Gateway) handleExecAttach(w http.ResponseWriter, r *http.Request) {
 		closeWith(conn, websocket.StatusNormalClosure, "not started")
 		return
 	}
-	g.pumpAttach(ctx, conn, st)
+	if g.pumpAttach(ctx, conn, st) {
+		// The client saw the end, as a poll would have shown it: the exit
+		// notice would tell the sessionKey's agent of a run it never
+		// started.
+		sessionKey, _, _ := ParseSessionKey(key)
+		g.polled(context.WithoutCancel(ctx), sessionKey, st.Started().SessionID)
+	}
 }
 
 // readStart reads and checks a start frame.
@@ -252,20 +261,22 @@ func (g *Gateway) acceptAttach(w http.ResponseWriter, r *http.Request) (*websock
 }
 
 // pumpAttach joins a socket and a stream until the session ends, the
-// client goes away or either side fails; each end has a close reason.
-func (g *Gateway) pumpAttach(ctx context.Context, conn *websocket.Conn, st host.Stream) {
+// client goes away or either side fails; each end has a close reason. It
+// reports whether the client was sent the session's exit.
+func (g *Gateway) pumpAttach(ctx context.Context, conn *websocket.Conn, st host.Stream) (exited bool) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer st.Close()
 	started := st.Started()
 	if err := writeControl(ctx, conn, &started); err != nil {
 		conn.CloseNow()
-		return
+		return false
 	}
 	out := make(chan struct{})
 	go func() {
 		defer close(out)
 		code, reason := g.pumpOutput(ctx, conn, st)
+		exited = reason == endSession
 		closeWith(conn, code, reason)
 		cancel(errors.New(reason))
 	}()
@@ -280,6 +291,7 @@ func (g *Gateway) pumpAttach(ctx context.Context, conn *websocket.Conn, st host.
 	g.pumpInput(ctx, conn, st)
 	cancel(errors.New("client went away"))
 	<-out
+	return exited
 }
 
 // pumpOutput copies the stream's output to the socket and says how the
@@ -317,7 +329,7 @@ func (g *Gateway) pumpOutput(ctx context.Context, conn *websocket.Conn, st host.
 			return websocket.StatusNormalClosure, "client went away"
 		}
 		if f.Kind == protocol.FrameControl && f.Control.Type == protocol.ControlExit {
-			return websocket.StatusNormalClosure, "session ended"
+			return websocket.StatusNormalClosure, endSession
 		}
 	}
 }

@@ -458,3 +458,44 @@ func TestExecAttachSandbox(t *testing.T) {
 		t.Errorf("pty: %q %+v", out, exit)
 	}
 }
+
+// TestExecAttachNoNotice: a run started attached whose client saw its end
+// leaves no exit notice for the sessionKey's agent, who never started it;
+// a person watching an agent's session takes nothing from the agent.
+func TestExecAttachNoNotice(t *testing.T) {
+	tg := startGateway(t, nil)
+	c, _, err := tg.dialAttach("/v1/exec/attach", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.control(execFrame(t, map[string]any{"command": "echo person"}))
+	person := c.started().SessionID
+	c.untilExit()
+	agent := tg.invoke(protocol.ToolExec, map[string]any{"command": "sleep 0.5; echo agent", "background": true}, "").SessionID()
+	w, _, err := tg.dialAttach("/v1/sessions/"+agent+"/attach", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.started()
+	w.untilExit()
+	var evs struct {
+		Events []protocol.SystemEvent `json:"events"`
+	}
+	checkFor(t, 30*time.Second, func() error {
+		r := tg.do(http.MethodGet, "/v1/events?sessionKey="+url.QueryEscape(DefaultSessionKey)+"&waitMs=200", nil, nil)
+		if err := json.Unmarshal(r.Raw, &evs); err != nil {
+			return fmt.Errorf("%s: %v", r.Raw, err)
+		}
+		for _, e := range evs.Events {
+			if strings.Contains(e.Text, agent) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no notice of the agent's session %s: %+v", agent, evs.Events)
+	})
+	for _, e := range evs.Events {
+		if strings.Contains(e.Text, person) {
+			t.Errorf("a notice of the attached run: %+v", e)
+		}
+	}
+}
