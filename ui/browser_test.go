@@ -2,7 +2,9 @@ package ui
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,7 +16,11 @@ import (
 	"time"
 
 	"github.com/execmesh/execmesh/access"
+	"github.com/execmesh/execmesh/gateway"
+	"github.com/execmesh/execmesh/protocol"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -413,4 +419,231 @@ func cssRGB(hex string) string {
 // sessionRowJS is the JavaScript expression of a session's row.
 func sessionRowJS(id string) string {
 	return `document.querySelector('[data-testid="session-row"][data-session-id=` + strconv.Quote(id) + `]')`
+}
+
+// invokeKey runs a tool call on g under sessionKey and fails the test on
+// a refusal.
+func invokeKey(t *testing.T, g *gateway.Gateway, sessionKey, tool, args string) protocol.Result {
+	t.Helper()
+	res, err := g.Invoke(t.Context(), gateway.InvokeRequest{Tool: tool, Args: []byte(args), SessionKey: sessionKey})
+	if err != nil {
+		t.Fatalf("%s %s as %s: %v", tool, args, sessionKey, err)
+	}
+	return res
+}
+
+// invokeHTTPKey runs a tool call through POST /tools/invoke under
+// sessionKey, as an agent with token would.
+func invokeHTTPKey(t *testing.T, base, token, sessionKey, tool, args string) protocol.Result {
+	t.Helper()
+	body := `{"tool":` + strconv.Quote(tool) + `,"sessionKey":` + strconv.Quote(sessionKey) + `,"args":` + args + `}`
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/tools/invoke", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s as %s: %v", tool, args, sessionKey, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var ans struct {
+		OK     bool            `json:"ok"`
+		Result protocol.Result `json:"result"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &ans) != nil || !ans.OK {
+		t.Fatalf("%s %s as %s: %d %s", tool, args, sessionKey, resp.StatusCode, b)
+	}
+	return ans.Result
+}
+
+// signedInPage serves g's API and the control page, starts a browser that
+// records CSP violations, and signs in with token. (termPage's server
+// wraps each response to keep its sockets, which leaves out Flush: the
+// session stream needs it.)
+func signedInPage(t *testing.T, g *gateway.Gateway, chrome, token string) (context.Context, *httptest.Server) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/", g.Handler())
+	mux.Handle("/ui/", Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	ctx := browser(t, chrome)
+	if err := chromedp.Do(ctx, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: cspWatch})
+		return chromedp.Void{}, err
+	}); err != nil {
+		t.Fatalf("add the CSP watch: %v", err)
+	}
+	do(t, ctx, "open /ui", chromedp.Navigate(srv.URL+"/ui/"))
+	waitJS(t, ctx, "the token prompt", `!document.getElementById('login').hidden`)
+	do(t, ctx, "token", chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-submit")))
+	do(t, ctx, "app", chromedp.WaitVisible(chromedp.ID("app")))
+	return ctx, srv
+}
+
+// TestBrowserAllSessionKeys: signed in as the operator, the session table
+// shows the sessions of every sessionKey (GET /v1/sessions, then process
+// list of each) with their keys, by default; the filter matches a key;
+// the terminal, the output, the input and kill of a row act on the
+// session under that row's sessionKey, not the key box's. Show lists one
+// key, and the tool token still sees one key only.
+func TestBrowserAllSessionKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	chrome := findChromium(t)
+	const token = "ui-keys-token"
+	const mainKey, deployKey, opsKey = "agent:main:main", "agent:main:deploy", "agent:ops:nightly"
+	g, _ := startNodeGateway(t, token)
+	start := func(key, args string) string {
+		t.Helper()
+		res := invokeKey(t, g, key, "exec", args)
+		if res.Status() != "running" {
+			t.Fatalf("exec %s as %s: %s %v", args, key, res.Text(), res.Details)
+		}
+		return res.SessionID()
+	}
+	mainSleep := start(mainKey, `{"command":"sleep 300","background":true}`)
+	deploySleep := start(deployKey, `{"command":"sleep 300","background":true}`)
+	deployDone := invokeKey(t, g, deployKey, "exec", `{"command":"echo deploy-done","background":true}`).SessionID()
+	if deployDone == "" {
+		t.Fatalf("background echo as %s: no session", deployKey)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		if p := invokeKey(t, g, deployKey, "process", `{"action":"poll","sessionId":"`+deployDone+`","timeout":1000}`); p.Status() == "running" {
+			return fmt.Errorf("%s still running", deployDone)
+		}
+		return nil
+	})
+	opsShell := start(opsKey, `{"command":"sh","pty":true,"background":true}`)
+	keyOf := map[string]string{mainSleep: mainKey, deploySleep: deployKey, deployDone: deployKey, opsShell: opsKey}
+
+	opToken, err := access.ReadOperatorTokenFile(g.Config().StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, srv := signedInPage(t, g, chrome, opToken)
+	waitJS(t, ctx, "the operator role", `document.getElementById('conn-status').dataset.role === 'operator'`)
+
+	// Every key's sessions, each with its sessionKey, by default.
+	rows := `document.querySelectorAll('[data-testid="session-row"]')`
+	keyHeader := `getComputedStyle(document.querySelector('#sessions-table th.col-key')).display`
+	waitJS(t, ctx, "all sessionKeys, the default", `document.getElementById('sessions-all').checked && !document.getElementById('sessions-all-label').hidden && document.getElementById('sessions-table').dataset.scope === 'all'`)
+	waitJS(t, ctx, "every key's sessions", rows+`.length === 4 && document.getElementById('sessions-status').textContent.startsWith('4 sessions under 3 sessionKeys')`)
+	for id, key := range keyOf {
+		row := sessionRowJS(id)
+		waitJS(t, ctx, "the row of "+id, row+` && `+row+`.dataset.sessionKey === `+strconv.Quote(key))
+		if got := eval[string](t, ctx, row+`.querySelector('[data-testid="session-row-key"]').textContent`); got != key {
+			t.Errorf("sessionKey shown for %s: %q, want %q", id, got, key)
+		}
+	}
+	if got := eval[string](t, ctx, keyHeader); got == "none" {
+		t.Errorf("the sessionKey column is hidden in the view of every key")
+	}
+	// Newest first across keys: the shell started last, the main sleep first.
+	order := eval[[]string](t, ctx, `[...`+rows+`].map((r) => r.dataset.sessionId)`)
+	if len(order) != 4 || order[0] != opsShell || order[3] != mainSleep {
+		t.Errorf("rows in the order %q, want %s first and %s last", order, opsShell, mainSleep)
+	}
+	screenshot(t, ctx, artifactDir(t), "ui-7-all-session-keys.png")
+
+	// The filter matches a sessionKey.
+	setFilter := func(v string) {
+		t.Helper()
+		eval[chromedp.Void](t, ctx, `(() => { const f = document.getElementById('sessions-filter'); f.value = `+strconv.Quote(v)+`; f.dispatchEvent(new Event('input')); })()`)
+	}
+	setFilter(deployKey)
+	waitJS(t, ctx, "the deploy key's sessions", rows+`.length === 2 && [...`+rows+`].every((r) => r.dataset.sessionKey === `+strconv.Quote(deployKey)+`) && document.getElementById('sessions-page').textContent.startsWith('1–2 of 2 matching')`)
+	setFilter("agent:ops:")
+	waitJS(t, ctx, "the other agent's session", rows+`.length === 1 && `+sessionRowJS(opsShell))
+	setFilter("")
+	waitJS(t, ctx, "every session again", rows+`.length === 4`)
+
+	// The terminal of a row under another key than the key box's attaches
+	// to that session: what is typed reaches it, and the agent reads it
+	// back under that key.
+	if got := eval[string](t, ctx, `document.getElementById('session-key').value`); got != mainKey {
+		t.Fatalf("key box %q", got)
+	}
+	clickRow(t, ctx, "the ops shell's terminal", "terminal-"+opsShell)
+	waitJS(t, ctx, "the terminal attached read-write", termCard+`.dataset.state === 'attached' && `+termCard+`.dataset.mode === 'rw' && `+termCard+`.dataset.sessionKey === `+strconv.Quote(opsKey))
+	if got := eval[string](t, ctx, `document.getElementById('term-title').textContent`); got != opsShell {
+		t.Errorf("terminal title %q, want %q", got, opsShell)
+	}
+	typeKeys(t, ctx, "echo nightly-$((6*7))\r")
+	waitJS(t, ctx, "the typed line's output", termHas("nightly-42"))
+	waitFor(t, 20*time.Second, func() error {
+		if log := invokeHTTPKey(t, srv.URL, token, opsKey, "process", `{"action":"log","sessionId":"`+opsShell+`"}`).Text(); !strings.Contains(log, "echo nightly-$((6*7))") || !strings.Contains(log, "nightly-42") {
+			return fmt.Errorf("process log under %s: %q", opsKey, log)
+		}
+		return nil
+	})
+	if log := invokeHTTPKey(t, srv.URL, token, mainKey, "process", `{"action":"log","sessionId":"`+opsShell+`"}`).Text(); strings.Contains(log, "nightly-42") {
+		t.Errorf("%s's session read under %s: %q", opsKey, mainKey, log)
+	}
+	do(t, ctx, "close the terminal", chromedp.Click(chromedp.ID("term-close")))
+	waitJS(t, ctx, "the panel to close", termCard+`.hidden`)
+
+	// Its output streams under its key, and input goes to it.
+	clickRow(t, ctx, "the ops shell's output", "tail-"+opsShell)
+	waitJS(t, ctx, "the ops shell's output", `document.getElementById('tail-panel').dataset.sessionKey === `+strconv.Quote(opsKey)+
+		` && document.getElementById('tail-panel').dataset.transport === 'stream' && document.getElementById('tail-output').textContent.includes('nightly-42')`)
+	do(t, ctx, "input", chromedp.SendKeys(chromedp.ID("input-text"), "echo via-input-$((2+3))"), chromedp.Click(chromedp.ID("input-send")))
+	waitJS(t, ctx, "the input's output", `document.getElementById('tail-output').textContent.includes('via-input-5')`)
+	if got := eval[string](t, ctx, `document.getElementById('input-status').textContent`); strings.Contains(strings.ToLower(got), "no session") {
+		t.Errorf("input status %q", got)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		if log := invokeHTTPKey(t, srv.URL, token, opsKey, "process", `{"action":"log","sessionId":"`+opsShell+`"}`).Text(); !strings.Contains(log, "via-input-5") {
+			return fmt.Errorf("process log under %s: %q", opsKey, log)
+		}
+		return nil
+	})
+	do(t, ctx, "close the output", chromedp.Click(chromedp.ID("tail-close")))
+
+	// Kill on a row of another key kills that session, and only it.
+	clickRow(t, ctx, "kill the deploy sleep", "kill-"+deploySleep)
+	deployRow := sessionRowJS(deploySleep)
+	waitJS(t, ctx, "the deploy sleep killed", deployRow+` && `+deployRow+`.dataset.status !== 'running' && `+deployRow+`.querySelector('[data-testid="session-status"]').dataset.outcome === 'killed'`)
+	if got := eval[string](t, ctx, `document.getElementById('sessions-result').textContent`); !strings.HasPrefix(got, "Termination requested for session "+deploySleep) {
+		t.Errorf("kill result shown: %q", got)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		if p := invokeHTTPKey(t, srv.URL, token, deployKey, "process", `{"action":"poll","sessionId":"`+deploySleep+`"}`); p.Status() == "running" {
+			return fmt.Errorf("%s still running under %s", deploySleep, deployKey)
+		}
+		return nil
+	})
+	for _, id := range []string{mainSleep, opsShell} {
+		if p := invokeKey(t, g, keyOf[id], "process", `{"action":"poll","sessionId":"`+id+`"}`); p.Status() != "running" {
+			t.Errorf("%s (%s) after killing %s: %s %q", id, keyOf[id], deploySleep, p.Status(), p.Text())
+		}
+	}
+
+	// Show lists the key box's key alone, without the key column; All
+	// sessionKeys again lists them all.
+	clearInput(t, ctx, "session-key")
+	do(t, ctx, "show one key", chromedp.SendKeys(chromedp.ID("session-key"), opsKey), chromedp.Click(chromedp.ID("sessions-refresh")))
+	waitJS(t, ctx, "the one key's sessions", `!document.getElementById('sessions-all').checked && document.getElementById('sessions-table').dataset.scope === 'one' && `+rows+`.length === 1 && `+sessionRowJS(opsShell))
+	if got := eval[string](t, ctx, keyHeader); got != "none" {
+		t.Errorf("the sessionKey column shows (%q) in the view of one key", got)
+	}
+	do(t, ctx, "all sessionKeys", chromedp.Click(chromedp.ID("sessions-all")))
+	waitJS(t, ctx, "every key's sessions again", `document.getElementById('sessions-table').dataset.scope === 'all' && `+rows+`.length === 4`)
+	do(t, ctx, "focus the key box", chromedp.Focus(chromedp.ID("session-key")))
+	waitJS(t, ctx, "the keys suggested", `['agent:main:deploy', 'agent:ops:nightly'].every((k) => [...document.querySelectorAll('#session-keys option')].some((o) => o.value === k))`)
+	noCSPViolations(t, ctx)
+
+	// The tool token sees one key (the key box's) and no choice of all.
+	do(t, ctx, "change token", chromedp.Click(chromedp.ID("logout")))
+	waitJS(t, ctx, "the prompt", `!document.getElementById('login').hidden`)
+	do(t, ctx, "tool token", chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-submit")))
+	waitJS(t, ctx, "the agent role", `document.getElementById('conn-status').dataset.role === 'agent' && !document.getElementById('app').hidden`)
+	waitJS(t, ctx, "one key's sessions", `document.getElementById('sessions-all-label').hidden && document.getElementById('sessions-table').dataset.scope === 'one' && `+rows+`.length === 1 && `+sessionRowJS(opsShell))
+	if got := eval[string](t, ctx, keyHeader); got != "none" {
+		t.Errorf("the sessionKey column shows (%q) to the tool token", got)
+	}
 }

@@ -5,23 +5,30 @@
 // kept in the tab's sessionStorage and sent as a bearer token; a loopback
 // gateway without a tool token is tried first, and GET /v1/whoami says
 // whether the token is the operator's), the node registry with the
-// exec node binding, the process sessions of a chosen sessionKey (filtered
-// and paged in the page) with their output, a kill button and an input
-// box, a terminal on a session, the pending exec approvals with
-// allow-once, allow-always and deny, and a form to run a command, in the
-// terminal if asked. The page is plain HTML, CSS and JavaScript with no
-// build step, embedded with xterm.js (assets/xterm: the npm releases'
-// files, pinned and checked by scripts/vendor-xterm.sh); nothing is
-// fetched from elsewhere. It talks to the gateway's HTTP API only (GET
+// exec node binding, the process sessions (of every sessionKey for the
+// operator, of a chosen one otherwise; filtered and paged in the page)
+// with their output, a kill button and an input box, a terminal on a
+// session, the pending exec approvals with allow-once, allow-always and
+// deny, and a form to run a command, in the terminal if asked. The page
+// is plain HTML, CSS and JavaScript with no build step, embedded with
+// xterm.js (assets/xterm: the npm releases' files, pinned and checked by
+// scripts/vendor-xterm.sh); nothing is fetched from elsewhere. It talks to the gateway's HTTP API only (GET
 // /v1/whoami, POST /tools/invoke, GET /v1/approvals, POST
 // /v1/approvals/<id>, GET /v1/nodes, PUT /v1/config/exec-node, GET
-// /v1/sessions/<sessionKey>/<id>/stream, GET /v1/admin/blockers for the
-// sessionKeys it suggests, and the attach WebSockets), from its own
-// origin: the gateway refuses other origins.
+// /v1/sessions/<sessionKey>/<id>/stream, GET /v1/sessions and GET
+// /v1/admin/blockers for the sessionKeys, and the attach WebSockets), from
+// its own origin: the gateway refuses other origins.
 //
-// The gateway lists sessions per sessionKey only (process list), so the
-// page shows one key at a time; it suggests the keys the gateway shows
-// elsewhere: those of running gateway sessions and pending approvals.
+// The tool API lists sessions per sessionKey (process list). To the
+// operator the page shows every key by default: GET /v1/sessions (the
+// operator's) names the keys that hold sessions, the page reads the
+// process list of each, at most 8 at a time, and merges them newest
+// first, with a sessionKey column that the filter matches too; each
+// row's terminal, output, input, kill and remove act under that row's
+// key. "Show" lists the one key in the key box instead. With the tool
+// token the page shows one key at a time and suggests the keys the
+// gateway shows it elsewhere: those of running gateway sessions and
+// pending approvals.
 //
 // The terminal (xterm.js with its canvas renderer, so that the page's
 // Content-Security-Policy needs no inline style) first writes the

@@ -10,8 +10,12 @@
 (() => {
   const TOKEN_KEY = 'execmesh.token';
   const SESSION_KEY_KEY = 'execmesh.sessionKey';
+  const ALL_KEYS_KEY = 'execmesh.allKeys'; // '0': the operator chose one sessionKey
   const DEFAULT_SESSION_KEY = 'agent:main:main';
   const SESSION_KEY_RE = /^agent:[a-z0-9][a-z0-9_-]{0,63}:[A-Za-z0-9._:@/+=-]{1,190}$/;
+  // LIST_CONCURRENCY bounds the process lists in flight when the table
+  // shows every sessionKey.
+  const LIST_CONCURRENCY = 8;
   const DECISIONS = ['allow-once', 'allow-always', 'deny'];
   const DECISION_LABELS = { 'allow-once': 'Allow once', 'allow-always': 'Allow always', deny: 'Deny' };
   // The API lives beside /ui: a page served at /x/ui/ calls /x/tools/invoke.
@@ -24,9 +28,13 @@
     role: null, // 'operator' or 'agent', as GET /v1/whoami says
     authed: false,
     sessionKey: DEFAULT_SESSION_KEY,
-    tail: null, // {id, done} of the session whose output is shown
+    allKeys: false, // the operator's table shows every sessionKey (allKeysView)
+    noKeyList: false, // the gateway has no GET /v1/sessions
+    listSeq: 0, // numbers the session list reads
+    listShown: 0, // the number of the read the table shows
+    tail: null, // {id, sessionKey, done} of the session whose output is shown
     term: null, // the terminal's attachment (see openTerminal)
-    sessions: [], // the last process list of sessionKey
+    sessions: [], // the sessions shown (each with its sessionKey), newest first
     filter: '', // the sessions filter, lower case
     page: 0, // the page of the (filtered) sessions shown
     pageSize: 25,
@@ -156,6 +164,10 @@
     $('conn-status').dataset.role = role;
     setText('conn-status', role === 'operator' ? 'connected as operator'
       : 'connected ' + (token ? 'with the tool token' : 'without a token') + ': approvals, pairing and settings need the operator token');
+    // The operator sees every sessionKey unless they chose one in this tab.
+    state.allKeys = role === 'operator' && sessionStorage.getItem(ALL_KEYS_KEY) !== '0';
+    state.noKeyList = false;
+    showScope();
     startTimers();
   }
 
@@ -274,35 +286,143 @@
     return d < 1000 ? 'just now' : fmtDuration(d) + ' ago';
   }
 
+  // allKeysView tells whether the table shows the sessions of every
+  // sessionKey (the operator's, when GET /v1/sessions lists the keys)
+  // rather than those of state.sessionKey.
+  function allKeysView() {
+    return state.role === 'operator' && state.allKeys && !state.noKeyList;
+  }
+
+  // viewName names what the table shows: '*' for every sessionKey (no
+  // sessionKey is '*'), else the one key.
+  function viewName() {
+    return allKeysView() ? '*' : state.sessionKey;
+  }
+
+  // showScope shows the choice of every sessionKey to the operator only,
+  // set as state says.
+  function showScope() {
+    const offered = state.role === 'operator' && !state.noKeyList;
+    $('sessions-all-label').hidden = !offered;
+    $('sessions-all').checked = allKeysView();
+    $('sessions-hint').textContent = offered
+      ? 'All sessionKeys lists the sessions of every sessionKey that holds some (GET /v1/sessions, then process list of each); Show lists the one key in the box, which the form above runs under.'
+      : 'With the tool token the table shows one sessionKey at a time; the suggestions are the keys the gateway shows elsewhere (running gateway sessions, pending approvals) and those used in this tab.';
+    $('sessions-filter').placeholder = offered ? 'command, status, id, sessionKey' : 'command, status, id';
+  }
+
+  function plural(n, one, many) {
+    return n + ' ' + (n === 1 ? one : many);
+  }
+
+  // refreshSessions reads what the table shows and shows it, unless the
+  // view changed meanwhile or a later read was shown already.
   async function refreshSessions() {
-    const key = state.sessionKey;
-    let res;
+    const view = viewName();
+    const seq = ++state.listSeq;
+    const current = () => view === viewName() && seq > state.listShown;
+    let r;
     try {
-      res = await invoke('process', { action: 'list' });
+      r = view === '*' ? await listAllSessions() : { sessions: await listSessions(view) };
     } catch (e) {
-      if (e.status !== 401) setText('sessions-status', e.message, true);
+      if (!current() || e.status === 401) return;
+      if (view === '*' && e.status === 404) {
+        // A gateway without GET /v1/sessions: one sessionKey at a time.
+        state.noKeyList = true;
+        showScope();
+        setText('sessions-result', 'This gateway does not list sessionKeys (GET /v1/sessions not found): the table shows one sessionKey.');
+        refreshSessions();
+        return;
+      }
+      setText('sessions-status', e.message, true);
       return;
     }
-    if (key !== state.sessionKey) return;
-    const sessions = (res && res.details && res.details.sessions) || [];
-    state.sessions = sessions;
-    setText('sessions-status', sessions.length + (sessions.length === 1 ? ' session' : ' sessions') + ' · ' + new Date().toLocaleTimeString());
+    if (!current()) return;
+    state.listShown = seq;
+    state.sessions = r.sessions;
+    let text = plural(r.sessions.length, 'session', 'sessions');
+    if (view === '*') text += ' under ' + plural(r.keys, 'sessionKey', 'sessionKeys');
+    text += ' · ' + new Date().toLocaleTimeString();
+    if (r.failed && r.failed.length) {
+      text += ' · not listed: ' + r.failed.map((f) => f.sessionKey + ' (' + f.message + ')').join(', ');
+    }
+    setText('sessions-status', text, !!(r.failed && r.failed.length));
     renderSessions();
+  }
+
+  // listSessions is the process list of sessionKey, each session marked
+  // with the key.
+  async function listSessions(sessionKey) {
+    const res = await invoke('process', { action: 'list' }, sessionKey);
+    const sessions = (res && res.details && res.details.sessions) || [];
+    for (const s of sessions) s.sessionKey = sessionKey;
+    return sessions;
+  }
+
+  // listAllSessions reads the sessionKeys that hold sessions (GET
+  // /v1/sessions, the operator's), then the process list of each, at most
+  // LIST_CONCURRENCY at a time, and merges them newest first. A key whose
+  // list fails is left out and named in failed.
+  async function listAllSessions() {
+    const d = await api('GET', '/v1/sessions');
+    const keys = ((d && d.sessionKeys) || []).map((k) => k && k.sessionKey).filter((k) => typeof k === 'string' && k);
+    noteKeys(keys);
+    const failed = [];
+    const lists = await mapLimit(keys, LIST_CONCURRENCY, async (key) => {
+      try {
+        return await listSessions(key);
+      } catch (e) {
+        if (e.status === 401) throw e;
+        failed.push({ sessionKey: key, message: e.message });
+        return [];
+      }
+    });
+    // A stable sort: sessions started in the same millisecond keep their
+    // key's order, and the keys the gateway's (the busiest first).
+    const sessions = lists.flat().sort((a, b) => startedAt(b) - startedAt(a));
+    return { sessions, keys: keys.length, failed };
+  }
+
+  function startedAt(s) {
+    return typeof s.startedAt === 'number' && isFinite(s.startedAt) ? s.startedAt : 0;
+  }
+
+  // mapLimit calls fn on every item, at most limit calls at a time, and
+  // returns their results in the items' order.
+  async function mapLimit(items, limit, fn) {
+    const out = new Array(items.length);
+    let next = 0;
+    const worker = async () => {
+      while (next < items.length) {
+        const i = next++;
+        out[i] = await fn(items[i], i);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+    return out;
+  }
+
+  // sessionRowKey identifies a session's row: its sessionKey and id.
+  function sessionRowKey(s) {
+    return s.sessionKey + ' ' + s.sessionId;
   }
 
   // renderSessions shows the page of state.sessions that the filter and
   // the pager select: the list comes whole from process list (newest
-  // first) and is filtered and paged here.
+  // first; of every key, merged, in the operator's view of all keys) and
+  // is filtered and paged here.
   function renderSessions() {
+    const all = allKeysView();
+    $('sessions-table').dataset.scope = all ? 'all' : 'one';
     const f = state.filter;
-    const list = f ? state.sessions.filter((s) => sessionMatches(s, f)) : state.sessions;
+    const list = f ? state.sessions.filter((s) => sessionMatches(s, f, all)) : state.sessions;
     const size = state.pageSize;
     const pages = Math.max(1, Math.ceil(list.length / size));
     state.page = Math.max(0, Math.min(state.page, pages - 1));
     const start = state.page * size;
     const items = list.slice(start, start + size);
-    syncRows($('sessions-body'), items, (s) => s.sessionId, sessionRow, updateSessionRow,
-      f ? 'No session matches the filter.' : 'No running or recent sessions.', 7);
+    syncRows($('sessions-body'), items, sessionRowKey, sessionRow, updateSessionRow,
+      f ? 'No session matches the filter.' : 'No running or recent sessions.', 8);
     const pager = $('sessions-pager');
     pager.hidden = pages === 1;
     pager.dataset.page = String(state.page + 1);
@@ -315,9 +435,10 @@
   }
 
   // sessionMatches: the filter is part of the session's command, status
-  // (as shown: "completed · exit 3"), name, id or node.
-  function sessionMatches(s, filter) {
-    return [s.command, visible(s.command || ''), statusLabel(s), s.name, s.sessionId, s.nodeName, s.nodeId]
+  // (as shown: "completed · exit 3"), name, id or node, or of its
+  // sessionKey when the table shows every key (withKey).
+  function sessionMatches(s, filter, withKey) {
+    return [s.command, visible(s.command || ''), statusLabel(s), s.name, s.sessionId, s.nodeName, s.nodeId, withKey ? s.sessionKey : null]
       .some((v) => v !== undefined && v !== null && String(v).toLowerCase().includes(filter));
   }
 
@@ -341,11 +462,13 @@
 
   // ---- sessionKeys ----------------------------------------------------
   //
-  // The gateway lists sessions per sessionKey and has no list of the keys
-  // in use. The key box suggests the keys it does show: those of running
-  // gateway-host sessions (GET /v1/admin/blockers, read when the key box
-  // gets the focus: the list may be long), of pending approvals, and the
-  // ones used in this tab.
+  // The key box suggests sessionKeys. To the operator, GET /v1/sessions
+  // lists the keys that hold sessions (the view of every key reads it at
+  // each refresh). The tool token cannot read that list: it gets the keys
+  // the gateway shows it elsewhere, those of running gateway-host sessions
+  // (GET /v1/admin/blockers) and of pending approvals. Both lists are read
+  // when the key box gets the focus (they may be long); the keys used in
+  // this tab are suggested too.
 
   function noteKeys(keys) {
     let changed = false;
@@ -363,24 +486,37 @@
   async function refreshKnownKeys() {
     if (Date.now() - keysReadAt < 5000) return;
     keysReadAt = Date.now();
+    if (state.role === 'operator' && !state.noKeyList) {
+      try {
+        const d = await api('GET', '/v1/sessions');
+        noteKeys(((d && d.sessionKeys) || []).map((k) => k && k.sessionKey));
+        return;
+      } catch (e) { /* an older gateway: the blockers then */ }
+    }
     try {
       const d = await api('GET', '/v1/admin/blockers');
       noteKeys(((d && d.blockers) || []).map((b) => b.sessionKey));
     } catch (e) { /* suggestions only */ }
   }
 
+  // sessionRow makes a session's row. Its buttons act on the session
+  // under the row's own sessionKey (part of the row's identity, see
+  // sessionRowKey), whichever key the key box holds. (Session ids are
+  // unique across keys: the gateway's index reserves each.)
   function sessionRow(s) {
     const id = String(s.sessionId);
+    const key = s.sessionKey;
     const kill = el('button', { type: 'button', class: 'danger', id: 'kill-' + id, 'data-testid': 'kill-' + id, title: 'Kill the process tree' }, 'Kill');
-    kill.addEventListener('click', () => sessionAction(id, 'kill', kill));
+    kill.addEventListener('click', () => sessionAction(id, key, 'kill', kill));
     const remove = el('button', { type: 'button', id: 'remove-' + id, 'data-testid': 'remove-' + id, title: 'Forget this finished session' }, 'Remove');
-    remove.addEventListener('click', () => sessionAction(id, 'remove', remove));
+    remove.addEventListener('click', () => sessionAction(id, key, 'remove', remove));
     const output = el('button', { type: 'button', id: 'tail-' + id, 'data-testid': 'tail-' + id }, 'Output');
-    output.addEventListener('click', () => openTail(id));
+    output.addEventListener('click', () => openTail(id, key));
     const terminal = el('button', { type: 'button', id: 'terminal-' + id, 'data-testid': 'terminal-' + id, title: 'Open a terminal on this session' }, 'Terminal');
-    terminal.addEventListener('click', () => openTerminal(id));
-    return el('tr', { 'data-testid': 'session-row', 'data-session-id': id },
+    terminal.addEventListener('click', () => openTerminal(id, key));
+    return el('tr', { 'data-testid': 'session-row', 'data-session-id': id, 'data-session-key': key },
       el('td', { class: 'mono', text: id }),
+      el('td', { class: 'mono col-key', 'data-testid': 'session-row-key', title: key, text: key }),
       el('td', { 'data-testid': 'session-host' }),
       el('td', { 'data-testid': 'session-status' }),
       el('td', { 'data-testid': 'session-name' }),
@@ -412,7 +548,7 @@
   }
 
   function updateSessionRow(tr, s) {
-    const [, host, status, name, runtime, command] = tr.cells;
+    const [, , host, status, name, runtime, command] = tr.cells;
     // Node sessions carry the node that runs them; the rest run on the
     // gateway (or in its sandbox).
     host.textContent = s.nodeId ? 'node ' + (s.nodeName || s.nodeId) : 'gateway';
@@ -434,17 +570,17 @@
     tr.querySelector('[data-testid^="remove-"]').hidden = running;
   }
 
-  async function sessionAction(id, action, button) {
+  async function sessionAction(id, sessionKey, action, button) {
     button.disabled = true;
     try {
-      const res = await invoke('process', { action, sessionId: id });
+      const res = await invoke('process', { action, sessionId: id }, sessionKey);
       setText('sessions-result', resultText(res), res.details && res.details.status === 'failed');
     } catch (e) {
       if (e.status !== 401) setText('sessions-result', e.message, true);
     } finally {
       button.disabled = false;
     }
-    if (action === 'remove' && state.tail && state.tail.id === id) closeTail();
+    if (action === 'remove' && state.tail && state.tail.id === id && state.tail.sessionKey === sessionKey) closeTail();
     await refreshSessions();
   }
 
@@ -460,9 +596,30 @@
     sessionStorage.setItem(SESSION_KEY_KEY, key);
     noteKeys([key]);
     closeTail();
+    // Show is the operator's choice of one key over all of them.
+    if (state.role === 'operator') {
+      state.allKeys = false;
+      sessionStorage.setItem(ALL_KEYS_KEY, '0');
+      showScope();
+    }
+    resetSessions();
+  }
+
+  // onAllKeysChange switches the operator's table between every
+  // sessionKey and the one in the key box.
+  function onAllKeysChange() {
+    state.allKeys = $('sessions-all').checked;
+    sessionStorage.setItem(ALL_KEYS_KEY, state.allKeys ? '1' : '0');
+    showScope();
+    resetSessions();
+  }
+
+  // resetSessions empties the table for another view and reads it.
+  function resetSessions() {
     state.sessions = [];
     state.page = 0;
     $('sessions-body').replaceChildren();
+    setText('sessions-status', '');
     setText('sessions-result', '');
     refreshSessions();
   }
@@ -479,12 +636,16 @@
 
   const TAIL_RETRY_MS = 2000;
 
-  function openTail(id) {
+  // openTail shows the output of session id of sessionKey (the key box's
+  // by default).
+  function openTail(id, sessionKey) {
     closeTail();
-    state.tail = { id, done: false, ctrl: null, retry: null };
+    state.tail = { id, sessionKey: sessionKey || state.sessionKey, done: false, ctrl: null, retry: null };
     $('tail-panel').hidden = false;
     $('tail-panel').dataset.transport = '';
+    $('tail-panel').dataset.sessionKey = state.tail.sessionKey;
     $('tail-title').textContent = id;
+    $('tail-title').title = 'sessionKey: ' + state.tail.sessionKey;
     $('tail-output').textContent = '';
     setText('tail-status', '');
     setText('input-status', '');
@@ -522,7 +683,7 @@
     tail.ctrl = ctrl;
     const headers = { Accept: 'text/event-stream' };
     if (state.token) headers.Authorization = 'Bearer ' + state.token;
-    const path = '/v1/sessions/' + encodeURIComponent(state.sessionKey) + '/' + encodeURIComponent(tail.id) + '/stream';
+    const path = '/v1/sessions/' + encodeURIComponent(tail.sessionKey) + '/' + encodeURIComponent(tail.id) + '/stream';
     try {
       const resp = await fetch(BASE + path, { headers, cache: 'no-store', signal: ctrl.signal });
       if (resp.ok) {
@@ -639,17 +800,17 @@
   async function onInputSubmit(ev) {
     ev.preventDefault();
     if (!state.tail) return;
-    const id = state.tail.id;
+    const { id, sessionKey } = state.tail;
     const data = $('input-text').value;
     $('input-send').disabled = true;
     try {
       const msgs = [];
       if (data !== '') {
-        const res = await invoke('process', { action: 'write', sessionId: id, data });
+        const res = await invoke('process', { action: 'write', sessionId: id, data }, sessionKey);
         msgs.push(resultText(res));
         if (res.details && res.details.status === 'failed') throw new ApiError(200, msgs.join(' '));
       }
-      if ($('input-enter').checked) msgs.push(resultText(await invoke('process', { action: 'submit', sessionId: id })));
+      if ($('input-enter').checked) msgs.push(resultText(await invoke('process', { action: 'submit', sessionId: id }, sessionKey)));
       $('input-text').value = '';
       setText('input-status', msgs.join(' '));
     } catch (e) {
@@ -768,6 +929,8 @@
     delete card.dataset.exitCode;
     delete card.dataset.status;
     $('term-title').textContent = title;
+    $('term-title').title = 'sessionKey: ' + t.sessionKey;
+    card.dataset.sessionKey = t.sessionKey;
     $('term-reattach').hidden = true;
     $('term-interrupt').disabled = true;
     setTermMode('');
@@ -1232,6 +1395,7 @@
     $('input-form').addEventListener('submit', onInputSubmit);
     $('run-form').addEventListener('submit', onRunSubmit);
     $('session-key').addEventListener('focus', refreshKnownKeys);
+    $('sessions-all').addEventListener('change', onAllKeysChange);
     $('sessions-filter').addEventListener('input', onFilterInput);
     $('sessions-page-size').addEventListener('change', onPageSizeChange);
     $('sessions-prev').addEventListener('click', () => turnPage(-1));
