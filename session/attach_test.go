@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -272,4 +274,24 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// TestCommandsGetDefaultSignals: a daemon started with SIGINT and SIGHUP
+// ignored (nohup, a script's background job) runs commands in which they
+// are not: Ctrl-C and hangups reach them.
+func TestCommandsGetDefaultSignals(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sh's trap "" ignores them, and exec keeps them ignored.
+	cmd := exec.Command("sh", "-c", `trap "" INT HUP; exec "$0"`, exe)
+	cmd.Env = append(os.Environ(), helperEnv+"=sigdefaults")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if strings.Contains(string(out), "survived") || !strings.Contains(string(out), "SIGINT") || !strings.Contains(string(out), "SIGHUP") {
+		t.Errorf("commands kept the daemon's ignored signals:\n%s", out)
+	}
 }

@@ -70,6 +70,24 @@ func runHelper(mode string) int {
 				x ^= i
 			}
 		}
+	case "sigdefaults":
+		// A Manager in a process started with SIGINT and SIGHUP ignored
+		// runs a command that sends itself each: it must die of them.
+		m, err := NewManager(DefaultConfig())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		defer m.Close(context.Background())
+		for _, sig := range []string{"INT", "HUP"} {
+			res, err := m.Exec(context.Background(), ExecRequest{Command: "kill -" + sig + " $$; echo survived-" + sig})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+			fmt.Printf("%s: %s\n", sig, res.Text())
+		}
+		return 0
 	case "daemon":
 		// A daemon with a Manager on HELPER_STATE_DIR that starts
 		// HELPER_COMMAND in the background, prints "started <id>" and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -88,7 +89,19 @@ type Manager struct {
 // a child subreaper (PR_SET_CHILD_SUBREAPER; process-wide, never
 // reverted). With Config.StateDir it first ends what a previous run on
 // that directory left and reports its lost sessions (Config.OnLost).
+//
+// Commands start with the default action of SIGINT and SIGHUP even when
+// this process was started with them ignored (nohup, a background job of
+// a script), which every child would inherit, Ctrl-C and hangups
+// included: NewManager then gives them a handler of the process (they
+// stay without effect on it), and a handled signal is default again in a
+// child after exec.
 func NewManager(cfg Config) (*Manager, error) {
+	for _, sig := range []os.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		if signal.Ignored(sig) {
+			signal.Notify(make(chan os.Signal, 1), sig)
+		}
+	}
 	cfg = cfg.normalized()
 	log := cfg.Logger
 	if log == nil {
