@@ -229,7 +229,9 @@ func (s *remoteStream) onOutput(m *nats.Msg) {
 			}
 			return
 		}
-		c.Reason = ""
+		if c.Type == protocol.ControlError {
+			c.Reason = "" // the wire's mark of a refusal, not the client's business
+		}
 		s.mu.Lock()
 		over := s.qCtl >= maxQueuedControls
 		if !over {

@@ -585,7 +585,7 @@ func TestStreamPTY(t *testing.T) {
 		if time.Since(began) > 20*time.Second {
 			t.Fatalf("exit after %s", time.Since(began))
 		}
-		if c.Signal != "SIGINT" {
+		if c.Signal != "SIGINT" || c.Reason != "signal" {
 			t.Fatalf("the session ended with %+v, not by SIGINT", c)
 		}
 	case <-time.After(30 * time.Second):

@@ -71,6 +71,17 @@ func TestStreamExecBytes(t *testing.T) {
 			if r.code != 0 || len(r.stdout) != 588_895 || !strings.HasSuffix(r.stdout, "\n99999\n100000\n") || r.stderr != "" {
 				t.Fatalf("seq 1 100000: exit %d, %d bytes, stderr %q", r.code, len(r.stdout), r.stderr)
 			}
+			// The exec timeout is 124 on every host.
+			r = runBinary(t, dir, d.env(), "", append(append([]string{"exec", "--timeout", "1"}, flags...), "--", "sleep", "20")...)
+			if r.code != 124 || !strings.Contains(r.stderr, "timed out") {
+				t.Errorf("--timeout 1: exit %d, stderr %q", r.code, r.stderr)
+			}
+			// -t without a terminal here runs without one, as ssh does,
+			// and the piped input ends.
+			r = runBinary(t, dir, d.env(), "echo hi-$((1+1))\n", append(append([]string{"exec", "-t"}, flags...), "--", "sh")...)
+			if r.code != 0 || r.stdout != "hi-2\n" || !strings.Contains(r.stderr, "stdin is not a terminal") {
+				t.Errorf("exec -t with piped input: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
 			runs := 100
 			if name == "node" {
 				runs = 30

@@ -182,6 +182,13 @@ func (c *cli) runExec(cmd *cobra.Command, f *clientFlags, o *execOptions, words 
 	}
 	if o.stream.tty {
 		o.stream.stdin = true
+		if !isTerminal(c.stdin) {
+			// As ssh does: a terminal needs one here. Piped input on a
+			// remote terminal loses its end (the line discipline eats
+			// the Ctrl-D), and nothing could type Ctrl-C.
+			fmt.Fprintln(c.stderr, "execmesh: stdin is not a terminal: running without a pseudo-terminal (--pty forces a remote one)")
+			o.stream.tty = false
+		}
 	}
 	a := protocol.ExecArgs{
 		Command:    joinCommand(words),

@@ -13,9 +13,9 @@ import (
 	"github.com/execmesh/execmesh/ui"
 )
 
-// isTerminal reports whether w is a terminal, where live output and a
-// spinner make sense.
-func isTerminal(w io.Writer) bool {
+// isTerminal reports whether w (a reader or a writer) is a terminal,
+// where live output and a spinner make sense, or raw input.
+func isTerminal(w any) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

@@ -233,7 +233,7 @@ func (s *streamSession) readMessage(ctx context.Context, buf []byte) (websocket.
 // window size in step with it.
 func (s *streamSession) rawTerminal(ctx context.Context) (func(), bool) {
 	in, ok := s.c.stdin.(*os.File)
-	if !ok || !term.IsTerminal(int(in.Fd())) {
+	if !ok || !isTerminal(in) {
 		return nil, false
 	}
 	old, err := term.MakeRaw(int(in.Fd()))
@@ -273,7 +273,9 @@ func (s *streamSession) forwardSignals(ctx context.Context, sigs <-chan os.Signa
 		case <-ctx.Done():
 			return
 		case sig := <-sigs:
-			if time.Since(last) < 2*time.Second {
+			// On a raw terminal Ctrl-C is a byte for the remote; a
+			// SIGTERM or SIGHUP is for execmesh itself, as it is for ssh.
+			if time.Since(last) < 2*time.Second || (s.opts.tty && s.pty && sig != syscall.SIGINT) {
 				detach()
 				return
 			}
