@@ -28,7 +28,6 @@ type remoteStream struct {
 	link    *link
 	sub     atomic.Pointer[nats.Subscription]
 	started protocol.Control
-	window  int64
 	timing  streamTiming
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -38,9 +37,7 @@ type remoteStream struct {
 	q        []protocol.Frame // output for Recv
 	qCtl     int              // control frames in q
 	ready    chan struct{}    // q grew
-	received int64            // output cost received
-	consumed int64            // output cost returned by Recv
-	granted  int64            // output cost granted back (initial window excluded)
+	out      inbound          // the node's output credit
 	inCredit int64            // input cost that may still be sent
 	creditCh chan struct{}    // inCredit grew
 	err      error            // why it ended
@@ -80,7 +77,7 @@ func (r *Remote) Attach(ctx context.Context, req protocol.AttachRequest) (host.S
 	}
 	in, out := streamSubjects(r.Group, sid)
 	s := &remoteStream{
-		r: r, id: sid, link: newLink(r.Conn, in), window: r.streamWindow(),
+		r: r, id: sid, link: newLink(r.Conn, in), out: inbound{window: r.streamWindow()},
 		timing: newStreamTiming(r.StreamPing, r.StreamTimeout),
 		ready:  make(chan struct{}, 1), creditCh: make(chan struct{}, 1), done: make(chan struct{}),
 	}
@@ -92,7 +89,7 @@ func (r *Remote) Attach(ctx context.Context, req protocol.AttachRequest) (host.S
 		return nil, &protocol.Error{Type: protocol.ErrUnavailable, Retryable: true, Message: fmt.Sprintf("attach to %s: subscribe: %v", r.Label, err)}
 	}
 	s.sub.Store(sub)
-	body, err := json.Marshal(attachWire{AttachRequest: req, Stream: sid, Window: s.window})
+	body, err := json.Marshal(attachWire{AttachRequest: req, Stream: sid, Window: s.out.window})
 	if err != nil {
 		s.end(err)
 		return nil, protocol.Errorf(protocol.ErrInternal, "attach: encode request: %v", err)
@@ -192,8 +189,7 @@ func (s *remoteStream) onOutput(m *nats.Msg) {
 	case protocol.FrameStdout, protocol.FrameStderr:
 		cost := dataCost(f)
 		s.mu.Lock()
-		s.received += cost
-		over := s.received-s.granted > s.window
+		over := !s.out.arrive(cost)
 		if !over {
 			s.q = append(s.q, f)
 		}
@@ -267,10 +263,8 @@ func (s *remoteStream) Recv(ctx context.Context) (protocol.Frame, error) {
 				s.qCtl--
 				s.exited = f.Control.Type == protocol.ControlExit
 			} else {
-				s.consumed += dataCost(f)
-				if g := s.consumed - s.granted; g >= s.window/4 && s.err == nil {
-					grant = g
-					s.granted = s.consumed
+				if grant = s.out.use(dataCost(f)); s.err != nil {
+					grant = 0 // ending: nobody sends more
 				}
 			}
 			s.mu.Unlock()

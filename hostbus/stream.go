@@ -254,25 +254,23 @@ func signal(ch chan struct{}) {
 // nodeStream is the host's side of a stream: it relays a host.Stream's
 // output within the gateway's credit, and the gateway's input to it.
 type nodeStream struct {
-	srv      *Server
-	id       string
-	st       host.Stream
-	link     *link
-	sub      atomic.Pointer[nats.Subscription]
-	window   int64 // output credit at most
-	inWindow int64 // input credit granted to the gateway at most
-	timing   streamTiming
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
+	srv    *Server
+	id     string
+	st     host.Stream
+	link   *link
+	sub    atomic.Pointer[nats.Subscription]
+	window int64 // output credit at most
+	timing streamTiming
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 
-	mu        sync.Mutex
-	credit    int64         // output cost that may still be sent
-	creditCh  chan struct{} // credit grew
-	in        []protocol.Frame
-	inCtl     int           // control frames in in
-	inCh      chan struct{} // in grew
-	inRecv    int64         // input cost received
-	inGranted int64         // input cost granted back (initial window excluded)
+	mu       sync.Mutex
+	credit   int64         // output cost that may still be sent
+	creditCh chan struct{} // credit grew
+	in       []protocol.Frame
+	inCtl    int           // control frames in in
+	inCh     chan struct{} // in grew
+	inCredit inbound       // the gateway's input credit
 
 	endOnce     sync.Once
 	sent        atomic.Int64 // output data bytes sent
@@ -281,6 +279,37 @@ type nodeStream struct {
 
 // inputWindow is the input a node lets a gateway have in flight.
 const inputWindow = DefaultStreamWindow
+
+// inbound is the receiving side of one direction's credit: the peer may
+// have at most window (in frame costs) arrived and not yet used, and is
+// granted more each time a quarter of the window was used. The gateway
+// keeps one for a node's output, the node one for the gateway's input.
+// Its owner's lock guards it.
+type inbound struct {
+	window   int64
+	received int64 // cost of the frames that arrived
+	used     int64 // cost of the frames handed on
+	granted  int64 // cost granted back (the initial window aside)
+}
+
+// arrive counts a frame of cost and reports whether it was within the
+// credit.
+func (w *inbound) arrive(cost int64) bool {
+	w.received += cost
+	return w.received-w.granted <= w.window
+}
+
+// use counts a frame of cost handed on and returns the credit to grant
+// the peer now (0: none yet).
+func (w *inbound) use(cost int64) int64 {
+	w.used += cost
+	g := w.used - w.granted
+	if g < w.window/4 {
+		return 0
+	}
+	w.granted = w.used
+	return g
+}
 
 // handleAttach opens a stream of a session of the host (host.Streamer)
 // and answers with its started Control, whose Credit is the gateway's
@@ -319,7 +348,7 @@ func (s *Server) handleAttach(ctx context.Context, req micro.Request) ([]byte, e
 	}
 	in, out := streamSubjects(group, w.Stream)
 	n := &nodeStream{
-		srv: s, id: w.Stream, st: st, link: newLink(nc, out), window: w.Window, inWindow: inputWindow,
+		srv: s, id: w.Stream, st: st, link: newLink(nc, out), window: w.Window, inCredit: inbound{window: inputWindow},
 		timing: s.timing, credit: w.Window, creditCh: make(chan struct{}, 1), inCh: make(chan struct{}, 1),
 	}
 	n.ctx, n.cancel = context.WithCancelCause(context.Background())
@@ -363,7 +392,7 @@ func (s *Server) handleAttach(ctx context.Context, req micro.Request) ([]byte, e
 		n.keepAlive()
 	}()
 	started := st.Started()
-	started.Credit = n.inWindow
+	started.Credit = n.inCredit.window
 	s.log.Debug("stream opened", "stream", n.id, "session", started.SessionID, "writer", started.Writer)
 	return json.Marshal(&started)
 }
@@ -499,8 +528,7 @@ func (n *nodeStream) onInput(m *nats.Msg) {
 	if f.Kind == protocol.FrameStdin {
 		cost := dataCost(f)
 		n.mu.Lock()
-		n.inRecv += cost
-		over := n.inRecv-n.inGranted > n.inWindow
+		over := !n.inCredit.arrive(cost)
 		if !over {
 			n.in = append(n.in, f)
 		}
@@ -551,7 +579,6 @@ func (n *nodeStream) onInput(m *nats.Msg) {
 // input hands the gateway's input to the host's stream in order, grants
 // input credit as it goes and reports refused frames.
 func (n *nodeStream) input() {
-	var done, granted int64
 	for {
 		n.mu.Lock()
 		if len(n.in) == 0 {
@@ -581,12 +608,10 @@ func (n *nodeStream) input() {
 			}
 		}
 		if c := dataCost(f); c > 0 {
-			done += c
-			if g := done - granted; g >= n.inWindow/4 {
-				n.mu.Lock()
-				n.inGranted += g
-				n.mu.Unlock()
-				granted = done
+			n.mu.Lock()
+			g := n.inCredit.use(c)
+			n.mu.Unlock()
+			if g > 0 {
 				if err := n.link.control(&protocol.Control{Type: protocol.ControlCredit, Credit: g}); err != nil {
 					n.end(fmt.Errorf("send credit: %w", err), false)
 					return

@@ -350,7 +350,7 @@ func TestStreamBackPressure(t *testing.T) {
 		t.Fatalf("the node sent %d of %d bytes to a reader that read %d", s, total, got)
 	}
 	rs.mu.Lock()
-	queued := rs.received - rs.consumed
+	queued := rs.out.received - rs.out.used
 	rs.mu.Unlock()
 	if queued > DefaultStreamWindow {
 		t.Fatalf("the gateway holds %d bytes; window %d", queued, DefaultStreamWindow)
@@ -856,5 +856,35 @@ func TestStreamSlowReader(t *testing.T) {
 	}
 	if err := st.Send(t.Context(), protocol.Frame{Kind: protocol.FrameStdin, Data: []byte("x")}); !errors.Is(err, session.ErrSlowReader) {
 		t.Fatalf("Send after the end: %v", err)
+	}
+}
+
+// TestInbound: a peer may have a window of cost arrived and unused; a
+// grant goes back once a quarter of the window was used, and covers all
+// used since the last one.
+func TestInbound(t *testing.T) {
+	w := inbound{window: 100}
+	for _, step := range []struct {
+		arrive, use int64
+		ok          bool
+		grant       int64
+	}{
+		{arrive: 60, ok: true},
+		{arrive: 40, ok: true},
+		{use: 20},
+		{use: 10, grant: 30},
+		{arrive: 30, ok: true},
+		{arrive: 1, ok: false}, // 131 arrived, 30 granted: 101 > 100
+	} {
+		if step.arrive > 0 {
+			if got := w.arrive(step.arrive); got != step.ok {
+				t.Fatalf("arrive(%d) = %v, want %v (%+v)", step.arrive, got, step.ok, w)
+			}
+		}
+		if step.use > 0 {
+			if got := w.use(step.use); got != step.grant {
+				t.Fatalf("use(%d) = %d, want %d (%+v)", step.use, got, step.grant, w)
+			}
+		}
 	}
 }
