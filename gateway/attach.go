@@ -209,29 +209,14 @@ func readStart(ctx context.Context, conn *websocket.Conn) (*protocol.Control, er
 // claims the stream. A call that leaves no running session (it needs an
 // approval, policy refused it, it failed) gives its result instead.
 func (g *Gateway) startAttached(ctx context.Context, key string, start *protocol.Control) (host.Stream, protocol.Result, error) {
-	if g.closing.Load() {
-		return nil, protocol.Result{}, &protocol.Error{Type: protocol.ErrUnavailable, Message: "gateway is shutting down", Retryable: true}
-	}
-	sessionKey, agentID, err := ParseSessionKey(key)
-	if err != nil {
-		return nil, protocol.Result{}, err
-	}
-	args, err := protocol.DecodeExecArgs(start.Exec)
-	if err != nil {
-		return nil, protocol.Result{}, err
-	}
-	cfg := g.Config()
-	if !toolAllowed(&cfg, agentID, protocol.ToolExec, "") {
-		return nil, protocol.Result{}, protocol.Errorf(protocol.ErrNotFound, "Tool not available: %s", protocol.ToolExec)
-	}
 	var rnd [16]byte
 	_, _ = rand.Read(rnd[:])
 	spec := &protocol.StreamSpec{ID: hex.EncodeToString(rnd[:]), Stdin: start.Stdin, KeepOnDetach: start.KeepOnDetach}
-	c := &call{g: g, cfg: cfg, sessionKey: sessionKey, agentID: agentID, stream: spec}
-	res, err := c.exec(ctx, args)
+	a, err := g.invoke(ctx, InvokeRequest{Tool: protocol.ToolExec, Args: start.Exec, SessionKey: key, stream: spec})
 	if err != nil {
 		return nil, protocol.Result{}, err
 	}
+	res := a.res
 	id := res.SessionID()
 	if res.Status() != protocol.StatusRunning || id == "" {
 		return nil, res, nil
@@ -240,6 +225,7 @@ func (g *Gateway) startAttached(ctx context.Context, key string, start *protocol
 	if err != nil {
 		return nil, protocol.Result{}, err
 	}
+	sessionKey, _, _ := ParseSessionKey(key) // invoke checked it
 	st, err := h.Attach(ctx, protocol.AttachRequest{SessionKey: sessionKey, StreamID: spec.ID})
 	if err != nil {
 		return nil, protocol.Result{}, err

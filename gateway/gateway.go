@@ -605,6 +605,9 @@ type InvokeRequest struct {
 	// IdempotencyKey, from the Idempotency-Key header, makes an exec
 	// start idempotent across retries and gateways (idempotency.go).
 	IdempotencyKey string `json:"-"`
+	// stream, for an exec started on an attach socket (attach.go), is
+	// bound to the session on its host before it runs.
+	stream *protocol.StreamSpec
 }
 
 // ParseSessionKey validates a sessionKey and returns its agent id. The empty
@@ -747,7 +750,7 @@ func (g *Gateway) invoke(ctx context.Context, req InvokeRequest) (a answer, err 
 	if !toolAllowed(&cfg, agentID, req.Tool, req.Model) {
 		return answer{}, protocol.Errorf(protocol.ErrNotFound, "Tool not available: %s", req.Tool)
 	}
-	c := &call{g: g, cfg: cfg, sessionKey: sessionKey, agentID: agentID}
+	c := &call{g: g, cfg: cfg, sessionKey: sessionKey, agentID: agentID, stream: req.stream}
 	switch req.Tool {
 	case protocol.ToolApplyPatch:
 		args, err := protocol.DecodeApplyPatchArgs(req.Args)
