@@ -129,7 +129,7 @@ func (s *localStream) Recv(ctx context.Context) (protocol.Frame, error) {
 	case err != nil:
 		return protocol.Frame{}, err
 	case e != nil:
-		return protocol.Frame{Kind: protocol.FrameControl, Control: ExitControl(e)}, nil
+		return protocol.Frame{Kind: protocol.FrameControl, Control: exitControl(e)}, nil
 	case c.Stream == session.StreamStderr:
 		return protocol.Frame{Kind: protocol.FrameStderr, Data: c.Data}, nil
 	}
@@ -170,7 +170,7 @@ func (s *localStream) Send(ctx context.Context, f protocol.Frame) error {
 
 func (s *localStream) Close() error { return s.a.Close() }
 
-// ExitControl is the ControlExit of a session's exit.
-func ExitControl(e *session.Exit) *protocol.Control {
+// exitControl is the ControlExit of a session's exit.
+func exitControl(e *session.Exit) *protocol.Control {
 	return &protocol.Control{Type: protocol.ControlExit, Status: e.Status, ExitCode: e.ExitCode, Signal: e.Signal, Reason: e.Reason}
 }

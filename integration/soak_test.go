@@ -231,20 +231,8 @@ func (s soakSample) String() string {
 func sampleDaemon(t *testing.T, pid int, records string, l *soakLoad) soakSample {
 	t.Helper()
 	var s soakSample
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatalf("daemon gone: %v", err)
-	}
-	for _, line := range strings.Split(string(st), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			s.rssKiB, _ = strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-		}
-	}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatalf("daemon fds: %v", err)
-	}
-	s.fds = len(fds)
+	s.rssKiB, s.fds = rssKiB(t, pid), countFDs(t, pid)
+	var err error
 	if s.goroutines, err = l.goroutines(); err != nil {
 		t.Fatalf("goroutines: %v", err)
 	}

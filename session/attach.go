@@ -175,12 +175,12 @@ func (s *session) detach(a *Attachment) {
 	s.mu.Unlock()
 }
 
-// MaxChunk bounds the bytes of one Chunk: a flood read in one large
+// maxChunk bounds the bytes of one Chunk: a flood read in one large
 // batch is handed out in pieces.
-const MaxChunk = 256 << 10
+const maxChunk = 256 << 10
 
 // pooledChunk is the output size from which a chunk's buffer is a
-// MaxChunk buffer of the Manager's pool: a flood reuses a few buffers
+// maxChunk buffer of the Manager's pool: a flood reuses a few buffers
 // instead of allocating (and clearing) a fresh one per chunk, while a
 // trickle of small output allocates just what it holds.
 const pooledChunk = 16 << 10
@@ -193,13 +193,13 @@ func (m *Manager) chunkBuffer(n int) []byte {
 	if b, ok := m.chunks.Get().(*[]byte); ok {
 		return (*b)[:0]
 	}
-	return make([]byte, 0, MaxChunk)
+	return make([]byte, 0, maxChunk)
 }
 
 // recycleChunk gives a chunk's buffer back to the pool, if it is one of
 // the pool's.
 func (m *Manager) recycleChunk(b []byte) {
-	if cap(b) == MaxChunk {
+	if cap(b) == maxChunk {
 		b = b[:0]
 		m.chunks.Put(&b)
 	}
@@ -211,7 +211,7 @@ func (s *session) tapOutput(stream int, p []byte) {
 	taps, _ := s.taps.Load().([]*Attachment)
 	for _, a := range taps {
 		for q := p; len(q) > 0; {
-			n := min(len(q), MaxChunk)
+			n := min(len(q), maxChunk)
 			if err := a.push(stream, q[:n]); err != nil {
 				s.detach(a)
 				break

@@ -31,7 +31,7 @@ func drain(t *testing.T, a *Attachment) (stdout, stderr []byte, exit *Exit) {
 		if e != nil {
 			return stdout, stderr, e
 		}
-		if len(c.Data) > MaxChunk || len(c.Data) == 0 {
+		if len(c.Data) > maxChunk || len(c.Data) == 0 {
 			t.Fatalf("a chunk of %d bytes", len(c.Data))
 		}
 		switch c.Stream {

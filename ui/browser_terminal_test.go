@@ -74,6 +74,10 @@ func (h hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func (h hijackRecorder) Unwrap() http.ResponseWriter { return h.ResponseWriter }
 
+// Flush keeps the session stream (server-sent events) working through
+// the wrapper.
+func (h hijackRecorder) Flush() { _ = http.NewResponseController(h.ResponseWriter).Flush() }
+
 // cut closes every WebSocket connection abruptly (no close frame).
 func (s *sockets) cut() {
 	s.mu.Lock()

@@ -19,8 +19,6 @@ import (
 	"github.com/execmesh/execmesh/gateway"
 	"github.com/execmesh/execmesh/protocol"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -459,31 +457,6 @@ func invokeHTTPKey(t *testing.T, base, token, sessionKey, tool, args string) pro
 	return ans.Result
 }
 
-// signedInPage serves g's API and the control page, starts a browser that
-// records CSP violations, and signs in with token. (termPage's server
-// wraps each response to keep its sockets, which leaves out Flush: the
-// session stream needs it.)
-func signedInPage(t *testing.T, g *gateway.Gateway, chrome, token string) (context.Context, *httptest.Server) {
-	t.Helper()
-	mux := http.NewServeMux()
-	mux.Handle("/", g.Handler())
-	mux.Handle("/ui/", Handler())
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	ctx := browser(t, chrome)
-	if err := chromedp.Do(ctx, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: cspWatch})
-		return chromedp.Void{}, err
-	}); err != nil {
-		t.Fatalf("add the CSP watch: %v", err)
-	}
-	do(t, ctx, "open /ui", chromedp.Navigate(srv.URL+"/ui/"))
-	waitJS(t, ctx, "the token prompt", `!document.getElementById('login').hidden`)
-	do(t, ctx, "token", chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-submit")))
-	do(t, ctx, "app", chromedp.WaitVisible(chromedp.ID("app")))
-	return ctx, srv
-}
-
 // TestBrowserAllSessionKeys: signed in as the operator, the session table
 // shows the sessions of every sessionKey (GET /v1/sessions, then process
 // list of each) with their keys, by default; the filter matches a key;
@@ -525,7 +498,7 @@ func TestBrowserAllSessionKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, srv := signedInPage(t, g, chrome, opToken)
+	ctx, srv, _ := termPage(t, g, chrome, opToken)
 	waitJS(t, ctx, "the operator role", `document.getElementById('conn-status').dataset.role === 'operator'`)
 
 	// Every key's sessions, each with its sessionKey, by default.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -299,7 +300,7 @@ func (s *streamSession) forwardStdin(ctx context.Context, detach func()) {
 		if n > 0 {
 			p := buf[:n]
 			if raw {
-				if i := indexByte(p, detachKey); i >= 0 {
+				if i := bytes.IndexByte(p, detachKey); i >= 0 {
 					if i > 0 {
 						_ = s.sendStdin(ctx, p[:i])
 					}
@@ -318,15 +319,6 @@ func (s *streamSession) forwardStdin(ctx context.Context, detach func()) {
 			return
 		}
 	}
-}
-
-func indexByte(p []byte, b byte) int {
-	for i, c := range p {
-		if c == b {
-			return i
-		}
-	}
-	return -1
 }
 
 // controlExitStatus is the exit status of an exit frame, as exitStatus
