@@ -220,14 +220,14 @@ func TestAttachToAgentSession(t *testing.T) {
 			time.Sleep(300 * time.Millisecond) // attached
 			s.keys("echo typed-$((6*7))", "Enter")
 			s.waitScreen(`typed-42`)
+			// The agent's poll returns what the person typed (each poll
+			// the output since the one before).
 			deadline := time.Now().Add(30 * time.Second)
-			for {
-				p := d.cli(dir, "process", "log", id)
-				if strings.Contains(p.stdout, "typed-42") {
-					break
-				}
+			var polled string
+			for !strings.Contains(polled, "typed-42") {
+				polled += d.cli(dir, "process", "poll", id).stdout
 				if time.Now().After(deadline) {
-					t.Fatalf("the agent's log never showed the typed line: %q", p.stdout)
+					t.Fatalf("the agent's polls never showed the typed line: %q", polled)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
