@@ -176,6 +176,26 @@ func (s *tmuxSession) waitScreen(re string) []string {
 	}
 }
 
+// waitScreenAsking types keys (and Enter) every second until the screen
+// matches re.
+func (s *tmuxSession) waitScreenAsking(re, keys string) {
+	s.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s.keys(keys, "Enter")
+		for range 20 {
+			if rx.MatchString(s.screen()) {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the terminal never showed %q:\n%s", re, s.screen())
+		}
+	}
+}
+
 // TestStreamExecTTY: exec -t is an interactive terminal: typing reaches
 // the remote shell, the window size follows the local one, Ctrl-C stops
 // the foreground job and not the shell, and exec exits with the shell's
@@ -189,8 +209,9 @@ func TestStreamExecTTY(t *testing.T) {
 			s.waitScreen(`typed-42`)
 			s.waitScreen(`(?m)^30 100`)
 			s.tmux("resize-window", "-t", s.name, "-x", "70", "-y", "20")
-			s.keys("clear; stty size", "Enter")
-			s.waitScreen(`(?m)^20 70`)
+			// The new size travels from tmux's SIGWINCH to the remote
+			// terminal beside the keys: ask until it has arrived.
+			s.waitScreenAsking(`(?m)^20 70`, "clear; stty size")
 			s.keys("sleep 600", "Enter")
 			time.Sleep(300 * time.Millisecond) // the sleep runs in the foreground
 			s.keys("C-c")
