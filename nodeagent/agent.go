@@ -82,6 +82,7 @@ type Agent struct {
 	closing   bool // no new handler goroutines
 	pubClosed bool // no new exit publishers
 	pairing   string
+	local     bool          // started without NATS (StartLocal)
 	refusals  int           // consecutive refused (re)connections
 	rejected  chan struct{} // closed once the node is rejected
 	notices   uint64        // pairing notices received, so an older answer does not undo one
@@ -541,7 +542,16 @@ func drainConn(ctx context.Context, nc *nats.Conn) error {
 // hands the work to a tracked one.
 func (a *Agent) onExit(ev protocol.ExitEvent) {
 	ev.NodeID = a.id.NodeID
+	if a.cfg.OnExit != nil {
+		a.cfg.OnExit(ev)
+	}
 	a.mu.Lock()
+	if a.local {
+		// No exit stream to keep the record for: the event was told.
+		a.mu.Unlock()
+		a.mgr.ExitStored(ev.SessionID)
+		return
+	}
 	if a.pubClosed || a.js == nil {
 		a.mu.Unlock()
 		a.log.Warn("exit event dropped: agent closed", "sessionId", ev.SessionID)

@@ -108,6 +108,11 @@ type Config struct {
 	// passes its gateway's key to its local node.
 	GatewayKeys []string
 
+	// OnExit, when set, also receives the exit event of every background
+	// session (the OpenClaw node-host connection tells OpenClaw of its
+	// own); it must not block.
+	OnExit func(protocol.ExitEvent)
+
 	// HeartbeatInterval is how often the node publishes its presence
 	// (default 5 s, clamped 50 ms..1 min).
 	HeartbeatInterval time.Duration
