@@ -1,0 +1,456 @@
+package openclawnode
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/execmesh/execmesh/internal/testutil"
+	"github.com/execmesh/execmesh/protocol"
+)
+
+func TestSignaturePayload(t *testing.T) {
+	tests := []struct {
+		name string
+		p    SignatureParams
+		want string
+	}{
+		{"node host with a token",
+			SignatureParams{DeviceID: "abc", ClientID: "node-host", ClientMode: "node", Role: "node", Scopes: []string{},
+				SignedAtMs: 1765000000000, Token: "tok", Nonce: "n-1", Platform: "linux"},
+			"v3|abc|node-host|node|node||1765000000000|tok|n-1|linux|"},
+		{"no token, scopes joined",
+			SignatureParams{DeviceID: "abc", ClientID: "cli", ClientMode: "cli", Role: "operator", Scopes: []string{"operator.read", "operator.write"},
+				SignedAtMs: 7, Nonce: "n"},
+			"v3|abc|cli|cli|operator|operator.read,operator.write|7||n||"},
+		{"platform and family trimmed, ASCII upper case lowered only",
+			SignatureParams{DeviceID: "d", ClientID: "node-host", ClientMode: "node", Role: "node",
+				SignedAtMs: 1, Token: "T", Nonce: "N", Platform: "  Linux ", DeviceFamily: "ÉPC"},
+			"v3|d|node-host|node|node||1|T|N|linux|Épc"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := SignaturePayload(tt.p); got != tt.want {
+				t.Errorf("SignaturePayload = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	dir := t.TempDir()
+	id, err := LoadOrCreateIdentity(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(id.PublicKey)
+	if id.DeviceID != hex.EncodeToString(sum[:]) {
+		t.Errorf("deviceId %s is not hex(sha256(public key))", id.DeviceID)
+	}
+	st, err := os.Stat(filepath.Join(dir, IdentityFile))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("identity file: %v, mode %v", err, st.Mode())
+	}
+	again, err := LoadOrCreateIdentity(dir)
+	if err != nil || again.DeviceID != id.DeviceID {
+		t.Fatalf("reloaded identity %s, %v; want %s", again.DeviceID, err, id.DeviceID)
+	}
+	pub, _ := base64.RawURLEncoding.DecodeString(id.PublicKeyBase64URL())
+	sig, _ := base64.RawURLEncoding.DecodeString(id.Sign("v3|x"))
+	if !ed25519.Verify(pub, []byte("v3|x"), sig) {
+		t.Error("signature does not verify with the published key")
+	}
+
+	bad := []struct{ name, content, want string }{
+		{"not JSON", "{", "openclawnode:"},
+		{"bad seed", `{"version":1,"deviceId":"x","seed":"!!"}`, "not a base64url Ed25519 seed"},
+		{"id of another key", `{"version":1,"deviceId":"beef","seed":"` + base64.RawURLEncoding.EncodeToString(make([]byte, 32)) + `"}`, "does not match its key"},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			d := t.TempDir()
+			if err := os.WriteFile(filepath.Join(d, IdentityFile), []byte(tt.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := LoadOrCreateIdentity(d); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecodeFrame(t *testing.T) {
+	tests := []struct {
+		name, in, wantErr string
+	}{
+		{"request", `{"type":"req","id":"1","method":"node.invoke.result","params":{}}`, ""},
+		{"response", `{"type":"res","id":"1","ok":false,"error":{"code":"X","message":"m"}}`, ""},
+		{"event", `{"type":"event","event":"tick","payload":{"ts":1},"seq":3}`, ""},
+		{"request without method", `{"type":"req","id":"1"}`, "without id or method"},
+		{"response without ok", `{"type":"res","id":"1"}`, "without id or ok"},
+		{"event without name", `{"type":"event"}`, "without an event name"},
+		{"unknown type", `{"type":"hello"}`, `unknown type "hello"`},
+		{"trailing data", `{"type":"event","event":"tick"} {}`, "data after the JSON object"},
+		{"not JSON", `tick`, "malformed frame"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeFrame([]byte(tt.in))
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("DecodeFrame(%s) = %v, want %q", tt.in, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestConnectSignsAndKeepsDeviceToken(t *testing.T) {
+	g := newFakeGateway(t)
+	c, _ := startClient(t, g, nil)
+	gc := g.next(t)
+	p := gc.connect
+	if !gc.sigOK {
+		t.Fatal("the connect request's v3 device signature does not verify")
+	}
+	if p.Client.ID != ClientID || p.Client.Mode != ClientMode || p.Role != Role || p.MinProtocol != 4 || p.MaxProtocol != 4 ||
+		p.Auth == nil || p.Auth.Token != "gw-token" || p.Device.ID != c.DeviceID() || len(p.Scopes) != 0 {
+		t.Errorf("connect params %+v", p)
+	}
+	for _, cmd := range []string{CmdSystemRun, CmdSystemRunPrepare, CmdSystemWhich, CmdExecApprovalsGet, CmdExecApprovalsSet, CmdMCPToolsCall} {
+		if !strings.Contains(strings.Join(p.Commands, ","), cmd) {
+			t.Errorf("command %s not declared: %v", cmd, p.Commands)
+		}
+	}
+	tools := gc.request(t, "node.pluginTools.update", nil)
+	var upd struct{ Tools []ToolDescriptor }
+	if err := json.Unmarshal(tools, &upd); err != nil || len(upd.Tools) != 2 || upd.Tools[0].Name != ToolExecName ||
+		upd.Tools[0].PluginID != "node-mcp" || upd.Tools[1].MCP.Tool != "process" {
+		t.Errorf("plugin tools %s (%v)", tools, err)
+	}
+	// hello-ok's device token is kept for this gateway, private.
+	data, err := os.ReadFile(filepath.Join(c.cfg.StateDir, DeviceTokenFile))
+	if err != nil || !strings.Contains(string(data), `"devtok-1"`) {
+		t.Fatalf("device token file: %s, %v", data, err)
+	}
+	if st, _ := os.Stat(filepath.Join(c.cfg.StateDir, DeviceTokenFile)); st.Mode().Perm() != 0o600 {
+		t.Errorf("device token file mode %v", st.Mode())
+	}
+}
+
+func TestDeviceTokenWithoutGatewayToken(t *testing.T) {
+	g := newFakeGateway(t)
+	state := t.TempDir()
+	if err := saveDeviceToken(state, deviceToken{Gateway: g.url(), DeviceID: mustIdentity(t, state).DeviceID, Role: "node", Token: "saved"}); err != nil {
+		t.Fatal(err)
+	}
+	startClient(t, g, func(c *Config) { c.Token, c.StateDir = "", state })
+	gc := g.next(t)
+	if gc.connect.Auth == nil || gc.connect.Auth.DeviceToken != "saved" || gc.connect.Auth.Token != "" || !gc.sigOK {
+		t.Errorf("auth %+v, signature ok %v: want the saved device token, signed", gc.connect.Auth, gc.sigOK)
+	}
+}
+
+func mustIdentity(t *testing.T, dir string) Identity {
+	t.Helper()
+	id, err := LoadOrCreateIdentity(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestSystemRun(t *testing.T) {
+	g := newFakeGateway(t)
+	c, _ := startClient(t, g, nil)
+	gc := g.next(t)
+	argv := []string{"/bin/sh", "-lc", "echo out-$((6*7)); echo err >&2; exit 3"}
+	gc.invoke(t, "p1", c.DeviceID(), CmdSystemRunPrepare, map[string]any{"command": argv, "rawCommand": argv[2], "agentId": "main", "sessionKey": "agent:main:main"}, "")
+	r := gc.result(t, "p1")
+	var prep struct {
+		Plan runPlan `json:"plan"`
+	}
+	if !r.OK || json.Unmarshal([]byte(r.PayloadJSON), &prep) != nil || prep.Plan.CommandText != argv[2] || len(prep.Plan.Argv) != 3 {
+		t.Fatalf("prepare: %+v", r)
+	}
+	gc.invoke(t, "r1", c.DeviceID(), CmdSystemRun, map[string]any{"command": argv, "rawCommand": argv[2], "systemRunPlan": prep.Plan,
+		"agentId": "main", "sessionKey": "agent:main:main", "runId": "run-1", "timeoutMs": 30000}, "")
+	r = gc.result(t, "r1")
+	var out struct {
+		ExitCode *int   `json:"exitCode"`
+		Success  bool   `json:"success"`
+		Stdout   string `json:"stdout"`
+	}
+	if !r.OK || json.Unmarshal([]byte(r.PayloadJSON), &out) != nil || out.ExitCode == nil || *out.ExitCode != 3 || out.Success ||
+		!strings.Contains(out.Stdout, "out-42") || !strings.Contains(out.Stdout, "err") {
+		t.Fatalf("system.run result %+v", r)
+	}
+	ev := gc.nodeEvent(t, "exec.finished", func(m map[string]any) bool { return m["runId"] == "run-1" })
+	if ev["exitCode"] != float64(3) || ev["success"] != false || ev["sessionKey"] != "agent:main:main" || ev["host"] != "node" {
+		t.Errorf("exec.finished %v", ev)
+	}
+
+	gc.invoke(t, "w1", c.DeviceID(), CmdSystemWhich, map[string]any{"bins": []string{"sh", "no-such-bin-x"}}, "")
+	r = gc.result(t, "w1")
+	if !r.OK || !strings.Contains(r.PayloadJSON, `"sh":"/`) || strings.Contains(r.PayloadJSON, "no-such-bin-x") {
+		t.Errorf("system.which %+v", r)
+	}
+}
+
+func TestSystemRunDeniedByNodePolicy(t *testing.T) {
+	g := newFakeGateway(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	c, _ := startClient(t, g, func(c *Config) { c.Security, c.Ask = "allowlist", "off" })
+	gc := g.next(t)
+	argv := []string{"/bin/sh", "-lc", "touch " + marker}
+	// An OpenClaw approval does not loosen the node's policy.
+	gc.invoke(t, "d1", c.DeviceID(), CmdSystemRun, map[string]any{"command": argv, "sessionKey": "agent:main:main", "runId": "run-d",
+		"approved": true, "approvalDecision": "allow-once"}, "")
+	r := gc.result(t, "d1")
+	if r.OK || r.Error == nil || r.Error.Code != CodeSystemRunDenied || !strings.HasPrefix(r.Error.Message, "SYSTEM_RUN_DENIED: ") {
+		t.Fatalf("result %+v, want SYSTEM_RUN_DENIED", r)
+	}
+	ev := gc.nodeEvent(t, "exec.denied", func(m map[string]any) bool { return m["runId"] == "run-d" })
+	if ev["host"] != "node" || ev["command"] != "touch "+marker || ev["reason"] == "" {
+		t.Errorf("exec.denied %v", ev)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the denied command ran")
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	g := newFakeGateway(t)
+	c, logs := startClient(t, g, nil)
+	gc := g.next(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	run := map[string]any{"command": []string{"/bin/sh", "-lc", "touch " + marker}, "sessionKey": "s"}
+
+	// A request for a method the node does not have.
+	if err := gc.ws.Write(t.Context(), websocket.MessageText, []byte(`{"type":"req","id":"q1","method":"node.reboot","params":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, id, nodeID, command string
+		params                    any
+		raw                       *string
+		code, msg                 string
+	}{
+		{"unknown command", "b1", c.DeviceID(), "camera.snap", map[string]any{}, nil, CodeUnavailable, "command not supported"},
+		{"another node's invoke", "b2", "someone-else", CmdSystemRun, run, nil, CodeInvalidRequest, "reached node"},
+		{"malformed params", "b3", c.DeviceID(), CmdSystemRun, nil, ptr(`{"command":`), CodeInvalidRequest, "INVALID_REQUEST"},
+		{"command of the wrong type", "b4", c.DeviceID(), CmdSystemRun, nil, ptr(`{"command":"touch x"}`), CodeInvalidRequest, "INVALID_REQUEST"},
+		{"oversized params", "b5", c.DeviceID(), CmdSystemRun, nil, ptr(`{"command":["` + strings.Repeat("a", maxParamsBytes) + `"]}`), CodeInvalidRequest, "paramsJSON of"},
+		{"plan for another command", "b6", c.DeviceID(), CmdSystemRun, map[string]any{"command": []string{"/bin/sh", "-lc", "touch " + marker},
+			"systemRunPlan": runPlan{Argv: []string{"/bin/sh", "-lc", "true"}, CommandText: "true"}}, nil, CodeInvalidRequest, "plan mismatch"},
+		{"rawCommand that is not the command", "b7", c.DeviceID(), CmdSystemRun, map[string]any{"command": []string{"/bin/sh", "-lc", "touch " + marker},
+			"rawCommand": "true"}, nil, CodeInvalidRequest, "rawCommand does not match"},
+		{"which without bins", "b8", c.DeviceID(), CmdSystemWhich, map[string]any{}, nil, CodeInvalidRequest, "bins required"},
+		{"MCP call to another server", "b9", c.DeviceID(), CmdMCPToolsCall, map[string]any{"server": "other", "tool": "exec"}, nil, "MCP_SERVER_UNAVAILABLE", "not on this node"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.raw
+			if p == nil {
+				s := string(mustJSON(tt.params))
+				p = &s
+			}
+			gc.event(t, "node.invoke.request", InvokeRequest{ID: tt.id, NodeID: tt.nodeID, Command: tt.command, ParamsJSON: p})
+			r := gc.result(t, tt.id)
+			if r.OK || r.Error == nil || r.Error.Code != tt.code || !strings.Contains(r.Error.Message, tt.msg) {
+				t.Errorf("result %+v, want %s %q", r, tt.code, tt.msg)
+			}
+			if r.NodeID != c.DeviceID() {
+				t.Errorf("result names node %q", r.NodeID)
+			}
+		})
+	}
+	t.Run("replayed invoke id", func(t *testing.T) {
+		gc.invoke(t, "b1", c.DeviceID(), CmdSystemRun, run, "")
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			gc.mu.Lock()
+			n := 0
+			var last InvokeResult
+			for _, f := range gc.reqs {
+				var r InvokeResult
+				if f.Method == "node.invoke.result" && json.Unmarshal(f.Params, &r) == nil && r.ID == "b1" {
+					n, last = n+1, r
+				}
+			}
+			gc.mu.Unlock()
+			if n == 2 {
+				if last.OK || last.Error.Code != CodeInvalidRequest || !strings.Contains(last.Error.Message, "received before") {
+					t.Errorf("replay answered %+v", last)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no answer to the replayed invoke")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	t.Run("unknown method", func(t *testing.T) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			gc.mu.Lock()
+			var found *Frame
+			for i, f := range gc.ress {
+				if f.ID == "q1" {
+					found = &gc.ress[i]
+				}
+			}
+			gc.mu.Unlock()
+			if found != nil {
+				if *found.OK || found.Error.Code != CodeInvalidRequest || found.Error.Message != "unknown method: node.reboot" {
+					t.Errorf("answer %+v", found)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no answer to the unknown method")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("a refused invoke ran its command")
+	}
+	for _, line := range []string{"unknown method on the node", "invoke for another node refused", "invoke id replayed", "does not serve", "plan does not match"} {
+		waitLog(t, logs, line)
+	}
+}
+
+func ptr(s string) *string { return &s }
+
+func TestReplayedNonceRefused(t *testing.T) {
+	g := newFakeGateway(t)
+	g.nonce = func(int) string { return "the-same-nonce" }
+	_, logs := startClient(t, g, nil)
+	first := g.next(t)
+	if !first.sigOK {
+		t.Fatal("first connect not signed")
+	}
+	// The gateway drops the socket and challenges with the same nonce.
+	_ = first.ws.Close(websocket.StatusGoingAway, "restart")
+	waitLog(t, logs, "replays nonce")
+	select {
+	case c := <-g.added:
+		t.Fatalf("the node signed a replayed nonce: %+v", c.connect.Device)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+func TestOversizedFrameClosesCleanly(t *testing.T) {
+	g := newFakeGateway(t)
+	_, logs := startClient(t, g, func(c *Config) { c.MaxFrameBytes = 4096 })
+	gc := g.next(t)
+	gc.event(t, "tick", map[string]any{"pad": strings.Repeat("x", 8192)})
+	<-gc.done
+	if gc.closeSt != websocket.StatusMessageTooBig {
+		t.Errorf("close status %v, want 1009", gc.closeSt)
+	}
+	waitLog(t, logs, "above the size limit")
+	g.next(t) // and it reconnects
+}
+
+func TestTickTimeoutReconnects(t *testing.T) {
+	g := newFakeGateway(t)
+	g.tickMs = 100
+	_, logs := startClient(t, g, nil)
+	first := g.next(t)
+	<-first.done // no ticks: the node closes
+	waitLog(t, logs, "no tick from the OpenClaw gateway")
+	g.next(t)
+}
+
+func TestSocketDropMidInvoke(t *testing.T) {
+	g := newFakeGateway(t)
+	c, logs := startClient(t, g, nil)
+	gc := g.next(t)
+	token := testutil.SleepToken()
+	gc.invoke(t, "long", c.DeviceID(), CmdSystemRun, map[string]any{"command": []string{"/bin/sh", "-lc", "sleep " + token}, "sessionKey": "s"}, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for len(testutil.ProcsWith(token)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = gc.ws.CloseNow()
+	waitLog(t, logs, "invoke result not delivered: the connection to the OpenClaw gateway was lost")
+	deadline = time.Now().Add(10 * time.Second)
+	for len(testutil.ProcsWith(token)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the run of a lost invoke still runs")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	g.next(t) // reconnected
+}
+
+func TestPluginToolsScopedBySessionKey(t *testing.T) {
+	g := newFakeGateway(t)
+	c, _ := startClient(t, g, nil)
+	gc := g.next(t)
+	call := func(id, key, tool string, args map[string]any) map[string]any {
+		t.Helper()
+		gc.invoke(t, id, c.DeviceID(), CmdMCPToolsCall, map[string]any{"server": "execmesh", "tool": tool, "arguments": args}, key)
+		r := gc.result(t, id)
+		if !r.OK {
+			t.Fatalf("%s: %+v", id, r.Error)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(r.PayloadJSON), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	res := call("e1", "agent:main:main", "exec", map[string]any{"command": "echo started; sleep 60", "background": true})
+	sc, _ := res["structuredContent"].(map[string]any)
+	id, _ := sc["sessionId"].(string)
+	if sc["status"] != protocol.StatusRunning || id == "" {
+		t.Fatalf("exec result %v", res)
+	}
+	other := call("e2", "agent:other:main", "process", map[string]any{"action": "poll", "sessionId": id})
+	if other["isError"] != true {
+		t.Errorf("another sessionKey polled the session: %v", other)
+	}
+	poll := call("e3", "agent:main:main", "process", map[string]any{"action": "poll", "sessionId": id, "timeout": 2000})
+	if sc, _ := poll["structuredContent"].(map[string]any); sc["status"] != protocol.StatusRunning || !strings.Contains(mustText(poll), "started") {
+		t.Errorf("poll %v", poll)
+	}
+	list := call("e4", "agent:main:main", "process", map[string]any{"action": "list"})
+	if !strings.Contains(mustText(list), id) {
+		t.Errorf("list %v", list)
+	}
+	call("e5", "agent:main:main", "process", map[string]any{"action": "kill", "sessionId": id})
+	ev := gc.nodeEvent(t, "exec.finished", func(m map[string]any) bool { return m["runId"] == id })
+	if ev["sessionKey"] != "agent:main:main" {
+		t.Errorf("exec.finished %v", ev)
+	}
+	bad := call("e6", "agent:main:main", "exec", map[string]any{"command": "true", "host": "gateway"})
+	if bad["isError"] != true || !strings.Contains(mustText(bad), "host not allowed") {
+		t.Errorf("host=gateway through the node's tool: %v", bad)
+	}
+}
+
+func mustText(m map[string]any) string {
+	var b strings.Builder
+	content, _ := m["content"].([]any)
+	for _, c := range content {
+		if c, ok := c.(map[string]any); ok {
+			s, _ := c["text"].(string)
+			b.WriteString(s)
+		}
+	}
+	return b.String()
+}
