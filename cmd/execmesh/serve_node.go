@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/execmesh/execmesh/internal/statelock"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodeagent"
+	"github.com/execmesh/execmesh/openclawnode"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -46,6 +50,10 @@ type nodeEnv struct {
 	// AllowlistEnv is the node's tools.exec.allowlistEnv, comma-separated:
 	// unset means the default, empty lets a request set no key.
 	AllowlistEnv *string `env:"NODE_ALLOWLIST_ENV"`
+	// OpenClawGateway and OpenClawToken are --openclaw-gateway and
+	// --openclaw-token (the token is better kept out of the command line).
+	OpenClawGateway *string `env:"OPENCLAW_GATEWAY"`
+	OpenClawToken   *string `env:"OPENCLAW_TOKEN"`
 }
 
 // nodeFlags are the flags of `execmesh node`.
@@ -56,6 +64,7 @@ type nodeFlags struct {
 	heartbeat                                                 time.Duration
 	security, ask, logLevel, metricsAddr                      string
 	confine                                                   string
+	openclawGateway, openclawToken                            string
 }
 
 func (c *cli) newNodeCmd() *cobra.Command {
@@ -68,6 +77,7 @@ func (c *cli) newNodeCmd() *cobra.Command {
 			"--join), registers and waits to be paired: by a join code from \"execmesh nodes invite\", or by\n" +
 			"\"execmesh nodes approve NODE\" on the gateway. One agent per state directory.",
 		Example: "  execmesh node --join eyJ2Ijox…\n" +
+			"  EXECMESH_OPENCLAW_TOKEN=… execmesh node --openclaw-gateway ws://127.0.0.1:18789 --security full\n" +
 			"  execmesh node --nats-url nats://gw.example:4222 --creds node.creds --name build-1\n" +
 			"  execmesh node --state-dir /var/lib/execmesh-node --metrics-addr 127.0.0.1:9101",
 		Args: noArgs,
@@ -90,6 +100,8 @@ func (c *cli) newNodeCmd() *cobra.Command {
 	fs.StringVar(&f.ask, "ask", "", "node-local limit on the ask `mode`: off, on-miss or always (default: as the gateway sends)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`addr`/metrics, e.g. 127.0.0.1:9101 (or $EXECMESH_NODE_METRICS_ADDR; default: off)")
+	fs.StringVar(&f.openclawGateway, "openclaw-gateway", "", "also serve an OpenClaw gateway as its node host, at ws://`URL` (protocol 4; or $EXECMESH_OPENCLAW_GATEWAY); without NATS settings the node serves OpenClaw only")
+	fs.StringVar(&f.openclawToken, "openclaw-token", "", "the OpenClaw gateway's `token` (gateway.auth.token; or $EXECMESH_OPENCLAW_TOKEN; default: the device token the gateway issued earlier)")
 	fs.StringVar(&f.confine, "confine", "", "kernel confinement of allowlist runs: auto (Landlock where the kernel has it; else every program that is not a safe bin asks) or off (always ask)")
 	completeValues(cmd, "security", "deny", "allowlist", "full")
 	completeValues(cmd, "confine", "auto", "off")
@@ -178,6 +190,17 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 		return usageErrorf("node: --confine: invalid value %q (allowed: auto, off)", mode)
 	}
 
+	ocURL, ocToken := pick(f.openclawGateway, ev.OpenClawGateway), pick(f.openclawToken, ev.OpenClawToken)
+	if ocToken != "" && ocURL == "" {
+		return usageErrorf("node: --openclaw-token needs --openclaw-gateway")
+	}
+	// The OpenClaw connection is told of the exits of its sessions; it is
+	// built before the agent starts, so the hook sees it set.
+	var oc *openclawnode.Client
+	if ocURL != "" {
+		cfg.OnExit = func(e protocol.ExitEvent) { go oc.Exit(e) }
+	}
+
 	// One agent per state dir: a second one would share the node's key
 	// and identity.
 	if err := nonDumpable(); err != nil {
@@ -194,6 +217,21 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "execmesh node: id %s, name %q, state %s\n", agent.ID(), agent.Name(), cfg.StateDir)
+	natsLess := false
+	if ocURL != "" {
+		oc, err = openclawnode.New(openclawnode.Config{
+			URL: ocURL, Token: ocToken, StateDir: cfg.StateDir, DisplayName: agent.Name(),
+			Version: cfg.Version, PathEnv: c.getenv("PATH"), Logger: log,
+			Host: agent.Host(), Which: agent.Which, ApprovalsGet: agent.ApprovalsGet, ApprovalsSet: agent.ApprovalsSet,
+			Security: cfg.Security, Ask: cfg.Ask,
+		})
+		if err != nil {
+			return fmt.Errorf("node: --openclaw-gateway: %w", err)
+		}
+		fmt.Fprintf(stdout, "execmesh node: OpenClaw device %s, gateway %s (approve with: openclaw nodes approve %s)\n", oc.DeviceID(), ocURL, oc.DeviceID())
+		_, joinErr := os.Stat(filepath.Join(cfg.StateDir, nodeagent.JoinFile))
+		natsLess = len(cfg.Client.URLs) == 0 && cfg.Join == "" && errors.Is(joinErr, fs.ErrNotExist)
+	}
 	if addr := pick(f.metricsAddr, ev.MetricsAddr); addr != "" {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -209,6 +247,28 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 			}
 		}()
 		fmt.Fprintf(stdout, "execmesh node: metrics at http://%s/metrics\n", ln.Addr())
+	}
+	if oc != nil {
+		octx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = oc.Run(octx)
+		}()
+		defer func() {
+			stop()
+			<-done
+		}()
+	}
+	if natsLess {
+		if err := agent.StartLocal(); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		log.Info("node agent stopping")
+		cctx, cancel := context.WithTimeout(context.Background(), nodeCloseTimeout)
+		defer cancel()
+		return agent.Close(cctx)
 	}
 	if err := agent.Run(ctx, nodeCloseTimeout); err != nil {
 		if errors.Is(err, nodeagent.ErrNoServer) {
