@@ -1,0 +1,315 @@
+package openclawnode
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/execmesh/execmesh/internal/openclawtest"
+	"github.com/execmesh/execmesh/internal/testutil"
+)
+
+// Prompts of the scripted agent turns; each names what the model does.
+const (
+	promptHostExec   = "run-hostname-on-the-node"
+	promptBackground = "background-session-on-the-node"
+	promptDenied     = "allowlist-miss-on-the-node"
+)
+
+// nodeRun is an execmesh node process serving the gateway.
+type nodeRun struct {
+	cmd      *exec.Cmd
+	out      *testutil.SyncBuffer
+	stateDir string
+	deviceID string
+	done     chan struct{}
+}
+
+// TestOpenClawAgentOnExecmeshNode runs the three agent turns against one
+// gateway and one node: the gateway takes about 10 s to start on two
+// cores, and each turn a few seconds.
+func TestOpenClawAgentOnExecmeshNode(t *testing.T) {
+	in := openclawtest.Require(t)
+	bin := buildExecmesh(t)
+	sleepToken := testutil.SleepToken()
+
+	var mu sync.Mutex
+	sessionID := ""
+	model := openclawtest.NewModel(t, func(r openclawtest.Request) openclawtest.Reply {
+		prompt := r.LastUser()
+		step := r.Step()
+		switch {
+		case strings.Contains(prompt, promptHostExec) && step == 0:
+			return openclawtest.Reply{ToolCalls: []openclawtest.ToolCall{{Name: "exec",
+				Args: map[string]any{"command": "echo host=$(hostname); cat /proc/self/cgroup", "host": "node"}}}}
+		case strings.Contains(prompt, promptBackground) && step == 0:
+			return openclawtest.Reply{ToolCalls: []openclawtest.ToolCall{{Name: "execmesh_exec",
+				Args: map[string]any{"command": "echo begun; sleep " + sleepToken, "background": true}}}}
+		case strings.Contains(prompt, promptBackground) && step == 1:
+			id := sessionIn(r)
+			mu.Lock()
+			sessionID = id
+			mu.Unlock()
+			return openclawtest.Reply{ToolCalls: []openclawtest.ToolCall{{Name: "execmesh_process",
+				Args: map[string]any{"action": "poll", "sessionId": id, "timeout": 1000}}}}
+		case strings.Contains(prompt, promptBackground) && step == 2:
+			mu.Lock()
+			id := sessionID
+			mu.Unlock()
+			return openclawtest.Reply{ToolCalls: []openclawtest.ToolCall{{Name: "execmesh_process",
+				Args: map[string]any{"action": "kill", "sessionId": id}}}}
+		case strings.Contains(prompt, promptDenied) && step == 0:
+			return openclawtest.Reply{ToolCalls: []openclawtest.ToolCall{{Name: "exec",
+				Args: map[string]any{"command": "id", "host": "node"}}}}
+		}
+		return openclawtest.Reply{Text: "done"}
+	})
+	gw := openclawtest.StartGateway(t, in, openclawtest.GatewayOptions{Model: model, Config: map[string]any{
+		"tools": map[string]any{
+			// The gateway leaves the decision to the node: its own policy
+			// is full/off, so every run reaches the node's.
+			"exec":       map[string]any{"host": "node", "security": "full", "ask": "off"},
+			"toolSearch": false,
+		},
+	}})
+
+	node := startNode(t, bin, gw)
+	approveNode(t, in, gw, node)
+
+	// (c) exec host=node runs on the execmesh node.
+	t.Run("exec host=node", func(t *testing.T) {
+		runTurn(t, gw, "agent:main:c", promptHostExec)
+		res := toolResults(t, model, promptHostExec)
+		t.Logf("the agent saw:\n%s", res)
+		hostname, _ := os.Hostname()
+		if !strings.Contains(res, "host="+hostname) {
+			t.Fatalf("the agent's exec host=node did not run on the node (want host=%s):\n%s\nnode log:\n%s", hostname, res, node.out.String())
+		}
+		// Where the node contains sessions in cgroups, the command ran
+		// in one of the node's.
+		if strings.Contains(node.out.String(), "mode=cgroup") && !regexp.MustCompile(`/execmesh-[0-9]+-[0-9a-f]+/`).MatchString(res) {
+			t.Errorf("the command did not run in the node's session cgroup:\n%s", res)
+		}
+		if !strings.Contains(res, "Node: "+node.deviceID) {
+			t.Errorf("OpenClaw does not name the execmesh node as the host:\n%s", res)
+		}
+	})
+
+	// (d) the plugin tools: a background session, polled, then killed.
+	t.Run("plugin tools", func(t *testing.T) {
+		runTurn(t, gw, "agent:main:d", promptBackground)
+		req, ok := model.Last(promptBackground)
+		if !ok || req.Step() < 3 {
+			t.Fatalf("the turn did not reach the kill: %s", transcript(model, promptBackground))
+		}
+		results := req.ToolResults()
+		t.Logf("the agent saw:\n%s", req.Transcript())
+		if len(results) < 3 {
+			t.Fatalf("tool results: %s", req.Transcript())
+		}
+		if !strings.Contains(results[0].Text, "Command still running") {
+			t.Errorf("execmesh_exec did not background the command: %s", results[0].Text)
+		}
+		if !strings.Contains(results[1].Text, "begun") {
+			t.Errorf("execmesh_process poll did not show the output: %s", results[1].Text)
+		}
+		if !strings.Contains(results[2].Text, "Termination requested") {
+			t.Errorf("execmesh_process kill: %s", results[2].Text)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for len(testutil.ProcsWith(sleepToken)) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the killed session's process still runs")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+
+	// (e) an allowlist miss on the node comes back as SYSTEM_RUN_DENIED.
+	t.Run("allowlist miss", func(t *testing.T) {
+		approvals := `{"version":1,"agents":{"main":{"security":"allowlist","ask":"off","allowlist":[]}}}`
+		if err := os.WriteFile(filepath.Join(node.stateDir, "exec-approvals.json"), []byte(approvals), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		runTurn(t, gw, "agent:main:e", promptDenied)
+		res := toolResults(t, model, promptDenied)
+		t.Logf("the agent saw:\n%s", res)
+		if !strings.Contains(res, "SYSTEM_RUN_DENIED") || !strings.Contains(res, "denied before execution") {
+			t.Fatalf("the node's denial did not reach the agent as SYSTEM_RUN_DENIED:\n%s\nnode log:\n%s", res, node.out.String())
+		}
+		if strings.Contains(res, "uid=") {
+			t.Errorf("the denied command ran:\n%s", res)
+		}
+	})
+}
+
+// sessionIn returns the session id named by the turn's first tool result.
+func sessionIn(r openclawtest.Request) string {
+	for _, m := range r.ToolResults() {
+		if s := regexp.MustCompile(`session ([a-z0-9-]+),`).FindStringSubmatch(m.Text); s != nil {
+			return s[1]
+		}
+	}
+	return "none"
+}
+
+func toolResults(t *testing.T, m *openclawtest.Model, marker string) string {
+	t.Helper()
+	req, ok := m.Last(marker)
+	if !ok {
+		t.Fatalf("the model never saw %q", marker)
+	}
+	var b strings.Builder
+	for _, r := range req.ToolResults() {
+		b.WriteString(r.Text)
+		b.WriteString("\n")
+	}
+	if b.Len() == 0 {
+		t.Fatalf("no tool results in the turn:\n%s", req.Transcript())
+	}
+	return b.String()
+}
+
+func transcript(m *openclawtest.Model, marker string) string {
+	req, _ := m.Last(marker)
+	return req.Transcript()
+}
+
+func runTurn(t *testing.T, gw *openclawtest.Gateway, sessionKey, prompt string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if _, err := gw.Agent(ctx, sessionKey, prompt); err != nil {
+		t.Fatalf("agent turn: %v\ngateway log:\n%s", err, tailOf(gw.Log(), 6000))
+	}
+}
+
+func tailOf(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// buildExecmesh builds cmd/execmesh into the test's temporary directory.
+func buildExecmesh(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "execmesh")
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/execmesh")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+var deviceLine = regexp.MustCompile(`OpenClaw device ([0-9a-f]{64})`)
+
+// startNode runs `execmesh node --openclaw-gateway` without NATS, under
+// security full and ask off (the approvals file may tighten it), until
+// the test ends, and waits until it is connected.
+func startNode(t *testing.T, bin string, gw *openclawtest.Gateway) *nodeRun {
+	t.Helper()
+	n := &nodeRun{out: &testutil.SyncBuffer{}, stateDir: t.TempDir(), done: make(chan struct{})}
+	n.cmd = exec.Command(bin, "node", "--state-dir", n.stateDir, "--name", "execmesh-test-node",
+		"--openclaw-gateway", "ws://127.0.0.1:"+strconv.Itoa(gw.Port), "--security", "full", "--ask", "off", "--log-level", "debug")
+	n.cmd.Env = append(os.Environ(), "EXECMESH_OPENCLAW_TOKEN="+gw.Token)
+	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
+	n.cmd.Dir = t.TempDir()
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = n.cmd.Wait()
+		close(n.done)
+	}()
+	t.Cleanup(func() {
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.done:
+		case <-time.After(20 * time.Second):
+			_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+			<-n.done
+		}
+		if t.Failed() {
+			t.Logf("node log:\n%s", tailOf(n.out.String(), 8000))
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s := n.out.String()
+		if m := deviceLine.FindStringSubmatch(s); m != nil && strings.Contains(s, "plugin tools published") {
+			n.deviceID = m[1]
+			return n
+		}
+		select {
+		case <-n.done:
+			t.Fatalf("execmesh node exited:\n%s", s)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("execmesh node did not connect:\n%s", s)
+		}
+	}
+}
+
+// openclaw runs the OpenClaw CLI against gw.
+func openclaw(t *testing.T, in *openclawtest.Install, gw *openclawtest.Gateway, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, in.Node, append([]string{in.Entry}, args...)...)
+	cmd.Env = append(os.Environ(),
+		"HOME="+filepath.Join(gw.Dir, "home"),
+		"OPENCLAW_STATE_DIR="+filepath.Join(gw.Dir, "state"),
+		"OPENCLAW_CONFIG_PATH="+filepath.Join(gw.Dir, "openclaw.json"),
+		"PATH="+filepath.Dir(in.Node)+":"+os.Getenv("PATH"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("openclaw %s: %v\n%s\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// approveNode waits until the node's pairing request is pending on the
+// gateway (`openclaw nodes pending`) and approves it (`openclaw nodes
+// approve`), as an operator would.
+func approveNode(t *testing.T, in *openclawtest.Install, gw *openclawtest.Gateway, n *nodeRun) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var pending []struct {
+			RequestID string `json:"requestId"`
+			NodeID    string `json:"nodeId"`
+		}
+		out := openclaw(t, in, gw, "nodes", "pending", "--json")
+		if err := json.Unmarshal(bytes.TrimSpace(out), &pending); err != nil {
+			t.Fatalf("nodes pending --json: %v\n%s", err, out)
+		}
+		for _, p := range pending {
+			if p.NodeID == n.deviceID {
+				openclaw(t, in, gw, "nodes", "approve", p.RequestID)
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s never pending on the gateway: %s", n.deviceID, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
