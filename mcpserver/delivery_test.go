@@ -60,7 +60,7 @@ func (n *clientNet) dial(ctx context.Context, network, addr string) (net.Conn, e
 // sessionKey.
 func (n *clientNet) httpClient(token, sessionKey string) *http.Client {
 	tr := &http.Transport{DialContext: n.dial}
-	return &http.Client{Transport: headerTransport{"Authorization", "Bearer " + token, headerTransport{SessionKeyHeader, sessionKey, tr}}}
+	return &http.Client{Transport: headerTransport{"Authorization", "Bearer " + token, headerTransport{SessionKeyHeader, sessionKey, headerTransport{StructuredContentHeader, "1", tr}}}}
 }
 
 func (n *clientNet) vanish() {
@@ -224,6 +224,7 @@ func TestExitEventsSurviveGoneClient(t *testing.T) {
 				t.Fatalf("Connect: %v", err)
 			}
 			t.Cleanup(func() { cs.Close() })
+			takeLogs(t, cs)
 			// Cleanups run last first: the connections are released before
 			// Close, which waits for a reader that a frozen connection holds
 			// until its release (make test hung there once for 20 minutes).

@@ -13,8 +13,12 @@
 // `execmesh mcp` does; HTTPHandler is the streamable-HTTP transport the
 // gateway mounts at /mcp.
 //
-// A tool result comes back as the result text plus the details object as
-// structured content. What the gateway raises before running anything
+// A tool result comes back as its text alone; a client that asks
+// (Options.StructuredContent, `execmesh mcp --structured-content`, or over
+// HTTP the X-Execmesh-Structured-Content header) gets the details object as
+// structured content too. Text alone is the default because OpenClaw
+// prepends structured content to the text it shows the model, which would
+// read every output twice. What the gateway raises before running anything
 // (wrong argument types, unknown parameters, security violations, an
 // unreachable gateway) is a tool result with isError set and the message as
 // text, never a protocol error: the model reads it and corrects the call.
@@ -22,19 +26,23 @@
 // session found for …") is a plain result, as in OpenClaw.
 //
 // When a background session exits, its system event ("Exec completed
-// (<id>, code N) :: …") is sent to the client as a logging notification
-// (notifications/message, level info, logger "execmesh"); each MCP session
-// follows the events of its sessionKey in a goroutine that ends with the
-// session. The server negotiates the initialize-handshake protocol
-// versions, since the sessionless protocol has no server-pushed messages.
-// An event is confirmed (removed from the queue) only once the client has
-// it: each notification is followed by a ping, which the client answers
-// after reading what came before. One that cannot be sent (no stream
-// connected, a logging level above info) or is not answered within
-// Options.AckTimeout (the client went away without closing its session)
-// stays queued for the next reader, such as GET /v1/events. A confirmed
-// event is gone for every reader, so give each MCP client its own
-// sessionKey when several watch the same gateway.
+// (<id>, code N) :: …") reaches the client exactly once, one of two ways.
+// A client that called logging/setLevel with info or debug takes log
+// messages: it gets the event as a logging notification
+// (notifications/message, level info, logger "execmesh") from a goroutine
+// that follows the events of its sessionKey and ends with the session.
+// Each notification is followed by a ping, which the client answers after
+// reading what came before; only then is the event confirmed (removed from
+// the queue). One that cannot be sent (no stream connected) or is not
+// answered within Options.AckTimeout stays queued for the next reader,
+// such as GET /v1/events. Any other client (OpenClaw's registers no
+// handler for log messages, though its SDK answers pings, so a ping never
+// counts as delivery) gets the events pending at each tool call appended to
+// that call's result, one text content each ("System: Exec completed …"),
+// and they are confirmed as they are added. A confirmed event is gone for
+// every reader, so give each MCP client its own sessionKey when several
+// watch the same gateway. The server negotiates the initialize-handshake
+// protocol versions, since the sessionless protocol has no sessions.
 //
 // # Client configuration
 //

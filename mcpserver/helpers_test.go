@@ -38,7 +38,7 @@ func runChild(stateDir string) int {
 		return 1
 	}
 	defer emb.Close(ctx)
-	if err := ServeStdio(ctx, emb.Invoker(""), Options{Version: "test"}, os.Stdin, os.Stdout); err != nil {
+	if err := ServeStdio(ctx, emb.Invoker(""), Options{Version: "test", StructuredContent: true}, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
 		return 1
 	}
@@ -218,12 +218,23 @@ func checkTools(t *testing.T, cs *mcp.ClientSession) {
 	}
 }
 
-// exerciseTools runs the conversation every transport must support: a
+// takeLogs sets the session's logging level to info: the client's word
+// that it takes exit notices as logging notifications.
+func takeLogs(t *testing.T, cs *mcp.ClientSession) {
+	t.Helper()
+	if err := cs.SetLoggingLevel(t.Context(), &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+		t.Fatalf("SetLoggingLevel: %v", err)
+	}
+}
+
+// exerciseTools runs the conversation every transport must support, with
+// a client that takes logging notifications and structured content: a
 // foreground command, a background one polled to completion, an exit
 // notice as a logging notification, and tool errors for bad arguments.
 func exerciseTools(t *testing.T, cs *mcp.ClientSession, sink logSink) {
 	t.Helper()
 	checkTools(t, cs)
+	takeLogs(t, cs)
 
 	res := call(t, cs, "exec", map[string]any{"command": "echo hello from mcp"})
 	if res.IsError || text(res) != "hello from mcp" || details(t, res)["status"] != "completed" {

@@ -195,8 +195,30 @@ func (i *gatewayInvoker) Invoke(ctx context.Context, tool string, args json.RawM
 	return i.g.Invoke(ctx, gateway.InvokeRequest{Tool: tool, Args: args, SessionKey: i.sessionKey})
 }
 
-func (i *gatewayInvoker) Follow(ctx context.Context, _ time.Duration, send func(protocol.SystemEvent) error) error {
-	return i.g.FollowEvents(ctx, i.sessionKey, send)
+func (i *gatewayInvoker) Follow(ctx context.Context, wait time.Duration, send func(protocol.SystemEvent) error) error {
+	if wait > 0 {
+		return i.g.FollowEvents(ctx, i.sessionKey, send)
+	}
+	// What is queued now: each read confirms what the previous one
+	// returned and send accepted, as HTTPInvoker.Follow does.
+	ack := "0"
+	for {
+		evs, err := i.g.TakeEvents(ctx, i.sessionKey, 0, ack)
+		if err != nil || len(evs) == 0 {
+			return err
+		}
+		for _, ev := range evs {
+			if err := send(ev); err != nil {
+				if ack != "0" {
+					_, _ = i.g.TakeEvents(context.WithoutCancel(ctx), i.sessionKey, 0, ack)
+				}
+				return err
+			}
+			if !strings.HasSuffix(ev.ID, "-dropped") {
+				ack = ev.ID
+			}
+		}
+	}
 }
 
 // Embedded is a private in-process gateway for `execmesh mcp --embedded`:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -15,6 +16,13 @@ import (
 // SessionKeyHeader names the request header that selects the sessionKey of
 // a streamable-HTTP MCP session; the sessionKey query parameter works too.
 const SessionKeyHeader = "X-Execmesh-Session-Key"
+
+// StructuredContentHeader names the request header with which a
+// streamable-HTTP client asks for each result's details as structured
+// content beside the text ("1" or "true"; the structuredContent query
+// parameter works too). Without it a result is its text alone
+// (Options.StructuredContent).
+const StructuredContentHeader = "X-Execmesh-Structured-Content"
 
 // ServeStdio serves one MCP session over r and w, newline-delimited
 // JSON-RPC as an MCP client speaks it on a server's stdin and stdout. It
@@ -46,7 +54,8 @@ func (nopWriteCloser) Close() error { return nil }
 // session, built on the Invoker that inv returns for the session's
 // sessionKey, read from the X-Execmesh-Session-Key header or the
 // sessionKey query parameter when the session starts (default
-// agent:main:main). It checks no credentials: mount it behind the
+// agent:main:main). A session whose first request asks for structured
+// content (StructuredContentHeader) gets it. It checks no credentials: mount it behind the
 // gateway's bearer-token check.
 func HTTPHandler(inv func(sessionKey string) Invoker, opts Options) http.Handler {
 	timeout := opts.SessionTimeout
@@ -58,7 +67,11 @@ func HTTPHandler(inv func(sessionKey string) Invoker, opts Options) http.Handler
 	}
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		key, _ := requestSessionKey(r)
-		return New(inv(key), opts)
+		o := opts
+		if wantsStructured(r) {
+			o.StructuredContent = true
+		}
+		return New(inv(key), o)
 	}, &mcp.StreamableHTTPOptions{SessionTimeout: timeout, Logger: opts.Logger})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := requestSessionKey(r); err != nil {
@@ -67,6 +80,17 @@ func HTTPHandler(inv func(sessionKey string) Invoker, opts Options) http.Handler
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// wantsStructured reports whether the request asks for structured
+// content (StructuredContentHeader or the structuredContent parameter).
+func wantsStructured(r *http.Request) bool {
+	v := r.Header.Get(StructuredContentHeader)
+	if v == "" {
+		v = r.URL.Query().Get("structuredContent")
+	}
+	on, err := strconv.ParseBool(v)
+	return err == nil && on
 }
 
 // requestSessionKey returns the request's sessionKey, validated.

@@ -27,7 +27,8 @@ type Invoker interface {
 	// Follow hands each system event of the sessionKey to send, as it
 	// comes, until ctx ends or send fails; an event is confirmed (removed
 	// from the queue) only once send accepted it. wait bounds one read of
-	// a polling implementation.
+	// a polling implementation; a wait of 0 hands over only the events
+	// queued now and returns.
 	Follow(ctx context.Context, wait time.Duration, send func(protocol.SystemEvent) error) error
 }
 
@@ -40,8 +41,8 @@ type Options struct {
 	Logger *slog.Logger
 	// EventWait bounds one long poll for system events; 0 means 25 s.
 	EventWait time.Duration
-	// DisableEvents turns off the forwarding of system events as logging
-	// notifications.
+	// DisableEvents turns off system events: no logging notifications,
+	// nothing appended to tool results.
 	DisableEvents bool
 	// SessionTimeout closes a streamable-HTTP session that sent no request
 	// for that long, which also ends its event forwarding (HTTPHandler
@@ -51,6 +52,13 @@ type Options struct {
 	// follows each system event (see forwardEvents): an event is
 	// confirmed only once the client answered it. 0 means 10 s.
 	AckTimeout time.Duration
+	// StructuredContent returns each result's details object as
+	// structured content beside the text. Off, a result is its text alone:
+	// OpenClaw (2026.9.6) prepends structured content to the text it shows
+	// the model, which would then read every output twice. HTTPHandler
+	// also turns it on for a session whose request asks
+	// (StructuredContentHeader).
+	StructuredContent bool
 	// ApplyPatch reports whether to offer the apply_patch tool too (the
 	// gateway's tools.exec.applyPatch.enabled). It is asked when a server
 	// is built: once for ServeStdio, per session for HTTPHandler, so a
@@ -88,18 +96,25 @@ type server struct {
 	// that ServeStdio returns only after they have ended.
 	wg sync.WaitGroup
 	// levels holds each session's logging level (*mcp.ServerSession →
-	// mcp.LoggingLevel) as the client set it: the SDK drops a message below it
-	// without an error, so an event is not sent (and not confirmed) to a
-	// session that would drop it.
+	// mcp.LoggingLevel) as the client set it with logging/setLevel: the
+	// SDK drops a message below it without an error, so an event is not
+	// sent (and not confirmed) to a session that would drop it, and one
+	// that never set a level gets its events on tool results instead.
 	levels sync.Map
+	// following holds the sessions whose event forwarding has started
+	// (*mcp.ServerSession → struct{}).
+	following sync.Map
 }
 
 // New returns an MCP server exposing the exec and process tools, each call
-// forwarded to inv. Every session that completes the initialize handshake
-// gets a goroutine that long-polls inv.Events and sends each event as a
-// notifications/message (level info, logger "execmesh"); it ends with the
-// session. Serve it with (*mcp.Server).Run on any transport, or use
-// ServeStdio and HTTPHandler.
+// forwarded to inv. System events (exit notices) reach a session's client
+// one of two ways, each event exactly once (see forwardEvents and
+// withNotices): a session that called logging/setLevel with info or debug
+// gets a goroutine that long-polls inv.Follow and sends each event as a
+// notifications/message (level info, logger "execmesh"), ending with the
+// session; any other session gets the events pending at each tool call
+// appended to that call's result. Serve it with (*mcp.Server).Run on any
+// transport, or use ServeStdio and HTTPHandler.
 func New(inv Invoker, opts Options) *mcp.Server {
 	return newServer(inv, opts).mcp
 }
@@ -122,7 +137,8 @@ func newServer(inv Invoker, opts Options) *server {
 	so := &mcp.ServerOptions{
 		Instructions: "exec runs shell commands: a command still running after the yield window continues as a background session, " +
 			"which process follows up (poll, log, write, send-keys, kill). " +
-			"When a background session exits, a notice arrives as a log message from logger \"" + Logger + "\".",
+			"When a background session exits, a notice arrives as a log message from logger \"" + Logger + "\" " +
+			"to a client that set a logging level, otherwise at the end of the next tool result (\"" + noticePrefix + "Exec completed …\").",
 		Logger:                    log,
 		SupportedProtocolVersions: serverVersions,
 		// Tools are fixed, so no list_changed; logging carries exit events.
@@ -130,9 +146,6 @@ func newServer(inv Invoker, opts Options) *server {
 			Tools:   &mcp.ToolCapabilities{},
 			Logging: &mcp.LoggingCapabilities{},
 		},
-	}
-	if !opts.DisableEvents {
-		so.InitializedHandler = func(_ context.Context, req *mcp.InitializedRequest) { s.forward(req.Session) }
 	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "execmesh", Title: "execmesh", Version: opts.Version}, so)
 	if !opts.DisableEvents {
@@ -164,7 +177,7 @@ func (s *server) handler(tool string) mcp.ToolHandler {
 		}
 		res, err := s.inv.Invoke(ctx, tool, args)
 		if err != nil {
-			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, nil
+			return s.withNotices(ctx, req.Session, &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}), nil
 		}
 		out := &mcp.CallToolResult{
 			Content: make([]mcp.Content, 0, len(res.Content)),
@@ -173,37 +186,62 @@ func (s *server) handler(tool string) mcp.ToolHandler {
 		for _, c := range res.Content {
 			out.Content = append(out.Content, &mcp.TextContent{Text: c.Text})
 		}
-		out.StructuredContent = res.Details
-		return out, nil
+		if s.opts.StructuredContent {
+			out.StructuredContent = res.Details
+		}
+		return s.withNotices(ctx, req.Session, out), nil
 	}
 }
 
-// trackLogLevel sets a new session's logging level to info right after
-// the initialize handshake, and records every level the session gets.
-// The SDK sends no log message until the client sets a level, and MCP
-// lets a server choose what to send before that; exit notices are the
-// point of the logging capability here, and many clients never call
-// logging/setLevel. A client that does call it later overrides this.
+// noticePrefix starts the text of a system event appended to a tool
+// result, as OpenClaw shows its own system events to the model.
+const noticePrefix = "System: "
+
+// withNotices appends the system events pending for the sessionKey to a
+// tool result, one text content each, when the session does not take
+// logging notifications (it never set a level that lets info through):
+// OpenClaw's MCP client, for one, registers no handler for them, while
+// its SDK answers pings, so neither a sent notification nor an answered
+// ping says the model saw anything. The result is what the model reads
+// next, so an event is confirmed (removed from the queue) only as it is
+// added to one; an event that cannot be read now stays queued.
+func (s *server) withNotices(ctx context.Context, ss *mcp.ServerSession, res *mcp.CallToolResult) *mcp.CallToolResult {
+	if s.opts.DisableEvents || ss == nil || s.takesInfo(ss) || ctx.Err() != nil {
+		return res
+	}
+	err := s.inv.Follow(ctx, 0, func(ev protocol.SystemEvent) error {
+		if ctx.Err() != nil {
+			return ctx.Err() // the result will not be sent: leave it queued
+		}
+		res.Content = append(res.Content, &mcp.TextContent{Text: noticePrefix + ev.Text})
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("reading system events for a tool result", "err", err)
+	}
+	return res
+}
+
+// trackLogLevel records the logging level each session sets and starts
+// the session's event forwarding on its first logging/setLevel. Setting a
+// level is the client's word that it takes log messages: the SDK of every
+// client answers pings, and sending notifications to a client that has no
+// handler for them (OpenClaw's) would confirm events nobody read. A
+// session that never sets one gets its events on tool results.
 func (s *server) trackLogLevel(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		res, err := next(ctx, method, req)
-		if err != nil {
+		if err != nil || method != "logging/setLevel" {
 			return res, err
 		}
 		ss, ok := req.GetSession().(*mcp.ServerSession)
 		if !ok {
 			return res, nil
 		}
-		switch method {
-		case "initialize":
-			set := &mcp.ServerRequest[*mcp.SetLoggingLevelParams]{Session: ss, Params: &mcp.SetLoggingLevelParams{Level: "info"}}
-			if _, lerr := next(ctx, "logging/setLevel", set); lerr != nil {
-				return nil, lerr
-			}
-			s.levels.Store(ss, mcp.LoggingLevel("info"))
-		case "logging/setLevel":
-			if p, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok && p != nil {
-				s.levels.Store(ss, p.Level)
+		if p, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok && p != nil {
+			s.levels.Store(ss, p.Level)
+			if _, started := s.following.LoadOrStore(ss, struct{}{}); !started {
+				s.forward(ss)
 			}
 		}
 		return res, nil
@@ -226,6 +264,7 @@ func (s *server) forward(ss *mcp.ServerSession) {
 		_ = ss.Wait()
 		cancel()
 		s.levels.Delete(ss)
+		s.following.Delete(ss)
 	})
 	s.wg.Go(func() {
 		defer cancel()
@@ -247,7 +286,10 @@ func (s *server) forward(ss *mcp.ServerSession) {
 // its socket closes) takes writes into socket buffers that nobody reads.
 // So each event is followed by a ping on the same stream: the client
 // answers it only after it has read what came before. An event may thus
-// come twice (the answer was lost), never not at all.
+// come twice (the answer was lost), never not at all. The ping only says
+// the client read the stream; that it takes log messages at all, the
+// client said by setting a level (trackLogLevel): a ping alone never
+// counts as delivery.
 func (s *server) forwardEvents(ctx context.Context, ss *mcp.ServerSession) {
 	backoff := minEventInterval
 	for ctx.Err() == nil {

@@ -41,7 +41,7 @@ func TestInMemoryEmbedded(t *testing.T) {
 	t.Parallel()
 	emb := startEmbedded(t)
 	sink := make(logSink, 16)
-	cs := connect(t, New(emb.Invoker(""), Options{Version: "test"}), sink)
+	cs := connect(t, New(emb.Invoker(""), Options{Version: "test", StructuredContent: true}), sink)
 	if v := cs.InitializeResult().ProtocolVersion; v >= "2026-07-28" {
 		t.Errorf("negotiated %s: want an initialize-handshake version", v)
 	}
@@ -87,6 +87,7 @@ func TestEventForwardingEndsWithSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	takeLogs(t, cs)
 	inv.events <- protocol.SystemEvent{ID: "e1", Kind: protocol.EventExecExit, Text: "Exec completed (abcdefgh, code 0) :: hi"}
 	sink.wait(t, "abcdefgh", 5*time.Second)
 	waitFor(t, func() bool { return inv.active.Load() == 1 }, "a long poll in flight")

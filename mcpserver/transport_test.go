@@ -38,7 +38,7 @@ func TestStreamableHTTP(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	const key = "agent:web:main"
-	hc := &http.Client{Transport: headerTransport{SessionKeyHeader, key, http.DefaultTransport}}
+	hc := &http.Client{Transport: headerTransport{SessionKeyHeader, key, headerTransport{StructuredContentHeader, "1", http.DefaultTransport}}}
 	sink := make(logSink, 16)
 	cs, err := newClient(sink).Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: hc}, nil)
 	if err != nil {
@@ -242,7 +242,7 @@ func TestStreamableHTTPBehindBrowserGuard(t *testing.T) {
 	srv := httptest.NewServer(g.Protect(g.Authed(HTTPHandler(emb.Invoker, Options{Version: "test"}))))
 	t.Cleanup(srv.Close)
 
-	hc := &http.Client{Transport: headerTransport{"Authorization", "Bearer mcp-tok", http.DefaultTransport}}
+	hc := &http.Client{Transport: headerTransport{"Authorization", "Bearer mcp-tok", headerTransport{StructuredContentHeader, "true", http.DefaultTransport}}}
 	sink := make(logSink, 16)
 	cs, err := newClient(sink).Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: hc}, nil)
 	if err != nil {
