@@ -84,7 +84,7 @@ func TestOpenClawAgentOnExecmeshNode(t *testing.T) {
 		},
 	}})
 
-	node := startNode(t, bin, gw)
+	node := startNode(t, bin, gw, "")
 	approveNode(t, in, gw, node)
 
 	// (c) exec host=node runs on the execmesh node.
@@ -218,14 +218,18 @@ func buildExecmesh(t *testing.T) string {
 
 var deviceLine = regexp.MustCompile(`OpenClaw device ([0-9a-f]{64})`)
 
-// startNode runs `execmesh node --openclaw-gateway` without NATS, under
-// security full and ask off (the approvals file may tighten it), until
-// the test ends, and waits until it is connected.
-func startNode(t *testing.T, bin string, gw *openclawtest.Gateway) *nodeRun {
+// startNode runs `execmesh node --openclaw-gateway` (without NATS unless
+// extra says otherwise) under security full and ask off (the approvals
+// file may tighten it), until the test ends, and waits until it is
+// connected to OpenClaw.
+func startNode(t *testing.T, bin string, gw *openclawtest.Gateway, stateDir string, extra ...string) *nodeRun {
 	t.Helper()
-	n := &nodeRun{out: &testutil.SyncBuffer{}, stateDir: t.TempDir(), done: make(chan struct{})}
-	n.cmd = exec.Command(bin, "node", "--state-dir", n.stateDir, "--name", "execmesh-test-node",
-		"--openclaw-gateway", "ws://127.0.0.1:"+strconv.Itoa(gw.Port), "--security", "full", "--ask", "off", "--log-level", "debug")
+	if stateDir == "" {
+		stateDir = t.TempDir()
+	}
+	n := &nodeRun{out: &testutil.SyncBuffer{}, stateDir: stateDir, done: make(chan struct{})}
+	n.cmd = exec.Command(bin, append([]string{"node", "--state-dir", n.stateDir, "--name", "execmesh-test-node",
+		"--openclaw-gateway", "ws://127.0.0.1:" + strconv.Itoa(gw.Port), "--security", "full", "--ask", "off", "--log-level", "debug"}, extra...)...)
 	n.cmd.Env = append(os.Environ(), "EXECMESH_OPENCLAW_TOKEN="+gw.Token)
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	n.cmd.Dir = t.TempDir()
