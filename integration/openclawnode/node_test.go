@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ const (
 	promptHostExec   = "run-hostname-on-the-node"
 	promptBackground = "background-session-on-the-node"
 	promptDenied     = "allowlist-miss-on-the-node"
+	promptRestarted  = "exec-after-a-restart-on-the-device-token"
 )
 
 // nodeRun is an execmesh node process serving the gateway.
@@ -69,6 +71,9 @@ func TestOpenClawAgentOnExecmeshNode(t *testing.T) {
 			mu.Unlock()
 			return openclawtest.Reply{ToolCalls: []openclawtest.ToolCall{{Name: "execmesh_process",
 				Args: map[string]any{"action": "kill", "sessionId": id}}}}
+		case strings.Contains(prompt, promptRestarted) && step == 0:
+			return openclawtest.Reply{ToolCalls: []openclawtest.ToolCall{{Name: "exec",
+				Args: map[string]any{"command": "echo restarted-$((40+2))", "host": "node"}}}}
 		case strings.Contains(prompt, promptDenied) && step == 0:
 			return openclawtest.Reply{ToolCalls: []openclawtest.ToolCall{{Name: "exec",
 				Args: map[string]any{"command": "id", "host": "node"}}}}
@@ -85,6 +90,7 @@ func TestOpenClawAgentOnExecmeshNode(t *testing.T) {
 	}})
 
 	node := startNode(t, bin, gw, "")
+	parent := t // the node outlives each subtest
 	approveNode(t, in, gw, node)
 
 	// (c) exec host=node runs on the execmesh node.
@@ -133,6 +139,18 @@ func TestOpenClawAgentOnExecmeshNode(t *testing.T) {
 				t.Fatal("the killed session's process still runs")
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+	})
+
+	// The node keeps the device token of hello-ok: started again without
+	// the gateway token, it connects with it and serves the agent.
+	t.Run("restart on the device token", func(t *testing.T) {
+		node.stop(t)
+		node = startNode(parent, bin, gw, node.stateDir, "--openclaw-token", "")
+		runTurn(t, gw, "agent:main:r", promptRestarted)
+		res := toolResults(t, model, promptRestarted)
+		if !strings.Contains(res, "restarted-42") {
+			t.Fatalf("exec after a restart without the gateway token:\n%s\nnode log:\n%s", res, node.out.String())
 		}
 	})
 
@@ -230,7 +248,10 @@ func startNode(t *testing.T, bin string, gw *openclawtest.Gateway, stateDir stri
 	n := &nodeRun{out: &testutil.SyncBuffer{}, stateDir: stateDir, done: make(chan struct{})}
 	n.cmd = exec.Command(bin, append([]string{"node", "--state-dir", n.stateDir, "--name", "execmesh-test-node",
 		"--openclaw-gateway", "ws://127.0.0.1:" + strconv.Itoa(gw.Port), "--security", "full", "--ask", "off", "--log-level", "debug"}, extra...)...)
-	n.cmd.Env = append(os.Environ(), "EXECMESH_OPENCLAW_TOKEN="+gw.Token)
+	n.cmd.Env = os.Environ()
+	if !slices.Contains(extra, "--openclaw-token") {
+		n.cmd.Env = append(n.cmd.Env, "EXECMESH_OPENCLAW_TOKEN="+gw.Token)
+	}
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	n.cmd.Dir = t.TempDir()
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -241,18 +262,7 @@ func startNode(t *testing.T, bin string, gw *openclawtest.Gateway, stateDir stri
 		_ = n.cmd.Wait()
 		close(n.done)
 	}()
-	t.Cleanup(func() {
-		_ = n.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.done:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
-			<-n.done
-		}
-		if t.Failed() {
-			t.Logf("node log:\n%s", tailOf(n.out.String(), 8000))
-		}
-	})
+	t.Cleanup(func() { n.stop(t) })
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		s := n.out.String()
@@ -268,6 +278,25 @@ func startNode(t *testing.T, bin string, gw *openclawtest.Gateway, stateDir stri
 		if time.Now().After(deadline) {
 			t.Fatalf("execmesh node did not connect:\n%s", s)
 		}
+	}
+}
+
+// stop ends the node (SIGTERM, then SIGKILL of its group after 20 s).
+func (n *nodeRun) stop(t *testing.T) {
+	select {
+	case <-n.done:
+		return
+	default:
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.done:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+		<-n.done
+	}
+	if t.Failed() {
+		t.Logf("node log:\n%s", tailOf(n.out.String(), 8000))
 	}
 }
 
