@@ -422,16 +422,14 @@ func (c *Client) connectParams(ch Challenge, token, deviceToken string) ConnectP
 
 // readFrame reads and decodes one frame.
 func readFrame(ctx context.Context, ws *websocket.Conn) (Frame, error) {
-	for {
-		typ, data, err := ws.Read(ctx)
-		if err != nil {
-			return Frame{}, err
-		}
-		if typ != websocket.MessageText {
-			return Frame{}, errors.New("binary frame from the gateway")
-		}
-		return DecodeFrame(data)
+	typ, data, err := ws.Read(ctx)
+	if err != nil {
+		return Frame{}, err
 	}
+	if typ != websocket.MessageText {
+		return Frame{}, errors.New("binary frame from the gateway")
+	}
+	return DecodeFrame(data)
 }
 
 // readLoop reads frames until the socket ends.

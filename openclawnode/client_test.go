@@ -420,6 +420,11 @@ func TestPluginToolsScopedBySessionKey(t *testing.T) {
 	if sc["status"] != protocol.StatusRunning || id == "" {
 		t.Fatalf("exec result %v", res)
 	}
+	// The follow-up names the tool OpenClaw's agent has, not "process".
+	if txt := mustText(res); !strings.Contains(txt, "Use execmesh_process (list/poll") || strings.Contains(txt, "Use process (") ||
+		!strings.HasPrefix(sc["followUp"].(string), "Use execmesh_process (") {
+		t.Errorf("follow-up hint: %q, %v", txt, sc["followUp"])
+	}
 	other := call("e2", "agent:other:main", "process", map[string]any{"action": "poll", "sessionId": id})
 	if other["isError"] != true {
 		t.Errorf("another sessionKey polled the session: %v", other)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/protocol"
@@ -109,11 +110,22 @@ func toolError(text string) outcome {
 	return outcome{payload: callResult{Content: []protocol.Content{{Type: "text", Text: text}}, IsError: true}}
 }
 
+// followUp is the session core's follow-up hint, which names the process
+// tool; on OpenClaw that tool is ToolProcessName (its own process tool
+// does not know the node's sessions).
+const followUp = "Use process ("
+
 func toolResult(r protocol.Result) outcome {
 	d := r.Details
-	if r.Content == nil {
-		r.Content = []protocol.Content{}
+	if f, ok := d.FollowUp.Get(); ok {
+		d.FollowUp = protocol.Some(strings.Replace(f, followUp, "Use "+ToolProcessName+" (", 1))
 	}
+	content := make([]protocol.Content, 0, len(r.Content))
+	for _, c := range r.Content {
+		c.Text = strings.Replace(c.Text, followUp, "Use "+ToolProcessName+" (", 1)
+		content = append(content, c)
+	}
+	r.Content = content
 	return outcome{payload: callResult{Content: r.Content, StructuredContent: &d, IsError: r.Status() == protocol.StatusFailed}}
 }
 
