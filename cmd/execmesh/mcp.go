@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -19,8 +23,8 @@ import (
 // private in-process gateway.
 func (c *cli) newMCPCmd() *cobra.Command {
 	var f clientFlags
-	var embedded bool
-	var workdir string
+	var embedded, structured bool
+	var workdir, printConfig string
 	cmd := &cobra.Command{
 		Use:   "mcp [--embedded]",
 		Short: "serve the exec and process tools as an MCP server on stdio",
@@ -31,22 +35,117 @@ func (c *cli) newMCPCmd() *cobra.Command {
 			"as MCP log messages.\n\n" +
 			"Working directory of exec calls that name none: --workdir, else, when the gateway runs on this\n" +
 			"machine and the call is not sent to a node, the directory the MCP client started execmesh in,\n" +
-			"as execmesh exec does; otherwise the gateway's default. A workdir in the call wins.",
+			"as execmesh exec does; otherwise the gateway's default. A workdir in the call wins.\n\n" +
+			"A result is its text alone unless --structured-content asks for the details object as\n" +
+			"structured content too. Exit notices go as log messages to a client that sets a logging level,\n" +
+			"and otherwise at the end of its next tool result.\n\n" +
+			"--print-config openclaw prints OpenClaw's configuration for this server (tested with OpenClaw\n" +
+			"" + openclawTested + "): the gateway, token and --session-key given, OpenClaw's own exec and process\n" +
+			"tools denied and Tool Search off; openclaw-http the same for the gateway's /mcp endpoint.\n" +
+			"OpenClaw passes an MCP server nothing that names its session, so every session of an agent\n" +
+			"shares the --session-key (agent:<agentId>:main is the stable choice: it survives OpenClaw\n" +
+			"restarting the server); give each agent its own server and key.",
 		Example: "  claude mcp add execmesh -- execmesh mcp\n" +
+			"  execmesh mcp --print-config openclaw > execmesh-openclaw.json\n" +
 			"  execmesh mcp --session-key agent:coder:main\n" +
 			"  execmesh mcp --embedded --config ~/.config/execmesh-mcp.json",
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return c.runMCP(cmd.Context(), &f, embedded, workdir) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printConfig != "" {
+				return c.printMCPConfig(&f, printConfig)
+			}
+			return c.runMCP(cmd.Context(), &f, embedded, structured, workdir)
+		},
 	}
 	f.register(cmd.Flags(), withSessionKey)
 	cmd.Flags().BoolVar(&embedded, "embedded", false, "run a private in-process gateway (host=gateway only) instead of calling one")
 	cmd.Flags().StringVar(&workdir, "workdir", "", "working `dir`ectory of exec calls that name none (default: the current directory when the gateway is local, see above)")
 	_ = cmd.MarkFlagDirname("workdir")
+	cmd.Flags().BoolVar(&structured, "structured-content", false, "return each result's details object as structured content beside its text")
+	cmd.Flags().StringVar(&printConfig, "print-config", "", "print an MCP client's configuration for this server and exit: `client` openclaw (stdio) or openclaw-http")
 	return cmd
 }
 
-func (c *cli) runMCP(ctx context.Context, f *clientFlags, embedded bool, workdir string) error {
-	opts := mcpserver.Options{Version: buildVersion().Version}
+// openclawTested is the OpenClaw release the printed configuration was
+// tested with (integration/openclaw runs it).
+const openclawTested = "2026.9.6"
+
+// openclawRequestTimeoutMs is OpenClaw's per-call limit for the server: a
+// call may yield for up to 120 s before it returns, and OpenClaw's default
+// (60 s) would cut it short.
+const openclawRequestTimeoutMs = 150000
+
+// printMCPConfig prints an MCP client's configuration for this server,
+// with the flags' gateway URL, token and sessionKey, as JSON.
+func (c *cli) printMCPConfig(f *clientFlags, client string) error {
+	cfg, err := f.load(c)
+	if err != nil {
+		return err
+	}
+	cl, err := f.clientFor(c, cfg)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	var server map[string]any
+	switch client {
+	case "openclaw":
+		env := map[string]string{envGatewayURL: cl.base}
+		if cl.token != "" {
+			env[envToken] = cl.token
+		}
+		server = map[string]any{
+			"command":          c.selfCommand(),
+			"args":             []string{"mcp", "--session-key", f.sessionKey},
+			"env":              env,
+			"requestTimeoutMs": openclawRequestTimeoutMs,
+		}
+	case "openclaw-http":
+		headers := map[string]string{mcpserver.SessionKeyHeader: f.sessionKey}
+		if cl.token != "" {
+			headers["Authorization"] = "Bearer " + cl.token
+		}
+		server = map[string]any{
+			"url":              cl.base + "/mcp",
+			"transport":        "streamable-http",
+			"headers":          headers,
+			"requestTimeoutMs": openclawRequestTimeoutMs,
+		}
+	default:
+		return fmt.Errorf("--print-config %q: want openclaw or openclaw-http", client)
+	}
+	out := map[string]any{
+		// OpenClaw's own exec and process would shadow execmesh's, and its
+		// Tool Search (on by default) hides MCP tools behind a search.
+		"tools": map[string]any{"profile": "coding", "deny": []string{"exec", "process"}, "toolSearch": false},
+		"mcp":   map[string]any{"servers": map[string]any{"execmesh": server}},
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(c.stdout, "%s\n", b)
+	return err
+}
+
+// selfCommand is how a client should start this binary: "execmesh" when
+// that is what PATH finds, else its absolute path.
+func (c *cli) selfCommand() string {
+	self, err := os.Executable()
+	if err != nil {
+		return "execmesh"
+	}
+	self, _ = filepath.EvalSymlinks(self)
+	if found, err := exec.LookPath("execmesh"); err == nil {
+		if found, _ = filepath.EvalSymlinks(found); found == self {
+			return "execmesh"
+		}
+	}
+	return self
+}
+
+func (c *cli) runMCP(ctx context.Context, f *clientFlags, embedded, structured bool, workdir string) error {
+	opts := mcpserver.Options{Version: buildVersion().Version, StructuredContent: structured}
 	if embedded {
 		cfg, err := f.load(c)
 		if err != nil {
