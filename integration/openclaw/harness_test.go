@@ -2,6 +2,7 @@ package openclaw
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"syscall"
 	"testing"
@@ -132,35 +134,81 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// openclawConfig is OpenClaw's configuration for execmesh's MCP server
-// named execmesh, as the README gives it: the built-in exec and process
-// tools denied, Tool Search off, and server.
-func openclawConfig(server map[string]any) map[string]any {
-	return map[string]any{
-		"tools": map[string]any{"profile": "coding", "deny": []any{"exec", "process"}, "toolSearch": false},
-		"mcp":   map[string]any{"servers": map[string]any{"execmesh": server}},
-	}
-}
-
-// stdioServer is `execmesh mcp` against d.
-func stdioServer(t *testing.T, d *daemon, args ...string) map[string]any {
-	return map[string]any{
-		"command":          binary(t),
-		"args":             append([]any{"mcp"}, toAny(args)...),
-		"env":              map[string]any{"EXECMESH_GATEWAY_URL": d.url, "EXECMESH_GATEWAY_TOKEN": d.token},
-		"requestTimeoutMs": 120000,
-	}
-}
-
-func toAny(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
-}
-
-// exec calls the tool named name with args, as the model's reply.
+// toolCall is a model reply that calls the tool name with args.
 func toolCall(name string, args map[string]any) openclawtest.Reply {
 	return openclawtest.Reply{ToolCalls: []openclawtest.ToolCall{{Name: name, Args: args}}}
 }
+
+// printConfig runs `execmesh mcp --print-config <client> args…` and
+// returns the configuration it printed: the tests give OpenClaw exactly
+// what a user would.
+func printConfig(t *testing.T, client string, args ...string) map[string]any {
+	t.Helper()
+	cmd := exec.Command(binary(t), append([]string{"mcp", "--print-config", client}, args...)...)
+	cmd.Env = append(os.Environ(), "EXECMESH_GATEWAY_TOKEN=", "EXECMESH_GATEWAY_URL=")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("execmesh mcp --print-config %s: %v", client, err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		t.Fatalf("--print-config printed no JSON: %v\n%s", err, out)
+	}
+	return cfg
+}
+
+// invoke calls a tool on the daemon under sessionKey.
+func (d *daemon) invoke(t *testing.T, sessionKey, tool string, args map[string]any) map[string]any {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"tool": tool, "args": args, "sessionKey": sessionKey})
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, d.url+"/tools/invoke", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out struct {
+		Result map[string]any `json:"result"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("%s %v: %d %v", tool, args, res.StatusCode, err)
+	}
+	return out.Result
+}
+
+// waitExited waits until the session id of sessionKey is no longer
+// running, asking with process list (which takes no output and no event).
+func (d *daemon) waitExited(t *testing.T, sessionKey, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		res := d.invoke(t, sessionKey, "process", map[string]any{"action": "list"})
+		details, _ := res["details"].(map[string]any)
+		sessions, _ := details["sessions"].([]any)
+		for _, s := range sessions {
+			m, _ := s.(map[string]any)
+			if m["sessionId"] == id && m["status"] != "running" {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("session %s of %s did not exit", id, sessionKey)
+}
+
+// agentTurn runs one turn of an OpenClaw session and fails the test, with
+// the gateway's log, when it fails.
+func agentTurn(t *testing.T, g *openclawtest.Gateway, sessionKey, message string) openclawtest.AgentResult {
+	t.Helper()
+	res, err := g.Agent(t.Context(), sessionKey, message)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, g.Log())
+	}
+	t.Logf("turn %q of %s: %v", message, sessionKey, res.Elapsed.Round(100*time.Millisecond))
+	return res
+}
+
+// runningID is the session id in a backgrounded exec's text.
+var runningID = regexp.MustCompile(`Command still running \(session (\S+), pid`)

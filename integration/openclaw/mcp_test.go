@@ -1,0 +1,164 @@
+package openclaw
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/execmesh/execmesh/internal/openclawtest"
+)
+
+// TestBackgroundExitReachesModelOnce: an OpenClaw agent, configured with
+// what `execmesh mcp --print-config` prints, runs a command in the
+// foreground and one in the background through execmesh__exec, polls the
+// background one in a later turn while it still runs, and after it exited
+// makes other calls in two more turns. The exit notice reaches the model
+// exactly once, on the first tool result after the exit (OpenClaw takes
+// no log messages, yet answers pings), and the model is shown each output
+// once (no structured content repeating the text). Over stdio (`execmesh
+// mcp` against `execmesh up`) and over the gateway's streamable HTTP.
+func TestBackgroundExitReachesModelOnce(t *testing.T) {
+	in := openclawtest.Require(t)
+	for _, transport := range []string{"openclaw", "openclaw-http"} {
+		t.Run(transport, func(t *testing.T) {
+			d := startDaemon(t)
+			gate := filepath.Join(t.TempDir(), "gate")
+			var mu sync.Mutex
+			var id string // the background session, from the exec result
+			model := openclawtest.NewModel(t, func(r openclawtest.Request) openclawtest.Reply {
+				mu.Lock()
+				defer mu.Unlock()
+				prompt, step := r.LastUser(), r.Step()
+				switch {
+				case strings.Contains(prompt, "start them") && step == 0:
+					return toolCall("execmesh__exec", map[string]any{"command": "echo fg-$((40+2))"})
+				case strings.Contains(prompt, "start them") && step == 1:
+					return toolCall("execmesh__exec", map[string]any{
+						"command":    fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; echo bg-$((6*7))", gate),
+						"background": true,
+					})
+				case strings.Contains(prompt, "start them") && step == 2:
+					for _, m := range r.ToolResults() {
+						if sm := runningID.FindStringSubmatch(m.Text); sm != nil {
+							id = sm[1]
+						}
+					}
+					return openclawtest.Reply{Text: "started"}
+				case strings.Contains(prompt, "poll it") && step == 0:
+					return toolCall("execmesh__process", map[string]any{"action": "poll", "sessionId": id})
+				case (strings.Contains(prompt, "look around") || strings.Contains(prompt, "once more")) && step == 0:
+					return toolCall("execmesh__process", map[string]any{"action": "list"})
+				}
+				return openclawtest.Reply{Text: "ok"}
+			})
+			cfg := printConfig(t, transport, "--gateway", d.url, "--token", d.token)
+			g := openclawtest.StartGateway(t, in, openclawtest.GatewayOptions{Model: model, Config: cfg})
+			const key = "agent:main:bg"
+			agentTurn(t, g, key, "start them")
+			mu.Lock()
+			bgID := id
+			mu.Unlock()
+			if bgID == "" {
+				last, _ := model.Last("start them")
+				t.Fatalf("the background exec did not answer with a running session:\n%s", last.Transcript())
+			}
+			agentTurn(t, g, key, "poll it")
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			d.waitExited(t, "agent:main:main", bgID)
+			time.Sleep(500 * time.Millisecond) // the exit event follows the exit
+			agentTurn(t, g, key, "look around")
+			agentTurn(t, g, key, "once more")
+
+			notice := "Exec completed (" + bgID + ", code 0) :: bg-42"
+			after, ok := model.Last("look around")
+			if !ok {
+				t.Fatal("no model request of the turn after the exit")
+			}
+			if n := after.Count(notice); n != 1 {
+				t.Errorf("the turn after the exit showed the model the notice %q %d times, want once:\n%s", notice, n, after.Transcript())
+			}
+			final, _ := model.Last("once more")
+			for what, n := range map[string]int{
+				notice:  final.Count(notice),
+				"fg-42": final.Count("fg-42"),
+				"bg-42": final.Count("bg-42"),
+			} {
+				if n != 1 {
+					t.Errorf("in the end the model was shown %q %d times, want once", what, n)
+				}
+			}
+			if t.Failed() {
+				t.Logf("the model's last request:\n%s", final.Transcript())
+			}
+		})
+	}
+}
+
+// TestAgentsDoNotShareSessions: OpenClaw passes an MCP server nothing that
+// names its session, so the key is per agent (--session-key
+// agent:<id>:main, one server per agent, each agent denied the other's).
+// Two OpenClaw sessions of two agents each start a background command and
+// list: neither sees the other's.
+func TestAgentsDoNotShareSessions(t *testing.T) {
+	in := openclawtest.Require(t)
+	d := startDaemon(t)
+	main := printConfig(t, "openclaw", "--gateway", d.url, "--token", d.token, "--session-key", "agent:main:main")
+	ops := printConfig(t, "openclaw", "--gateway", d.url, "--token", d.token, "--session-key", "agent:ops:main")
+	servers := main["mcp"].(map[string]any)["servers"].(map[string]any)
+	servers["execmesh_ops"] = ops["mcp"].(map[string]any)["servers"].(map[string]any)["execmesh"]
+	main["agents"] = map[string]any{"entries": map[string]any{
+		"main": map[string]any{"tools": map[string]any{"deny": []any{"exec", "process", "execmesh_ops__*"}}},
+		"ops":  map[string]any{"tools": map[string]any{"deny": []any{"exec", "process", "execmesh__*"}}},
+	}}
+	prefix := map[string]string{"main": "execmesh__", "ops": "execmesh_ops__"}
+	model := openclawtest.NewModel(t, func(r openclawtest.Request) openclawtest.Reply {
+		prompt, step := r.LastUser(), r.Step()
+		agent := "main"
+		if strings.Contains(prompt, "(ops)") {
+			agent = "ops"
+		}
+		switch {
+		case strings.Contains(prompt, "start mine") && step == 0:
+			return toolCall(prefix[agent]+"exec", map[string]any{"command": "sleep 300", "background": true})
+		case strings.Contains(prompt, "list mine") && step == 0:
+			return toolCall(prefix[agent]+"process", map[string]any{"action": "list"})
+		}
+		return openclawtest.Reply{Text: "ok"}
+	})
+	g := openclawtest.StartGateway(t, in, openclawtest.GatewayOptions{Model: model, Config: main})
+	ids := map[string]string{}
+	for _, agent := range []string{"main", "ops"} {
+		agentTurn(t, g, "agent:"+agent+":iso", "start mine ("+agent+")")
+		r, _ := model.Last("start mine (" + agent + ")")
+		for _, m := range r.ToolResults() {
+			if sm := runningID.FindStringSubmatch(m.Text); sm != nil {
+				ids[agent] = sm[1]
+			}
+		}
+		if ids[agent] == "" {
+			t.Fatalf("%s's background exec did not answer with a running session:\n%s", agent, r.Transcript())
+		}
+	}
+	for _, agent := range []string{"main", "ops"} {
+		agentTurn(t, g, "agent:"+agent+":iso", "list mine ("+agent+")")
+	}
+	for agent, other := range map[string]string{"main": "ops", "ops": "main"} {
+		r, ok := model.Last("list mine (" + agent + ")")
+		if !ok || r.Step() != 1 {
+			t.Fatalf("%s: no model request after its list", agent)
+		}
+		if !strings.Contains(strings.Join(r.Tools, " "), prefix[agent]+"exec") || strings.Contains(strings.Join(r.Tools, " "), prefix[other]+"exec") {
+			t.Errorf("%s was offered %v", agent, r.Tools)
+		}
+		list := r.ToolResults()
+		if len(list) != 1 || !strings.Contains(list[0].Text, ids[agent]) || strings.Contains(list[0].Text, ids[other]) {
+			t.Errorf("%s's list, want its own session %s and not %s's %s:\n%s", agent, ids[agent], other, ids[other], r.Transcript())
+		}
+	}
+}
