@@ -26,16 +26,28 @@ const (
 
 // Reconnect back-off: exponential from reconnectBase, capped at
 // reconnectMax, plus up to reconnectJitter of random delay so a fleet of
-// nodes does not reconnect in lock step after a server restart.
+// nodes does not reconnect in lock step after a server restart. A client
+// learns that a link healed only by trying it, so the longest pause
+// (2 s) plus one dial that waits out a lost SYN (nats.go's 2 s connect
+// timeout) is what keeps a node reachable within 5 s of any heal
+// (DESIGN §5). Refused dials to a server that is down cost it nothing.
 const (
 	reconnectBase   = 100 * time.Millisecond
-	reconnectMax    = 5 * time.Second
-	reconnectJitter = 1 * time.Second
+	reconnectMax    = 1500 * time.Millisecond
+	reconnectJitter = 500 * time.Millisecond
 )
 
-// Client pings: every 20 s over the network (a dead link is noticed
-// within a minute), every inProcessPingInterval in the same process.
-const inProcessPingInterval = 2 * time.Minute
+// Client pings: every networkPingInterval over the network, so that a
+// link that stopped delivering is given up within three intervals
+// (nats.go allows two pings unanswered) and a new connection made. That
+// matters even after the link heals: the server's retransmissions on the
+// old connection have backed off by then to tens of seconds, while a new
+// connection is served at once. Every inProcessPingInterval in the same
+// process, where nothing can go stale.
+const (
+	networkPingInterval   = 5 * time.Second
+	inProcessPingInterval = 2 * time.Minute
+)
 
 // ErrNotConnected is returned by Connect when ctx ends before the first
 // connection succeeded. The last connection error is wrapped too.
@@ -366,7 +378,7 @@ func clientOptions(cfg ClientConfig, log *slog.Logger) (string, []nats.Option, e
 		nats.RetryOnFailedConnect(true),
 		nats.IgnoreAuthErrorAbort(),
 		nats.CustomReconnectDelay(reconnectDelay),
-		nats.PingInterval(20 * time.Second),
+		nats.PingInterval(networkPingInterval),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("nats reconnected", "server", ConnectedServer(nc))
 		}),

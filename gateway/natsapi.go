@@ -59,6 +59,10 @@ func (g *Gateway) serveNATS() error {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name: "execmesh-gateway", Version: "0.0.0", Description: "execmesh gateway host",
 		Metadata: map[string]string{"gatewayId": g.id},
+		// One gateway per id: plain subscriptions reach its live
+		// connection even while the server still holds a dead one (see
+		// nodeagent's addService).
+		QueueGroupDisabled: true,
 	})
 	if err != nil {
 		api.stop()

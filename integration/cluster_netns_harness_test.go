@@ -1101,3 +1101,36 @@ func (c *clCluster) startGatewayAfterStop() {
 	}
 	c.startGateway()
 }
+
+// nodeServer is the index of the server that holds n's connection, read
+// from the servers' monitoring (connz names the node's nkey).
+func (c *clCluster) nodeServer(t *testing.T, n *clNode) int {
+	t.Helper()
+	var at []int
+	for i := range c.servers {
+		if c.serverHolds(i, n) {
+			at = append(at, i)
+		}
+	}
+	if len(at) != 1 {
+		t.Fatalf("%s is connected to servers %v, want exactly one", n.name, at)
+	}
+	return at[0]
+}
+
+// serverHolds reports whether server i lists an open connection of n.
+func (c *clCluster) serverHolds(i int, n *clNode) bool {
+	c.t.Helper()
+	hc := c.net.hosts[fmt.Sprintf("nats-%d", i+1)].httpClient(1)
+	defer hc.CloseIdleConnections()
+	res, err := hc.Get("http://127.0.0.1:8222/connz?auth=true&limit=1000")
+	if err != nil {
+		c.t.Fatalf("connz of nats-%d: %v", i+1, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != 200 {
+		c.t.Fatalf("connz of nats-%d: %d %v %s", i+1, res.StatusCode, err, b)
+	}
+	return bytes.Contains(b, []byte(n.ident.PublicKey))
+}

@@ -48,6 +48,7 @@ func TestClusterNetns(t *testing.T) {
 	t.Run("Smoke", func(t *testing.T) { clSmoke(t, c) })
 	t.Run("NATSServerKilled", func(t *testing.T) { clServerKill(t, c) })
 	t.Run("NodeLinkCut", func(t *testing.T) { clLinkCut(t, c) })
+	t.Run("NodeCutFromOneServer", func(t *testing.T) { clOneServerCut(t, c) })
 	t.Run("GatewayKilled", func(t *testing.T) { clGatewayKill(t, c) })
 	t.Run("GatewayKilledWithQueuedEvent", func(t *testing.T) { clGatewayKillQueued(t, c) })
 	t.Run("NodeAgentKilled", func(t *testing.T) { clNodeKill(t, c) })
@@ -255,6 +256,68 @@ func clLinkCut(t *testing.T, c *clCluster) {
 			t.Fatalf("log of %s after the outage: %q", id, log)
 		}
 	}
+}
+
+// clOneServerCut: node-b's packets to the NATS server it is connected
+// to vanish for 30 s, and only those: the link to the other two servers
+// stays up. That server keeps node-b's old connection open all along (it
+// hears no reset) while node-b, its pings unanswered, connects to another
+// server of the cluster, so the cluster holds two connections of node-b
+// with the same subscriptions. Calls must reach node-b through the new
+// one during the cut, and within 5 s of the heal at the latest; each
+// answers within the presence TTL meanwhile.
+func clOneServerCut(t *testing.T, c *clCluster) {
+	c.use(t)
+	const key = "agent:oneserver:main"
+	b := c.node("node-b")
+	id := c.mustCall(key, "exec", map[string]any{"command": "echo os-start; sleep 600", "host": "node", "node": b.name, "background": true}).SessionID()
+	srv := c.nodeServer(t, b)
+	ip := c.net.hosts[fmt.Sprintf("nats-%d", srv+1)].ip
+	route := func(op string) {
+		t.Helper()
+		if err := clIP("-n", b.host.ns, "route", op, "blackhole", ip+"/32"); err != nil {
+			t.Fatalf("route %s blackhole %s: %v", op, ip, err)
+		}
+	}
+	route("add")
+	cutAt := time.Now()
+	restored := false
+	defer func() {
+		if !restored {
+			route("del")
+		}
+	}()
+	works := func() error {
+		t0 := time.Now()
+		r := c.call(key, "exec", map[string]any{"command": "echo one-server", "host": "node", "node": b.name})
+		p := c.call(key, "process", map[string]any{"action": "poll", "sessionId": id})
+		if took := time.Since(t0); took > 2*3*clHeartbeat+5*time.Second {
+			t.Errorf("exec and poll on node-b took %s while it is cut off from nats-%d", took.Round(time.Millisecond), srv+1)
+		}
+		if r.Status != 200 || p.Status != 200 {
+			return fmt.Errorf("exec %d %.200s; poll %d %.200s", r.Status, r.Raw, p.Status, p.Raw)
+		}
+		return nil
+	}
+	back := time.Duration(-1)
+	for time.Since(cutAt) < 30*time.Second {
+		if err := works(); err == nil && back < 0 {
+			back = time.Since(cutAt)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if back < 0 {
+		t.Errorf("node-b was not reachable through another server during the 30 s cut from nats-%d", srv+1)
+	} else {
+		t.Logf("node-b reachable through another server %s after its cut from nats-%d", back.Round(time.Millisecond), srv+1)
+	}
+	stale := c.serverHolds(srv, b)
+	route("del")
+	restored = true
+	healed := time.Now()
+	clCheckFor(t, "exec and poll on node-b after the heal", 5*time.Second, 100*time.Millisecond, works)
+	t.Logf("exec and poll on node-b worked %s after the heal (nats-%d still held its old connection at the heal: %v)",
+		time.Since(healed).Round(time.Millisecond), srv+1, stale)
 }
 
 // clGatewayKill kills the gateway with SIGKILL while six node sessions

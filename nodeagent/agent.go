@@ -406,11 +406,22 @@ func hasCredentials(cc bus.ClientConfig) bool {
 
 // addService registers the micro service execmesh-node with its
 // endpoints in the group <prefix>.node.<id>.
+//
+// The endpoints are plain subscriptions, not micro's default queue
+// group: after a partition the server may hold this node's old
+// connection for minutes (a blackholed TCP connection looks open from
+// its side) beside the new one, and a queue group hands each request to
+// one of the two at random, so half the gateway's calls and probes
+// vanished into the dead one. Delivered to both, a request reaches the
+// live connection; the old one's copy dies in TCP (this process closed
+// that socket). One identity runs one agent: the state directory is
+// locked and its nkey is the node's own.
 func (a *Agent) addService(nc *nats.Conn) (micro.Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        bus.NodeServiceName,
-		Version:     a.cfg.Version,
-		Description: "execmesh node agent",
+		Name:               bus.NodeServiceName,
+		Version:            a.cfg.Version,
+		QueueGroupDisabled: true,
+		Description:        "execmesh node agent",
 		Metadata: map[string]string{
 			"nodeId": a.id.NodeID, "name": a.name, "platform": a.platform, "instance": a.instance,
 		},
