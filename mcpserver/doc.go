@@ -84,6 +84,10 @@
 //	  }
 //	}
 //
+// For OpenClaw, `execmesh mcp --print-config openclaw` prints a tested
+// configuration (docs/mcp.md): OpenClaw passes a server nothing that names
+// its session, so the --session-key is one per agent.
+//
 // With Claude Code's CLI: `claude mcp add execmesh -- execmesh mcp`, or
 // `claude mcp add --transport http execmesh http://127.0.0.1:8420/mcp
 // --header "Authorization: Bearer <token>"`. The sessionKey may also be
