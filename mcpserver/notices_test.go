@@ -53,7 +53,7 @@ func TestNoticesRideOnToolResults(t *testing.T) {
 			// than long enough for a notification, its ping and a second
 			// try to show.
 			seen, calls := 0, 0
-			deadline := time.Now().Add(15 * time.Second)
+			deadline := time.Now().Add(30 * time.Second) // a loaded machine's event store is slow
 			for ; time.Now().Before(deadline) && (seen == 0 && !tc.logged || calls < 15); calls++ {
 				res := call(t, cs, "process", map[string]any{"action": "list"})
 				seen += strings.Count(text(res), notice)
