@@ -23,6 +23,9 @@ command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
 command -v zip >/dev/null 2>&1 || missing+=(zip)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v perl >/dev/null 2>&1 || missing+=(perl)
+# npm installs OpenClaw and a Node.js runtime it accepts into a cache
+# directory, once, for the end-to-end tests of integration/openclaw.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "ensure-deps: installing ${missing[*]}" >&2
