@@ -180,6 +180,16 @@ func (g *Gateway) Log() string {
 	return s
 }
 
+// Command returns `openclaw <args>` set up to talk to this gateway: its
+// HOME, state dir, configuration (with the gateway's port and token) and
+// Node.js runtime; such as Command(ctx, "nodes", "list", "--json").
+func (g *Gateway) Command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, g.in.Node, append([]string{g.in.Entry}, args...)...)
+	cmd.Dir = filepath.Join(g.Dir, "workspace")
+	cmd.Env = append([]string(nil), g.env...)
+	return cmd
+}
+
 // AgentResult is the answer of `openclaw agent --json`.
 type AgentResult struct {
 	// Raw is the JSON the CLI printed.
@@ -196,9 +206,7 @@ type AgentResult struct {
 // conversation and its own MCP server connections.
 func (g *Gateway) Agent(ctx context.Context, sessionKey, message string) (AgentResult, error) {
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, g.in.Node, g.in.Entry, "agent", "--session-key", sessionKey, "--message", message, "--json", "--timeout", "120")
-	cmd.Dir = filepath.Join(g.Dir, "workspace")
-	cmd.Env = g.env
+	cmd := g.Command(ctx, "agent", "--session-key", sessionKey, "--message", message, "--json", "--timeout", "120")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
