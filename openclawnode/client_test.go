@@ -1,11 +1,13 @@
 package openclawnode
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +16,9 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/execmesh/execmesh/host"
 	"github.com/execmesh/execmesh/internal/testutil"
+	"github.com/execmesh/execmesh/nodeagent"
 	"github.com/execmesh/execmesh/protocol"
 )
 
@@ -458,4 +462,58 @@ func mustText(m map[string]any) string {
 		}
 	}
 	return b.String()
+}
+
+// TestExecApprovalsGetSet: system.execApprovals.get on a node without an
+// approvals file creates an empty one (as OpenClaw's node host does), so
+// that a replace has a base hash; set replaces it given that hash and
+// refuses a stale one. The node agent's own file store serves both.
+func TestExecApprovalsGetSet(t *testing.T) {
+	cfg := nodeagent.DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.Cwd = t.TempDir()
+	cfg.Confine = host.ConfineConfig{Helper: "/proc/self/exe"}
+	a, err := nodeagent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.StartLocal(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	g := newFakeGateway(t)
+	c, _ := startClient(t, g, func(c *Config) {
+		c.Host, c.ApprovalsGet, c.ApprovalsSet = a.Host(), a.ApprovalsGet, a.ApprovalsSet
+	})
+	gc := g.next(t)
+	type view struct {
+		Exists bool           `json:"exists"`
+		Hash   string         `json:"hash"`
+		File   map[string]any `json:"file"`
+	}
+	get := func(id string) view {
+		gc.invoke(t, id, c.DeviceID(), CmdExecApprovalsGet, map[string]any{}, "")
+		r := gc.result(t, id)
+		var v view
+		if !r.OK || json.Unmarshal([]byte(r.PayloadJSON), &v) != nil {
+			t.Fatalf("get: %+v", r)
+		}
+		return v
+	}
+	v := get("g1")
+	if !v.Exists || v.Hash == "" {
+		t.Fatalf("get of a missing file: %+v, want an empty file with a hash", v)
+	}
+	file := map[string]any{"version": 1, "agents": map[string]any{"main": map[string]any{"security": "allowlist", "allowlist": []any{map[string]any{"pattern": "/usr/bin/id"}}}}}
+	gc.invoke(t, "s1", c.DeviceID(), CmdExecApprovalsSet, map[string]any{"file": file, "baseHash": "stale"}, "")
+	if r := gc.result(t, "s1"); r.OK || !strings.Contains(r.Error.Message, "changed; reload and retry") {
+		t.Errorf("set on a stale hash: %+v", r)
+	}
+	gc.invoke(t, "s2", c.DeviceID(), CmdExecApprovalsSet, map[string]any{"file": file, "baseHash": v.Hash}, "")
+	if r := gc.result(t, "s2"); !r.OK || !strings.Contains(r.PayloadJSON, "/usr/bin/id") {
+		t.Fatalf("set: %+v", r)
+	}
+	if v2 := get("g2"); v2.Hash == v.Hash || !strings.Contains(fmt.Sprint(v2.File), "/usr/bin/id") {
+		t.Errorf("after set: %+v", v2)
+	}
 }

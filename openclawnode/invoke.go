@@ -128,6 +128,19 @@ func (c *Client) run(ctx context.Context, cn *conn, req InvokeRequest) outcome {
 		if err != nil {
 			return fail(CodeInvalidRequest, "%s", err)
 		}
+		// OpenClaw's node host creates the file on first read, and its
+		// `approvals set --node` needs the hash of the file it replaces:
+		// an empty file (version 1, no agents) loosens and tightens nothing.
+		var view struct {
+			Exists bool `json:"exists"`
+		}
+		if json.Unmarshal(v, &view) == nil && !view.Exists && c.cfg.ApprovalsSet != nil {
+			if created, err := c.cfg.ApprovalsSet(json.RawMessage(`{"version":1}`), ""); err == nil {
+				v = created
+			} else {
+				c.log.Warn("empty exec approvals file not created", "err", err)
+			}
+		}
 		return outcome{payload: v}
 	case CmdExecApprovalsSet:
 		if c.cfg.ApprovalsSet == nil {
