@@ -115,7 +115,7 @@ func TestOpenClawAgentOnExecmeshNode(t *testing.T) {
 	// (d) the plugin tools: a background session, polled, then killed.
 	t.Run("plugin tools", func(t *testing.T) {
 		runTurn(t, gw, "agent:main:d", promptBackground)
-		req, ok := model.Last(promptBackground)
+		req, ok := lastOfTurn(model, promptBackground)
 		if !ok || req.Step() < 3 {
 			t.Fatalf("the turn did not reach the kill: %s", transcript(model, promptBackground))
 		}
@@ -156,9 +156,17 @@ func TestOpenClawAgentOnExecmeshNode(t *testing.T) {
 
 	// (e) an allowlist miss on the node comes back as SYSTEM_RUN_DENIED.
 	t.Run("allowlist miss", func(t *testing.T) {
-		approvals := `{"version":1,"agents":{"main":{"security":"allowlist","ask":"off","allowlist":[]}}}`
-		if err := os.WriteFile(filepath.Join(node.stateDir, "exec-approvals.json"), []byte(approvals), 0o600); err != nil {
+		// The node's approvals file, set from OpenClaw as an operator
+		// would: `openclaw approvals set --node` reads it
+		// (system.execApprovals.get, for the base hash), then replaces it
+		// (system.execApprovals.set).
+		approvals := filepath.Join(t.TempDir(), "approvals.json")
+		if err := os.WriteFile(approvals, []byte(`{"version":1,"agents":{"main":{"security":"allowlist","ask":"off","allowlist":[]}}}`), 0o600); err != nil {
 			t.Fatal(err)
+		}
+		openclaw(t, in, gw, "approvals", "set", "--node", node.deviceID, "--file", approvals)
+		if got, err := os.ReadFile(filepath.Join(node.stateDir, "exec-approvals.json")); err != nil || !strings.Contains(string(got), `"allowlist"`) {
+			t.Fatalf("the node's approvals file after openclaw approvals set: %s, %v", got, err)
 		}
 		runTurn(t, gw, "agent:main:e", promptDenied)
 		res := toolResults(t, model, promptDenied)
@@ -184,7 +192,7 @@ func sessionIn(r openclawtest.Request) string {
 
 func toolResults(t *testing.T, m *openclawtest.Model, marker string) string {
 	t.Helper()
-	req, ok := m.Last(marker)
+	req, ok := lastOfTurn(m, marker)
 	if !ok {
 		t.Fatalf("the model never saw %q", marker)
 	}
@@ -199,8 +207,22 @@ func toolResults(t *testing.T, m *openclawtest.Model, marker string) string {
 	return b.String()
 }
 
+// lastOfTurn returns the last model request of the turn whose prompt
+// holds marker. Requests after it may repeat the turn's messages: the
+// exec.finished of a node run can make OpenClaw wake the session with an
+// "async command completion event" prompt of its own.
+func lastOfTurn(m *openclawtest.Model, marker string) (openclawtest.Request, bool) {
+	reqs := m.Requests()
+	for i := len(reqs) - 1; i >= 0; i-- {
+		if strings.Contains(reqs[i].LastUser(), marker) {
+			return reqs[i], true
+		}
+	}
+	return openclawtest.Request{}, false
+}
+
 func transcript(m *openclawtest.Model, marker string) string {
-	req, _ := m.Last(marker)
+	req, _ := lastOfTurn(m, marker)
 	return req.Transcript()
 }
 
