@@ -103,8 +103,9 @@ func TestBackgroundExitReachesModelOnce(t *testing.T) {
 // TestAgentsDoNotShareSessions: OpenClaw passes an MCP server nothing that
 // names its session, so the key is per agent (--session-key
 // agent:<id>:main, one server per agent, each agent denied the other's).
-// Two OpenClaw sessions of two agents each start a background command and
-// list: neither sees the other's.
+// Two OpenClaw sessions of two agents each start a background command,
+// list, try to kill the other's and kill their own: neither sees or
+// reaches the other's.
 func TestAgentsDoNotShareSessions(t *testing.T) {
 	in := openclawtest.Require(t)
 	d := startDaemon(t)
@@ -117,7 +118,12 @@ func TestAgentsDoNotShareSessions(t *testing.T) {
 		"ops":  map[string]any{"tools": map[string]any{"deny": []any{"exec", "process", "execmesh__*"}}},
 	}}
 	prefix := map[string]string{"main": "execmesh__", "ops": "execmesh_ops__"}
+	others := map[string]string{"main": "ops", "ops": "main"}
+	var mu sync.Mutex
+	ids := map[string]string{}
 	model := openclawtest.NewModel(t, func(r openclawtest.Request) openclawtest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
 		prompt, step := r.LastUser(), r.Step()
 		agent := "main"
 		if strings.Contains(prompt, "(ops)") {
@@ -128,19 +134,24 @@ func TestAgentsDoNotShareSessions(t *testing.T) {
 			return toolCall(prefix[agent]+"exec", map[string]any{"command": "sleep 300", "background": true})
 		case strings.Contains(prompt, "list mine") && step == 0:
 			return toolCall(prefix[agent]+"process", map[string]any{"action": "list"})
+		case strings.Contains(prompt, "list mine") && step == 1:
+			return toolCall(prefix[agent]+"process", map[string]any{"action": "kill", "sessionId": ids[others[agent]]})
+		case strings.Contains(prompt, "list mine") && step == 2:
+			return toolCall(prefix[agent]+"process", map[string]any{"action": "kill", "sessionId": ids[agent]})
 		}
 		return openclawtest.Reply{Text: "ok"}
 	})
 	g := openclawtest.StartGateway(t, in, openclawtest.GatewayOptions{Model: model, Config: main})
-	ids := map[string]string{}
 	for _, agent := range []string{"main", "ops"} {
 		agentTurn(t, g, "agent:"+agent+":iso", "start mine ("+agent+")")
 		r, _ := model.Last("start mine (" + agent + ")")
+		mu.Lock()
 		for _, m := range r.ToolResults() {
 			if sm := runningID.FindStringSubmatch(m.Text); sm != nil {
 				ids[agent] = sm[1]
 			}
 		}
+		mu.Unlock()
 		if ids[agent] == "" {
 			t.Fatalf("%s's background exec did not answer with a running session:\n%s", agent, r.Transcript())
 		}
@@ -148,17 +159,27 @@ func TestAgentsDoNotShareSessions(t *testing.T) {
 	for _, agent := range []string{"main", "ops"} {
 		agentTurn(t, g, "agent:"+agent+":iso", "list mine ("+agent+")")
 	}
-	for agent, other := range map[string]string{"main": "ops", "ops": "main"} {
+	for agent, other := range others {
 		r, ok := model.Last("list mine (" + agent + ")")
-		if !ok || r.Step() != 1 {
-			t.Fatalf("%s: no model request after its list", agent)
+		if !ok || r.Step() != 3 {
+			t.Fatalf("%s: no model request after its list and kills", agent)
 		}
 		if !strings.Contains(strings.Join(r.Tools, " "), prefix[agent]+"exec") || strings.Contains(strings.Join(r.Tools, " "), prefix[other]+"exec") {
 			t.Errorf("%s was offered %v", agent, r.Tools)
 		}
-		list := r.ToolResults()
-		if len(list) != 1 || !strings.Contains(list[0].Text, ids[agent]) || strings.Contains(list[0].Text, ids[other]) {
+		res := r.ToolResults()
+		if len(res) != 3 {
+			t.Fatalf("%s: %d tool results, want 3:\n%s", agent, len(res), r.Transcript())
+		}
+		if !strings.Contains(res[0].Text, ids[agent]) || strings.Contains(res[0].Text, ids[other]) {
 			t.Errorf("%s's list, want its own session %s and not %s's %s:\n%s", agent, ids[agent], other, ids[other], r.Transcript())
 		}
+		if !strings.Contains(res[1].Text, "No active session found for "+ids[other]) {
+			t.Errorf("%s killing %s's session %s: %q, want No active session found", agent, other, ids[other], res[1].Text)
+		}
+		if !strings.Contains(res[2].Text, "Termination requested for session "+ids[agent]) {
+			t.Errorf("%s killing its own session: %q", agent, res[2].Text)
+		}
+		d.waitExited(t, "agent:"+agent+":main", ids[agent])
 	}
 }
