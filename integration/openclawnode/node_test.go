@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/internal/openclawtest"
 	"github.com/execmesh/execmesh/internal/testutil"
 )
@@ -38,9 +39,11 @@ type nodeRun struct {
 	done     chan struct{}
 }
 
-// TestOpenClawAgentOnExecmeshNode runs the three agent turns against one
-// gateway and one node: the gateway takes about 10 s to start on two
-// cores, and each turn a few seconds.
+// TestOpenClawAgentOnExecmeshNode runs the agent turns against one
+// OpenClaw gateway (it takes 10 to 30 s to start on two cores; each turn
+// a few seconds) and one node: first on both an execmesh gateway (NATS)
+// and OpenClaw, one session core, then, after a restart, on OpenClaw
+// alone.
 func TestOpenClawAgentOnExecmeshNode(t *testing.T) {
 	in := openclawtest.Require(t)
 	bin := buildExecmesh(t)
@@ -89,9 +92,25 @@ func TestOpenClawAgentOnExecmeshNode(t *testing.T) {
 		},
 	}})
 
-	node := startNode(t, bin, gw, "")
+	// The execmesh side: NATS and a gateway in the test process.
+	natsURL, emGW := startExecmeshGateway(t)
+	state := t.TempDir()
+	id, err := bus.LoadOrCreateNodeIdentity(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := startNode(t, bin, gw, state, "--nats-url", natsURL, "--heartbeat", "200ms")
 	parent := t // the node outlives each subtest
-	approveNode(t, in, gw, node)
+	if strings.Contains(node.out.String(), "without NATS") {
+		t.Fatalf("the node ignored --nats-url:\n%s", node.out.String())
+	}
+	// A node on both waits for its execmesh pairing before it runs
+	// anything (docs/openclaw-node.md).
+	emGW.waitNode(t, id.NodeID)
+	if r := emGW.do(t, "POST", "/v1/nodes/"+id.NodeID+"/approve", nil); r.status != 200 {
+		t.Fatalf("approve on the execmesh gateway: %d %s", r.status, r.raw)
+	}
+	approveNode(t, gw, node)
 
 	// (c) exec host=node runs on the execmesh node.
 	t.Run("exec host=node", func(t *testing.T) {
@@ -142,11 +161,38 @@ func TestOpenClawAgentOnExecmeshNode(t *testing.T) {
 		}
 	})
 
+	// The same node serves the execmesh gateway's callers, whose
+	// sessionKeys do not reach the sessions OpenClaw's agent started.
+	t.Run("execmesh gateway too", func(t *testing.T) {
+		hostname, _ := os.Hostname()
+		r := emGW.do(t, "POST", "/tools/invoke", map[string]any{"tool": "exec", "sessionKey": "agent:main:d",
+			"args": map[string]any{"command": "echo via-nats=$(hostname)", "host": "node", "node": id.NodeID}})
+		if r.status != 200 || r.result == nil || !strings.Contains(r.result.Text(), "via-nats="+hostname) {
+			t.Fatalf("exec through the execmesh gateway: %d %s", r.status, r.raw)
+		}
+		own := testutil.SleepToken()
+		r = emGW.do(t, "POST", "/tools/invoke", map[string]any{"tool": "exec", "sessionKey": "agent:main:d",
+			"args": map[string]any{"command": "sleep " + own, "background": true, "host": "node", "node": id.NodeID}})
+		if r.status != 200 || r.result == nil || r.result.SessionID() == "" {
+			t.Fatalf("background exec through the execmesh gateway: %d %s", r.status, r.raw)
+		}
+		defer emGW.do(t, "POST", "/tools/invoke", map[string]any{"tool": "process", "sessionKey": "agent:main:d",
+			"args": map[string]any{"action": "kill", "sessionId": r.result.SessionID()}})
+		r = emGW.do(t, "POST", "/tools/invoke", map[string]any{"tool": "process", "sessionKey": "agent:main:d", "args": map[string]any{"action": "list"}})
+		if r.status != 200 || !strings.Contains(string(r.raw), own) || strings.Contains(string(r.raw), sleepToken) {
+			t.Errorf("the execmesh caller's list (agent:main:d) is not its own: %d %s", r.status, r.raw)
+		}
+	})
+
 	// The node keeps the device token of hello-ok: started again without
-	// the gateway token, it connects with it and serves the agent.
-	t.Run("restart on the device token", func(t *testing.T) {
+	// the gateway token, and now without NATS, it connects with it and
+	// serves the agent.
+	t.Run("restart on the device token, OpenClaw only", func(t *testing.T) {
 		node.stop(t)
 		node = startNode(parent, bin, gw, node.stateDir, "--openclaw-token", "")
+		if !strings.Contains(node.out.String(), "without NATS") {
+			t.Errorf("the node did not start without NATS:\n%s", node.out.String())
+		}
 		runTurn(t, gw, "agent:main:r", promptRestarted)
 		res := toolResults(t, model, promptRestarted)
 		if !strings.Contains(res, "restarted-42") {
@@ -164,7 +210,7 @@ func TestOpenClawAgentOnExecmeshNode(t *testing.T) {
 		if err := os.WriteFile(approvals, []byte(`{"version":1,"agents":{"main":{"security":"allowlist","ask":"off","allowlist":[]}}}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		openclaw(t, in, gw, "approvals", "set", "--node", node.deviceID, "--file", approvals)
+		openclaw(t, gw, "approvals", "set", "--node", node.deviceID, "--file", approvals)
 		if got, err := os.ReadFile(filepath.Join(node.stateDir, "exec-approvals.json")); err != nil || !strings.Contains(string(got), `"allowlist"`) {
 			t.Fatalf("the node's approvals file after openclaw approvals set: %s, %v", got, err)
 		}
@@ -322,17 +368,12 @@ func (n *nodeRun) stop(t *testing.T) {
 	}
 }
 
-// openclaw runs the OpenClaw CLI against gw.
-func openclaw(t *testing.T, in *openclawtest.Install, gw *openclawtest.Gateway, args ...string) []byte {
+// openclaw runs the OpenClaw CLI against gw and returns its stdout.
+func openclaw(t *testing.T, gw *openclawtest.Gateway, args ...string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, in.Node, append([]string{in.Entry}, args...)...)
-	cmd.Env = append(os.Environ(),
-		"HOME="+filepath.Join(gw.Dir, "home"),
-		"OPENCLAW_STATE_DIR="+filepath.Join(gw.Dir, "state"),
-		"OPENCLAW_CONFIG_PATH="+filepath.Join(gw.Dir, "openclaw.json"),
-		"PATH="+filepath.Dir(in.Node)+":"+os.Getenv("PATH"))
+	cmd := gw.Command(ctx, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -344,7 +385,7 @@ func openclaw(t *testing.T, in *openclawtest.Install, gw *openclawtest.Gateway, 
 // approveNode waits until the node's pairing request is pending on the
 // gateway (`openclaw nodes pending`) and approves it (`openclaw nodes
 // approve`), as an operator would.
-func approveNode(t *testing.T, in *openclawtest.Install, gw *openclawtest.Gateway, n *nodeRun) {
+func approveNode(t *testing.T, gw *openclawtest.Gateway, n *nodeRun) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -352,13 +393,13 @@ func approveNode(t *testing.T, in *openclawtest.Install, gw *openclawtest.Gatewa
 			RequestID string `json:"requestId"`
 			NodeID    string `json:"nodeId"`
 		}
-		out := openclaw(t, in, gw, "nodes", "pending", "--json")
+		out := openclaw(t, gw, "nodes", "pending", "--json")
 		if err := json.Unmarshal(bytes.TrimSpace(out), &pending); err != nil {
 			t.Fatalf("nodes pending --json: %v\n%s", err, out)
 		}
 		for _, p := range pending {
 			if p.NodeID == n.deviceID {
-				openclaw(t, in, gw, "nodes", "approve", p.RequestID)
+				openclaw(t, gw, "nodes", "approve", p.RequestID)
 				return
 			}
 		}

@@ -8,9 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,20 +16,22 @@ import (
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/config"
 	"github.com/execmesh/execmesh/gateway"
-	"github.com/execmesh/execmesh/internal/openclawtest"
 	"github.com/execmesh/execmesh/protocol"
 )
 
-// TestNodeServesBothGateways: one execmesh node process serves an
-// execmesh gateway over NATS and an OpenClaw gateway at the same time,
-// with one session core: a command reaches it by either, and the
-// sessions of one gateway's callers are not the other's.
-func TestNodeServesBothGateways(t *testing.T) {
-	in := openclawtest.Require(t)
-	bin := buildExecmesh(t)
+// execmeshGateway is an execmesh gateway in the test process with its
+// HTTP API.
+type execmeshGateway struct {
+	g        *gateway.Gateway
+	http     *httptest.Server
+	stateDir string
+}
 
-	// The execmesh side: an embedded NATS server and a gateway in the
-	// test process, security full and ask off.
+// startExecmeshGateway starts an embedded NATS server and an execmesh
+// gateway on it (security full, ask off), both ended with the test; it
+// returns the server's URL.
+func startExecmeshGateway(t *testing.T) (string, *execmeshGateway) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -49,68 +49,6 @@ func TestNodeServesBothGateways(t *testing.T) {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	})
-	emGW := startExecmeshGateway(t, srv)
-
-	model := openclawtest.NewModel(t, func(r openclawtest.Request) openclawtest.Reply {
-		if strings.Contains(r.LastUser(), promptHostExec) && r.Step() == 0 {
-			return openclawtest.Reply{ToolCalls: []openclawtest.ToolCall{{Name: "execmesh_exec",
-				Args: map[string]any{"command": "echo via-openclaw; sleep 600", "background": true}}}}
-		}
-		return openclawtest.Reply{Text: "done"}
-	})
-	ocGW := openclawtest.StartGateway(t, in, openclawtest.GatewayOptions{Model: model, Config: map[string]any{
-		"tools": map[string]any{"exec": map[string]any{"host": "node", "security": "full", "ask": "off"}, "toolSearch": false},
-	}})
-
-	state := t.TempDir()
-	id, err := bus.LoadOrCreateNodeIdentity(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := startNode(t, bin, ocGW, state, "--nats-url", "nats://"+addr, "--heartbeat", "200ms")
-	if strings.Contains(node.out.String(), "without NATS") {
-		t.Fatalf("the node ignored --nats-url:\n%s", node.out.String())
-	}
-	emGW.waitNode(t, id.NodeID)
-	if r := emGW.do(t, "POST", "/v1/nodes/"+id.NodeID+"/approve", nil); r.status != 200 {
-		t.Fatalf("approve: %d %s", r.status, r.raw)
-	}
-	approveNode(t, in, ocGW, node)
-
-	// OpenClaw's agent starts a background session through the plugin tool.
-	runTurn(t, ocGW, "agent:main:main", promptHostExec)
-	res := toolResults(t, model, promptHostExec)
-	if !strings.Contains(res, "Command still running") {
-		t.Fatalf("execmesh_exec through OpenClaw: %s", res)
-	}
-
-	// The execmesh gateway's caller runs on the same node, and does not
-	// see OpenClaw's session under its own (same-named) sessionKey.
-	hostname, _ := os.Hostname()
-	r := emGW.do(t, "POST", "/tools/invoke", map[string]any{"tool": "exec", "sessionKey": "agent:main:main",
-		"args": map[string]any{"command": "echo via-nats=$(hostname)", "host": "node", "node": id.NodeID}})
-	if r.status != 200 || r.result == nil || !strings.Contains(r.result.Text(), "via-nats="+hostname) {
-		t.Fatalf("exec through the execmesh gateway: %d %s", r.status, r.raw)
-	}
-	r = emGW.do(t, "POST", "/tools/invoke", map[string]any{"tool": "process", "sessionKey": "agent:main:main", "args": map[string]any{"action": "list"}})
-	if r.status != 200 || strings.Contains(string(r.raw), "via-openclaw") {
-		t.Errorf("the execmesh gateway's caller sees OpenClaw's session: %d %s", r.status, r.raw)
-	}
-	if nodes := emGW.do(t, "GET", "/v1/nodes", nil); !strings.Contains(string(nodes.raw), `"sessions":`) {
-		t.Errorf("nodes: %s", nodes.raw)
-	}
-}
-
-// execmeshGateway is an execmesh gateway in the test process with its
-// HTTP API.
-type execmeshGateway struct {
-	g        *gateway.Gateway
-	http     *httptest.Server
-	stateDir string
-}
-
-func startExecmeshGateway(t *testing.T, srv *bus.Server) *execmeshGateway {
-	t.Helper()
 	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
 	cfg.Tools.Exec.Security = "full"
@@ -140,7 +78,7 @@ func startExecmeshGateway(t *testing.T, srv *bus.Server) *execmeshGateway {
 		_ = g.Close(ctx)
 		nc.Close()
 	})
-	return eg
+	return "nats://" + addr, eg
 }
 
 type answer struct {
