@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -162,17 +161,15 @@ func (g *Gateway) notifyExit(ctx context.Context, ev protocol.ExitEvent, end str
 	return nil
 }
 
-// finish marks a session finished in the index.
+// finish marks a session finished in the index. A failed write is an
+// error, so the exit is handled again (a local one retried, a node's
+// redelivered; both are idempotent): a record left running would never
+// be swept, and outlive its session for good.
 func (g *Gateway) finish(ctx context.Context, ev protocol.ExitEvent) error {
-	err := g.index.Update(ctx, ev.SessionID, func(r *index.Record) bool {
-		if r.State == index.StateFinished {
-			return false
-		}
-		r.State = index.StateFinished
-		return true
-	})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		g.log.Debug("marking a session finished", "sessionId", ev.SessionID, "err", err)
+	if err := g.index.Update(ctx, ev.SessionID, func(r *index.Record) bool {
+		return r.Ended(index.StateFinished, time.Now())
+	}); err != nil {
+		return fmt.Errorf("marking session %s finished: %w", ev.SessionID, err)
 	}
 	return nil
 }
@@ -322,7 +319,8 @@ func (g *Gateway) tellLost(ctx context.Context, id, sessionKey string, startedAt
 		if r.LostTold {
 			return false
 		}
-		r.State, r.LostReason, r.LostTold = index.StateLost, reason, true
+		r.LostReason, r.LostTold = reason, true
+		r.Ended(index.StateLost, time.Now())
 		return true
 	})
 }

@@ -99,7 +99,8 @@ func (c *call) onHost(ctx context.Context, h host.Host, id string, args protocol
 		reason := "its host restarted"
 		g.markLost(ctx, id, reason)
 		r := *rec
-		r.State, r.LostReason = index.StateLost, reason
+		r.LostReason = reason
+		r.Ended(index.StateLost, time.Now())
 		return c.lost(ctx, id, r, args)
 	}
 	res := reply.Result
@@ -153,7 +154,8 @@ func (g *Gateway) markLost(ctx context.Context, id, reason string) {
 		if r.State == index.StateLost {
 			return false
 		}
-		r.State, r.LostReason = index.StateLost, reason
+		r.LostReason = reason
+		r.Ended(index.StateLost, time.Now())
 		return true
 	})
 }
@@ -362,7 +364,8 @@ func (c *call) hostEntries(ctx context.Context, h index.ScopeHost, limit int) (a
 		case gone:
 			reason := fmt.Sprintf("gateway %s, whose host ran it, is gone", r.HostID)
 			g.sessionLost(ctx, id, r.SessionKey, r.StartedAt, reason, index.HostGateway, r.HostID)
-			r.State, r.LostReason = index.StateLost, reason
+			r.LostReason = reason
+			r.Ended(index.StateLost, time.Now())
 		}
 		a.entries = append(a.entries, c.indexEntry(id, r, n))
 	}

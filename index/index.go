@@ -19,6 +19,7 @@
 package index
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,8 +32,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-multierror"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/execmesh/execmesh/bus"
 	"github.com/execmesh/execmesh/protocol"
@@ -88,6 +91,20 @@ type Record struct {
 	LostTold   bool   `json:"lostTold,omitempty"`
 	// RunID is the approval of an approval-gated run.
 	RunID string `json:"runId,omitempty"`
+	// EndedAt is when the session became finished or lost (unix ms):
+	// Sweep forgets the record once its host has forgotten the session.
+	EndedAt int64 `json:"endedAt,omitempty"`
+}
+
+// Ended marks r finished or lost (state) now, keeping an earlier end
+// time. It reports whether r changed.
+func (r *Record) Ended(state string, now time.Time) bool {
+	changed := r.State != state
+	r.State = state
+	if r.EndedAt == 0 {
+		r.EndedAt, changed = now.UnixMilli(), true
+	}
+	return changed
 }
 
 type entry struct {
@@ -460,8 +477,123 @@ func (ix *Index) Remove(ctx context.Context, id string) {
 	ix.mu.Unlock()
 }
 
+// sweepParallel bounds the deletes a Sweep has in flight.
+const sweepParallel = 16
+
+// Retention is how long hosts keep the sessions that ended: a finished
+// session for TTL and only the MaxFinished newest of a host (the session
+// core's job TTL and finished-session cap).
+type Retention struct {
+	TTL         time.Duration
+	MaxFinished int
+}
+
+// Sweep forgets the sessions their hosts have forgotten: a host keeps a
+// finished session for the job TTL and no more than its newest
+// MaxFinished, and a record no agent ever polls or removes would
+// otherwise stay in the bucket and in every gateway's cache for good. A
+// lost session's record (its host never had it) goes TTL after it was
+// marked lost. A record changed since it was read is left for the next
+// sweep (each delete is at the revision read), so gateways that sweep at
+// once delete each record once. Ended records without an end time
+// (written before there was one) are given now, and go a TTL later. It
+// returns how many records it removed.
+func (ix *Index) Sweep(ctx context.Context, now time.Time, r Retention) (int, error) {
+	type ended struct {
+		id      string
+		rev     uint64
+		endedAt int64
+	}
+	type hostKey struct{ kind, id string }
+	cutoff := now.Add(-r.TTL).UnixMilli()
+	var gone []ended
+	var undated []string
+	finished := map[hostKey][]ended{}
+	ix.mu.RLock()
+	for id, e := range ix.cache {
+		rec := &e.rec
+		switch {
+		case rec.State != StateFinished && rec.State != StateLost:
+		case rec.EndedAt == 0:
+			undated = append(undated, id)
+		case rec.EndedAt < cutoff:
+			gone = append(gone, ended{id, e.revision, rec.EndedAt})
+		case rec.State == StateFinished && r.MaxFinished > 0:
+			k := hostKey{rec.Host, rec.HostID}
+			finished[k] = append(finished[k], ended{id, e.revision, rec.EndedAt})
+		}
+	}
+	ix.mu.RUnlock()
+	for _, f := range finished {
+		if len(f) > r.MaxFinished {
+			slices.SortFunc(f, func(a, b ended) int { return cmp.Compare(b.endedAt, a.endedAt) })
+			gone = append(gone, f[r.MaxFinished:]...)
+		}
+	}
+	// The deletes go sweepParallel at a time: one after another, each a
+	// JetStream round trip, fell behind the sessions a loaded gateway
+	// ends.
+	var (
+		mu      sync.Mutex
+		errs    *multierror.Error
+		removed int
+		g       errgroup.Group
+	)
+	g.SetLimit(sweepParallel)
+	for _, o := range gone {
+		if ctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			err := ix.deleteKey(ctx, o.id, jetstream.LastRevision(o.rev))
+			if err == nil {
+				ix.mu.Lock()
+				if e, ok := ix.cache[o.id]; ok && e.revision == o.rev {
+					delete(ix.cache, o.id)
+				}
+				ix.mu.Unlock()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				removed++
+			case bus.IsWrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyNotFound):
+				// Changed or gone meanwhile: the next sweep sees it as it is.
+			default:
+				errs = multierror.Append(errs, fmt.Errorf("index: forget %s: %w", o.id, err))
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	if ctx.Err() != nil {
+		return removed, multierror.Append(errs, ctx.Err()).ErrorOrNil()
+	}
+	for _, id := range undated {
+		if ctx.Err() != nil {
+			return removed, multierror.Append(errs, ctx.Err()).ErrorOrNil()
+		}
+		if err := ix.Update(ctx, id, func(rec *Record) bool {
+			if rec.State != StateFinished && rec.State != StateLost {
+				return false
+			}
+			return rec.Ended(rec.State, now)
+		}); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
+	return removed, errs.ErrorOrNil()
+}
+
+// markerTTL is how long the marker of a deleted record stays in the
+// bucket: long enough for every gateway's watch to take the deletion,
+// after which the stream keeps nothing of the session (a plain delete
+// marker would stay for good, one per session ever removed).
+const markerTTL = time.Hour
+
 // deleteKey deletes key id from the bucket, under opts (a revision it
-// must be at).
+// must be at), leaving a marker that expires after markerTTL.
 func (ix *Index) deleteKey(ctx context.Context, id string, opts ...jetstream.KVDeleteOpt) error {
 	ctx, release := ix.watched(ctx)
 	defer release()
@@ -471,7 +603,7 @@ func (ix *Index) deleteKey(ctx context.Context, id string, opts ...jetstream.KVD
 	}
 	actx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	return kv.Delete(actx, id, opts...)
+	return kv.Purge(actx, id, append(opts, jetstream.PurgeTTL(markerTTL))...)
 }
 
 // Scope returns the records of sessionKey whose host is matched by want.

@@ -25,10 +25,11 @@ import (
 // right as their window passes), yielded sleeps that turn background, and
 // background runs; nobody reads events, so every queue fills and drops.
 // Every 5 s it samples the daemon's RSS, open descriptors, goroutines
-// (go_goroutines of /metrics), the session records in its state dir and
-// the lines it logged. After a 20 s warm-up, the last third of the
-// samples must not have grown past the first third (tolerances below);
-// once the load stops, no record may be left.
+// (go_goroutines of /metrics), the session records in its state dir, the
+// sessions in its index and the lines it logged. After a 20 s warm-up,
+// the last third of the samples must not have grown past the first third
+// (tolerances below); once the load stops, no record may be left and the
+// index must hold no more than the host keeps.
 func TestSoakBoundedResources(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak test: 80 s of load")
@@ -42,7 +43,11 @@ func TestSoakBoundedResources(t *testing.T) {
 		"events": map[string]any{"maxQueued": 5},
 	}
 	d := startDaemon(t, "up", cfg)
-	l := &soakLoad{url: d.url, token: token, client: &http.Client{
+	opToken, err := os.ReadFile(filepath.Join(d.stateDir, "operator.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &soakLoad{url: d.url, token: token, opToken: strings.TrimSpace(string(opToken)), client: &http.Client{
 		Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}}
 	records := filepath.Join(d.stateDir, "sessions", "gateway")
 	pid := d.cmd.Process.Pid
@@ -146,11 +151,29 @@ func TestSoakBoundedResources(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// The index then holds what the host holds: the newest 50 finished
+	// sessions (session.Config.MaxFinished), none running. Before the
+	// gateway swept it, every background session no agent polled or
+	// removed stayed there for good (thousands after this load).
+	const hostKeeps = 50
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
+		n, running, err := l.indexed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n <= hostKeeps && running == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session index holds %d sessions (%d running) 30 s after the load stopped; the host keeps %d", n, running, hostKeeps)
+		}
+	}
 }
 
 // soakLoad is the callers' side of the soak test.
 type soakLoad struct {
 	url, token string
+	opToken    string // the operator token (GET /v1/sessions)
 	client     *http.Client
 	calls      atomic.Int64
 	errors     atomic.Int64
@@ -215,15 +238,45 @@ func (l *soakLoad) goroutines() (int, error) {
 	return 0, fmt.Errorf("no go_goroutines in /metrics (%v)", sc.Err())
 }
 
+// indexed returns how many sessions the gateway's session index holds
+// and how many of them run (GET /v1/sessions, every sessionKey's
+// counts).
+func (l *soakLoad) indexed() (n, running int, err error) {
+	req, _ := http.NewRequest("GET", l.url+"/v1/sessions", nil)
+	req.Header.Set("Authorization", "Bearer "+l.opToken)
+	res, err := l.client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer res.Body.Close()
+	var body struct {
+		SessionKeys []struct {
+			Sessions int `json:"sessions"`
+			Running  int `json:"running"`
+		} `json:"sessionKeys"`
+	}
+	if res.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("GET /v1/sessions: %s", res.Status)
+	}
+	if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
+		return 0, 0, err
+	}
+	for _, k := range body.SessionKeys {
+		n += k.Sessions
+		running += k.Running
+	}
+	return n, running, nil
+}
+
 // soakSample is one reading of the daemon.
 type soakSample struct {
-	rssKiB, fds, goroutines, records, recordFiles, logLines int
-	calls                                                   int64
+	rssKiB, fds, goroutines, records, recordFiles, logLines, indexed int
+	calls                                                            int64
 }
 
 func (s soakSample) String() string {
-	return fmt.Sprintf("calls %5d  rss %6d KiB  fds %4d  goroutines %5d  records %4d (files %4d)  log lines %5d",
-		s.calls, s.rssKiB, s.fds, s.goroutines, s.records, s.recordFiles, s.logLines)
+	return fmt.Sprintf("calls %5d  rss %6d KiB  fds %4d  goroutines %5d  records %4d (files %4d)  indexed %5d  log lines %5d",
+		s.calls, s.rssKiB, s.fds, s.goroutines, s.records, s.recordFiles, s.indexed, s.logLines)
 }
 
 // sampleDaemon reads the daemon's RSS, descriptors and goroutines and
@@ -235,6 +288,9 @@ func sampleDaemon(t *testing.T, pid int, records string, l *soakLoad) soakSample
 	var err error
 	if s.goroutines, err = l.goroutines(); err != nil {
 		t.Fatalf("goroutines: %v", err)
+	}
+	if s.indexed, _, err = l.indexed(); err != nil {
+		t.Fatalf("sessions in the index: %v", err)
 	}
 	s.records, _ = recordFiles(records)
 	ents, _ := os.ReadDir(records)

@@ -1,5 +1,7 @@
 package session
 
+import "time"
+
 // Counts returns how many sessions are running (foreground ones included)
 // and how many finished sessions are retained, for metrics.
 func (m *Manager) Counts() (running, finished int) {
@@ -30,4 +32,11 @@ func (m *Manager) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.sessions)
+}
+
+// Retention returns how long finished background sessions are kept and
+// how many of them at most (Config.JobTTL and Config.MaxFinished, with
+// their defaults applied).
+func (m *Manager) Retention() (ttl time.Duration, maxFinished int) {
+	return m.cfg.JobTTL, m.cfg.MaxFinished
 }
