@@ -208,25 +208,42 @@ func TestSystemRun(t *testing.T) {
 	}
 }
 
+// TestSystemRunDeniedByNodePolicy: what the node's policy would not run
+// is OpenClaw's SYSTEM_RUN_DENIED with an exec.denied event, and runs
+// nothing, whatever OpenClaw's own approval says.
 func TestSystemRunDeniedByNodePolicy(t *testing.T) {
-	g := newFakeGateway(t)
-	marker := filepath.Join(t.TempDir(), "ran")
-	c, _ := startClient(t, g, func(c *Config) { c.Security, c.Ask = "allowlist", "off" })
-	gc := g.next(t)
-	argv := []string{"/bin/sh", "-lc", "touch " + marker}
-	// An OpenClaw approval does not loosen the node's policy.
-	gc.invoke(t, "d1", c.DeviceID(), CmdSystemRun, map[string]any{"command": argv, "sessionKey": "agent:main:main", "runId": "run-d",
-		"approved": true, "approvalDecision": "allow-once"}, "")
-	r := gc.result(t, "d1")
-	if r.OK || r.Error == nil || r.Error.Code != CodeSystemRunDenied || !strings.HasPrefix(r.Error.Message, "SYSTEM_RUN_DENIED: ") {
-		t.Fatalf("result %+v, want SYSTEM_RUN_DENIED", r)
+	tests := []struct {
+		name, security, ask string
+		env                 map[string]string
+		reason, msg         string
+	}{
+		{"allowlist miss, ask off", "allowlist", "off", nil, "security-policy", "SYSTEM_RUN_DENIED: exec denied: allowlist miss"},
+		{"allowlist miss, ask on-miss", "allowlist", "on-miss", nil, "approval-required", "SYSTEM_RUN_DENIED: approval required (execmesh node policy:"},
+		{"security deny", "deny", "off", nil, "security-policy", "SYSTEM_RUN_DENIED: "},
+		{"a loader hook in env", "full", "off", map[string]string{"LD_PRELOAD": "/tmp/x.so"}, "security-policy", "SYSTEM_RUN_DENIED: "},
 	}
-	ev := gc.nodeEvent(t, "exec.denied", func(m map[string]any) bool { return m["runId"] == "run-d" })
-	if ev["host"] != "node" || ev["command"] != "touch "+marker || ev["reason"] == "" {
-		t.Errorf("exec.denied %v", ev)
-	}
-	if _, err := os.Stat(marker); err == nil {
-		t.Error("the denied command ran")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newFakeGateway(t)
+			marker := filepath.Join(t.TempDir(), "ran")
+			c, _ := startClient(t, g, func(c *Config) { c.Security, c.Ask = tt.security, tt.ask })
+			gc := g.next(t)
+			argv := []string{"/bin/sh", "-lc", "touch " + marker}
+			// An OpenClaw approval does not loosen the node's policy.
+			gc.invoke(t, "d1", c.DeviceID(), CmdSystemRun, map[string]any{"command": argv, "sessionKey": "agent:main:main", "runId": "run-d",
+				"approved": true, "approvalDecision": "allow-once", "env": tt.env}, "")
+			r := gc.result(t, "d1")
+			if r.OK || r.Error == nil || r.Error.Code != CodeSystemRunDenied || !strings.HasPrefix(r.Error.Message, tt.msg) {
+				t.Fatalf("result %+v, want SYSTEM_RUN_DENIED %q", r, tt.msg)
+			}
+			ev := gc.nodeEvent(t, "exec.denied", func(m map[string]any) bool { return m["runId"] == "run-d" })
+			if ev["host"] != "node" || ev["command"] != "touch "+marker || ev["reason"] != tt.reason || ev["sessionKey"] != "agent:main:main" {
+				t.Errorf("exec.denied %v", ev)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Error("the denied command ran")
+			}
+		})
 	}
 }
 
