@@ -50,6 +50,8 @@ const (
 	seenInvokes = 4096
 	// signedNonces is how many challenge nonces it remembers.
 	signedNonces = 1024
+	// DefaultMaxInvokes bounds the invokes served at once.
+	DefaultMaxInvokes = 64
 )
 
 // Commands is the command surface the node declares, in OpenClaw's order.
@@ -113,6 +115,10 @@ type Config struct {
 	ReconnectMin, ReconnectMax time.Duration
 	// HandshakeTimeout bounds dialing, the challenge and hello-ok.
 	HandshakeTimeout time.Duration
+	// MaxInvokes bounds the invokes served at once (default 64); one
+	// more is answered UNAVAILABLE, so a flooding gateway cannot make
+	// the node start without bound.
+	MaxInvokes int
 }
 
 // Client is an OpenClaw node host connection. Build it with New and run
@@ -123,6 +129,7 @@ type Client struct {
 	id  Identity
 
 	counter atomic.Uint64
+	running atomic.Int64 // invokes being served
 
 	mu        sync.Mutex
 	cur       *conn
@@ -172,6 +179,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if cfg.MaxInvokes <= 0 {
+		cfg.MaxInvokes = DefaultMaxInvokes
 	}
 	id, err := LoadOrCreateIdentity(cfg.StateDir)
 	if err != nil {
@@ -486,8 +496,19 @@ func (c *Client) dispatch(cn *conn, f Frame) {
 				return
 			}
 			cn.wg.Add(1)
+			if c.running.Add(1) > int64(c.cfg.MaxInvokes) {
+				c.running.Add(-1)
+				c.log.Warn("invoke refused: too many at once", "invokeId", req.ID, "command", req.Command, "max", c.cfg.MaxInvokes)
+				go func() {
+					defer cn.wg.Done()
+					c.deliver(cn, InvokeResult{ID: req.ID, NodeID: c.id.DeviceID,
+						Error: &ErrorShape{Code: CodeUnavailable, Message: fmt.Sprintf("node busy: %d invokes running", c.cfg.MaxInvokes)}})
+				}()
+				return
+			}
 			go func() {
 				defer cn.wg.Done()
+				defer c.running.Add(-1)
 				c.serveInvoke(cn, req)
 			}()
 		case "node.invoke.cancel":

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -532,5 +533,49 @@ func TestExecApprovalsGetSet(t *testing.T) {
 	}
 	if v2 := get("g2"); v2.Hash == v.Hash || !strings.Contains(fmt.Sprint(v2.File), "/usr/bin/id") {
 		t.Errorf("after set: %+v", v2)
+	}
+}
+
+// TestInvokeFloodAndCancel: invokes beyond MaxInvokes are answered
+// UNAVAILABLE and run nothing; node.invoke.cancel stops a running one.
+func TestInvokeFloodAndCancel(t *testing.T) {
+	g := newFakeGateway(t)
+	c, logs := startClient(t, g, func(c *Config) { c.MaxInvokes = 2 })
+	gc := g.next(t)
+	tokens := []string{testutil.SleepToken(), testutil.SleepToken(), testutil.SleepToken()}
+	for i, tok := range tokens[:2] {
+		gc.invoke(t, "long"+strconv.Itoa(i), c.DeviceID(), CmdSystemRun, map[string]any{"command": []string{"/bin/sh", "-lc", "sleep " + tok}, "sessionKey": "s"}, "")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(testutil.ProcsWith(tokens[0])) == 0 || len(testutil.ProcsWith(tokens[1])) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first two runs never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	gc.invoke(t, "third", c.DeviceID(), CmdSystemRun, map[string]any{"command": []string{"/bin/sh", "-lc", "sleep " + tokens[2]}, "sessionKey": "s"}, "")
+	if r := gc.result(t, "third"); r.OK || r.Error.Code != CodeUnavailable || !strings.Contains(r.Error.Message, "node busy") {
+		t.Errorf("third invoke: %+v", r)
+	}
+	if len(testutil.ProcsWith(tokens[2])) != 0 {
+		t.Error("the refused invoke ran")
+	}
+	waitLog(t, logs, "too many at once")
+	for i := range 2 {
+		gc.event(t, "node.invoke.cancel", InvokeCancel{InvokeID: "long" + strconv.Itoa(i), NodeID: c.DeviceID()})
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for len(testutil.ProcsWith(tokens[0]))+len(testutil.ProcsWith(tokens[1])) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("cancelled runs still run")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Cancelled runs are answered (the gateway gave up on them), and
+	// the slots are free again.
+	gc.result(t, "long0")
+	gc.invoke(t, "after", c.DeviceID(), CmdSystemWhich, map[string]any{"bins": []string{"sh"}}, "")
+	if r := gc.result(t, "after"); !r.OK {
+		t.Errorf("invoke after the cancels: %+v", r)
 	}
 }

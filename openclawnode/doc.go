@@ -71,7 +71,8 @@
 // invoke commands get UNAVAILABLE; an invoke id seen before, an invoke for
 // another node id or malformed params get INVALID_REQUEST and run nothing;
 // a challenge nonce the client signed before is refused and the socket
-// closed. When the socket drops during an invoke, the invoke is cancelled
+// closed; invokes beyond Config.MaxInvokes at once get UNAVAILABLE.
+// node.invoke.cancel stops the invoke it names. When the socket drops during an invoke, the invoke is cancelled
 // (a synchronous run is stopped) and its result, which cannot be
 // delivered, is logged. Each of these logs one line.
 package openclawnode

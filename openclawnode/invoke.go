@@ -72,6 +72,12 @@ func (c *Client) serveInvoke(cn *conn, req InvokeRequest) {
 			res.PayloadJSON = string(b)
 		}
 	}
+	c.deliver(cn, res)
+}
+
+// deliver sends an invoke's result on the connection it came by.
+func (c *Client) deliver(cn *conn, res InvokeResult) {
+	log := c.log.With("invokeId", res.ID)
 	if cn.ctx.Err() != nil {
 		log.Warn("invoke result not delivered: the connection to the OpenClaw gateway was lost during the invoke", "ok", res.OK)
 		return
