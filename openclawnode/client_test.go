@@ -579,3 +579,29 @@ func TestInvokeFloodAndCancel(t *testing.T) {
 		t.Errorf("invoke after the cancels: %+v", r)
 	}
 }
+
+// TestRefusedConnectBacksOff: a gateway that refuses the connect is
+// retried with a growing delay, and the refusal is logged with the
+// gateway's reason.
+func TestRefusedConnectBacksOff(t *testing.T) {
+	g := newFakeGateway(t)
+	g.refuse = &ErrorShape{Code: "INVALID_REQUEST", Message: "unauthorized: gateway token mismatch", Details: json.RawMessage(`{"code":"AUTH_TOKEN_MISMATCH"}`)}
+	_, logs := startClient(t, g, func(c *Config) { c.ReconnectMin, c.ReconnectMax = 20*time.Millisecond, 400*time.Millisecond })
+	var at []time.Time
+	deadline := time.Now().Add(20 * time.Second)
+	for len(at) < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d connects", len(at))
+		}
+		time.Sleep(20 * time.Millisecond)
+		g.mu.Lock()
+		at = append([]time.Time(nil), g.connects...)
+		g.mu.Unlock()
+	}
+	first, last := at[1].Sub(at[0]), at[5].Sub(at[4])
+	if last < 3*first || last < 100*time.Millisecond {
+		t.Errorf("no backoff: gaps %v then %v (connects at %v)", first, last, at)
+	}
+	waitLog(t, logs, "gateway token mismatch")
+	waitLog(t, logs, "refused the node's connect")
+}

@@ -45,11 +45,14 @@ type fakeGateway struct {
 	nonce func(n int) string
 	// tickMs is hello-ok's policy.tickIntervalMs.
 	tickMs int64
+	// refuse, when set, answers every connect with this error.
+	refuse *ErrorShape
 
-	mu    sync.Mutex
-	n     int
-	conns []*gwConn
-	added chan *gwConn
+	mu       sync.Mutex
+	n        int
+	connects []time.Time // when each connect request arrived
+	conns    []*gwConn
+	added    chan *gwConn
 }
 
 // gwConn is one node connection as the fake gateway sees it.
@@ -96,6 +99,15 @@ func (g *fakeGateway) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := DecodeFrame(data)
 	if err != nil || f.Method != "connect" {
+		return
+	}
+	g.mu.Lock()
+	g.connects = append(g.connects, time.Now())
+	g.mu.Unlock()
+	if g.refuse != nil {
+		no := false
+		_ = ws.Write(ctx, websocket.MessageText, mustJSON(Frame{Type: FrameRes, ID: f.ID, OK: &no, Error: g.refuse}))
+		_ = ws.Close(websocket.StatusPolicyViolation, "connect failed")
 		return
 	}
 	c := &gwConn{ws: ws, done: make(chan struct{})}
