@@ -4,23 +4,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/execmesh/execmesh/internal/openclawtest"
+	"github.com/execmesh/execmesh/internal/testutil"
 )
 
 // TestBackgroundExitReachesModelOnce: an OpenClaw agent, configured with
 // what `execmesh mcp --print-config` prints, runs a command in the
-// foreground and one in the background through execmesh__exec, polls the
-// background one in a later turn while it still runs, and after it exited
-// makes other calls in two more turns. The exit notice reaches the model
-// exactly once, on the first tool result after the exit (OpenClaw takes
-// no log messages, yet answers pings), and the model is shown each output
-// once (no structured content repeating the text). Over stdio (`execmesh
-// mcp` against `execmesh up`) and over the gateway's streamable HTTP.
+// foreground and one in the background through execmesh__exec and polls
+// the background one in a later turn while it still runs. Then the
+// OpenClaw session is deleted, which stops its MCP server (a stdio child
+// is killed), and after the command exited the agent makes other calls in
+// two turns of its new session. The exit notice reaches the model exactly
+// once, on the first tool result after the exit (OpenClaw takes no log
+// messages, yet answers pings; the sessionKey outlives the server), and
+// the model is shown each output once (no structured content repeating
+// the text). Over stdio (`execmesh mcp` against `execmesh up`) and over
+// the gateway's streamable HTTP.
 func TestBackgroundExitReachesModelOnce(t *testing.T) {
 	in := openclawtest.Require(t)
 	for _, transport := range []string{"openclaw", "openclaw-http"} {
@@ -67,6 +72,18 @@ func TestBackgroundExitReachesModelOnce(t *testing.T) {
 				t.Fatalf("the background exec did not answer with a running session:\n%s", last.Transcript())
 			}
 			agentTurn(t, g, key, "poll it")
+			servers := testutil.StillAlive(mcpServers(binary(t)))
+			if transport == "openclaw" && len(servers) == 0 {
+				t.Fatal("no `execmesh mcp` process while the OpenClaw session lives")
+			}
+			if out, err := g.Command(t.Context(), "sessions", "delete", key, "--yes").CombinedOutput(); err != nil {
+				t.Fatalf("openclaw sessions delete %s: %v\n%s", key, err, out)
+			}
+			for deadline := time.Now().Add(20 * time.Second); len(testutil.StillAlive(servers)) > 0; time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the stdio MCP server outlived its OpenClaw session")
+				}
+			}
 			if err := os.WriteFile(gate, nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -80,14 +97,18 @@ func TestBackgroundExitReachesModelOnce(t *testing.T) {
 			if !ok {
 				t.Fatal("no model request of the turn after the exit")
 			}
+			if after.Count("fg-42") != 0 {
+				t.Errorf("the turn after the delete still had the old conversation:\n%s", after.Transcript())
+			}
 			if n := after.Count(notice); n != 1 {
 				t.Errorf("the turn after the exit showed the model the notice %q %d times, want once:\n%s", notice, n, after.Transcript())
 			}
 			final, _ := model.Last("once more")
+			polled, _ := model.Last("poll it")
 			for what, n := range map[string]int{
 				notice:  final.Count(notice),
-				"fg-42": final.Count("fg-42"),
 				"bg-42": final.Count("bg-42"),
+				"fg-42": polled.Count("fg-42"), // the conversation before the delete
 			} {
 				if n != 1 {
 					t.Errorf("in the end the model was shown %q %d times, want once", what, n)
@@ -182,4 +203,16 @@ func TestAgentsDoNotShareSessions(t *testing.T) {
 		}
 		d.waitExited(t, "agent:"+agent+":main", ids[agent])
 	}
+}
+
+// mcpServers lists the `execmesh mcp` processes of the binary bin.
+func mcpServers(bin string) []testutil.Proc {
+	mcp := testutil.ProcsWith("mcp")
+	var out []testutil.Proc
+	for _, p := range testutil.ProcsWith(bin) {
+		if slices.Contains(mcp, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
