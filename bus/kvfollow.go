@@ -31,7 +31,7 @@ func OpenKeyValue(ctx context.Context, js jetstream.JetStream, prefix string, re
 	if err != nil {
 		return nil, err
 	}
-	return withConn(kv, js), nil
+	return kv, nil
 }
 
 // RetryForever runs f until ctx ends: f returns when it stops (a watch
@@ -66,14 +66,10 @@ func Backoff(ctx context.Context, attempt int) bool {
 
 // WatchKeyValue hands every value of kv below filter (">" for all), then
 // every change, to apply until ctx ends (nil) or the watch fails; loaded,
-// when set, is called once the current values were handed over. A bucket
-// opened by OpenKeyValue (or a KVView) on an in-process connection is
-// watched with a consumer that sends its idle heartbeat once a minute
-// (inProcessWatchHeartbeat), any other with kv.Watch's (5 s).
+// when set, is called once the current values were handed over. It is
+// nats.go's kv.Watch, whose consumer's idle heartbeat (5 s) also tells a
+// server restarted on an empty store.
 func WatchKeyValue(ctx context.Context, kv jetstream.KeyValue, filter string, loaded func(), apply func(jetstream.KeyValueEntry)) error {
-	if nc := inProcessConn(kv); nc != nil {
-		return watchInProcess(ctx, nc, kv, filter, loaded, apply)
-	}
 	w, err := kv.Watch(ctx, filter)
 	if err != nil {
 		return err

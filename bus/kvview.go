@@ -53,7 +53,6 @@ func (v *KVView[T]) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if err != nil {
 		return nil, err
 	}
-	kv = withConn(kv, v.js)
 	v.mu.Lock()
 	v.kv = kv
 	v.mu.Unlock()
