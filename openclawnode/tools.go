@@ -99,11 +99,12 @@ func (c *Client) publishTools(cn *conn) {
 	c.log.Info("plugin tools published to the OpenClaw gateway", "tools", []string{ToolExecName, ToolProcessName})
 }
 
-// callResult is an MCP CallToolResult.
+// callResult is an MCP CallToolResult. It carries the text alone: OpenClaw
+// shows a plugin tool's structuredContent to the model as JSON before the
+// text, and the details repeat the output, so the model read it twice.
 type callResult struct {
-	Content           []protocol.Content `json:"content"`
-	StructuredContent *protocol.Details  `json:"structuredContent,omitempty"`
-	IsError           bool               `json:"isError,omitempty"`
+	Content []protocol.Content `json:"content"`
+	IsError bool               `json:"isError,omitempty"`
 }
 
 func toolError(text string) outcome {
@@ -116,17 +117,13 @@ func toolError(text string) outcome {
 const followUp = "Use process ("
 
 func toolResult(r protocol.Result) outcome {
-	d := r.Details
-	if f, ok := d.FollowUp.Get(); ok {
-		d.FollowUp = protocol.Some(strings.Replace(f, followUp, "Use "+ToolProcessName+" (", 1))
-	}
 	content := make([]protocol.Content, 0, len(r.Content))
 	for _, c := range r.Content {
 		c.Text = strings.Replace(c.Text, followUp, "Use "+ToolProcessName+" (", 1)
 		content = append(content, c)
 	}
 	r.Content = content
-	return outcome{payload: callResult{Content: r.Content, StructuredContent: &d, IsError: r.Status() == protocol.StatusFailed}}
+	return outcome{payload: callResult{Content: r.Content, IsError: r.Status() == protocol.StatusFailed}}
 }
 
 // callTool serves mcp.tools.call.v1: {server, tool, arguments}.
