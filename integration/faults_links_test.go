@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -220,8 +221,11 @@ func fltCallsDuring(t *testing.T, d *fltDaemon, key, id string, total, limit tim
 // of its session work, although the NATS server may still hold the
 // node's old connection (a blackholed TCP connection stays open on the
 // server side for minutes, and the server's retransmissions to the node
-// have backed off to tens of seconds).
+// have backed off to tens of seconds). The four cases run at once (they
+// mostly wait), not two at a time as -parallel would have them.
 func TestFaultPartitionReachableAfterHeal(t *testing.T) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for _, tc := range []struct {
 		name     string
 		oneWay   bool
@@ -232,33 +236,34 @@ func TestFaultPartitionReachableAfterHeal(t *testing.T) {
 		{"both ways for 90s", false, 90 * time.Second},
 		{"server to node for 90s", true, 90 * time.Second},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			const hb, ttl = 5 * time.Second, 15 * time.Second
-			f := newFltNetFault(t, hb)
-			gw := f.gw
-			const key = "agent:heal:main"
-			id := gw.background(key, "node", "echo heal; sleep 600")
-			fltWorksAgain(t, gw, key, 10*time.Second, fltNodeCalls(id))
-			on, off := f.box.cut, f.box.restore
-			if tc.oneWay {
-				on, off = func() { tcBlackhole(t, f.box, true) }, func() { tcBlackhole(t, f.box, false) }
-			}
-			on()
-			ok, un, _ := fltCallsDuring(t, gw, key, id, tc.duration, ttl)
-			off()
-			t.Logf("during the fault %d calls answered, %d retryable 503s", ok, un)
-			healed := time.Now()
-			calls := []fltFastCall{
-				{"exec on the node", "exec", map[string]any{"command": "echo hi", "host": "node"}},
-				{"poll", "process", map[string]any{"action": "poll", "sessionId": id}},
-			}
-			fltWorksAgain(t, gw, key, 30*time.Second, calls)
-			took := time.Since(healed)
-			t.Logf("exec and poll on the node worked %s after the heal", took.Round(time.Millisecond))
-			if took > 5*time.Second {
-				t.Errorf("the node was reachable again only %s after the heal, want within 5s", took.Round(time.Millisecond))
-			}
+		wg.Go(func() {
+			t.Run(tc.name, func(t *testing.T) {
+				const hb, ttl = 5 * time.Second, 15 * time.Second
+				f := newFltNetFault(t, hb)
+				gw := f.gw
+				const key = "agent:heal:main"
+				id := gw.background(key, "node", "echo heal; sleep 600")
+				fltWorksAgain(t, gw, key, 10*time.Second, fltNodeCalls(id))
+				on, off := f.box.cut, f.box.restore
+				if tc.oneWay {
+					on, off = func() { tcBlackhole(t, f.box, true) }, func() { tcBlackhole(t, f.box, false) }
+				}
+				on()
+				ok, un, _ := fltCallsDuring(t, gw, key, id, tc.duration, ttl)
+				off()
+				t.Logf("during the fault %d calls answered, %d retryable 503s", ok, un)
+				healed := time.Now()
+				calls := []fltFastCall{
+					{"exec on the node", "exec", map[string]any{"command": "echo hi", "host": "node"}},
+					{"poll", "process", map[string]any{"action": "poll", "sessionId": id}},
+				}
+				fltWorksAgain(t, gw, key, 30*time.Second, calls)
+				took := time.Since(healed)
+				t.Logf("exec and poll on the node worked %s after the heal", took.Round(time.Millisecond))
+				if took > 5*time.Second {
+					t.Errorf("the node was reachable again only %s after the heal, want within 5s", took.Round(time.Millisecond))
+				}
+			})
 		})
 	}
 }
