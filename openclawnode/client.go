@@ -109,6 +109,17 @@ type Config struct {
 	// and the node's exec-approvals.json applies on top.
 	Security, Ask string
 
+	// Workdir is where OpenClaw's runs work: a run that names no
+	// directory runs in it, and one that names a directory outside it is
+	// refused. A confined command may write beneath its working
+	// directory, so an OpenClaw gateway that chose /etc or a home
+	// directory could plant what runs later outside any policy.
+	Workdir string
+	// ApprovalsWritable lets the OpenClaw gateway replace the node's
+	// exec-approvals.json (system.execApprovals.set). Off, it may read it
+	// only: the file is the node's policy for every gateway it serves.
+	ApprovalsWritable bool
+
 	// MaxFrameBytes bounds one incoming frame (default 8 MiB).
 	MaxFrameBytes int64
 	// ReconnectMin and ReconnectMax bound the reconnect backoff.

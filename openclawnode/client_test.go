@@ -503,9 +503,31 @@ func TestExecApprovalsGetSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	file := map[string]any{"version": 1, "agents": map[string]any{"main": map[string]any{"security": "allowlist", "allowlist": []any{map[string]any{"pattern": "/usr/bin/id"}}}}}
+
+	// By default the OpenClaw gateway may read the file, not replace it:
+	// it is the node's policy for every gateway the node serves.
+	ro := newFakeGateway(t)
+	rc, _ := startClient(t, ro, func(c *Config) {
+		c.Host, c.ApprovalsGet, c.ApprovalsSet = a.Host(), a.ApprovalsGet, a.ApprovalsSet
+	})
+	rgc := ro.next(t)
+	rgc.invoke(t, "ro-g", rc.DeviceID(), CmdExecApprovalsGet, map[string]any{}, "")
+	var before struct {
+		Hash string `json:"hash"`
+	}
+	if r := rgc.result(t, "ro-g"); !r.OK || json.Unmarshal([]byte(r.PayloadJSON), &before) != nil {
+		t.Fatalf("get: %+v", r)
+	}
+	rgc.invoke(t, "ro-s", rc.DeviceID(), CmdExecApprovalsSet, map[string]any{"file": file, "baseHash": before.Hash}, "")
+	if r := rgc.result(t, "ro-s"); r.OK || !strings.Contains(r.Error.Message, "read-only to the OpenClaw gateway") {
+		t.Fatalf("set without ApprovalsWritable: %+v", r)
+	}
+
 	g := newFakeGateway(t)
 	c, _ := startClient(t, g, func(c *Config) {
 		c.Host, c.ApprovalsGet, c.ApprovalsSet = a.Host(), a.ApprovalsGet, a.ApprovalsSet
+		c.ApprovalsWritable = true
 	})
 	gc := g.next(t)
 	type view struct {
@@ -523,10 +545,9 @@ func TestExecApprovalsGetSet(t *testing.T) {
 		return v
 	}
 	v := get("g1")
-	if !v.Exists || v.Hash == "" {
-		t.Fatalf("get of a missing file: %+v, want an empty file with a hash", v)
+	if !v.Exists || v.Hash == "" || v.Hash != before.Hash {
+		t.Fatalf("get: %+v, want the empty file the read-only client saw (hash %s)", v, before.Hash)
 	}
-	file := map[string]any{"version": 1, "agents": map[string]any{"main": map[string]any{"security": "allowlist", "allowlist": []any{map[string]any{"pattern": "/usr/bin/id"}}}}}
 	gc.invoke(t, "s1", c.DeviceID(), CmdExecApprovalsSet, map[string]any{"file": file, "baseHash": "stale"}, "")
 	if r := gc.result(t, "s1"); r.OK || !strings.Contains(r.Error.Message, "changed; reload and retry") {
 		t.Errorf("set on a stale hash: %+v", r)
@@ -608,4 +629,82 @@ func TestRefusedConnectBacksOff(t *testing.T) {
 	}
 	waitLog(t, logs, "gateway token mismatch")
 	waitLog(t, logs, "refused the node's connect")
+}
+
+// TestRunsStayBeneathWorkdir: OpenClaw's runs work beneath the node's
+// working directory. A cwd outside it (an absolute one, a relative one
+// climbing out, a symbolic link pointing out) is refused by prepare, by
+// system.run and by execmesh_exec, and nothing runs; a cwd beneath it
+// runs there, and no cwd runs in the workdir itself. A confined command
+// may write beneath its working directory, so a gateway choosing /etc
+// could otherwise plant what runs later outside any policy.
+func TestRunsStayBeneathWorkdir(t *testing.T) {
+	work, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	if err := os.Mkdir(filepath.Join(work, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(work, "out")); err != nil {
+		t.Fatal(err)
+	}
+	g := newFakeGateway(t)
+	c, _ := startClient(t, g, func(c *Config) { c.Workdir = work })
+	gc := g.next(t)
+	run := func(id, cwd string) InvokeResult {
+		t.Helper()
+		params := map[string]any{"command": []string{"/bin/sh", "-lc", "pwd > ran"}, "sessionKey": "agent:main:main"}
+		if cwd != "" {
+			params["cwd"] = cwd
+		}
+		gc.invoke(t, id, c.DeviceID(), CmdSystemRun, params, "")
+		return gc.result(t, id)
+	}
+	for i, cwd := range []string{outside, "/etc", "../", "out", filepath.Join(work, "sub", "..", "..")} {
+		if r := run(fmt.Sprint("bad", i), cwd); r.OK || r.Error == nil || r.Error.Code != CodeInvalidRequest || !strings.Contains(r.Error.Message, "outside this node's working directory") {
+			t.Errorf("system.run with cwd %q: %+v", cwd, r)
+		}
+		gc.invoke(t, fmt.Sprint("prep", i), c.DeviceID(), CmdSystemRunPrepare, map[string]any{"command": []string{"/bin/true"}, "cwd": cwd}, "")
+		if r := gc.result(t, fmt.Sprint("prep", i)); r.OK {
+			t.Errorf("prepare with cwd %q: %+v", cwd, r)
+		}
+		gc.invoke(t, fmt.Sprint("tool", i), c.DeviceID(), CmdMCPToolsCall, map[string]any{"server": "execmesh", "tool": "exec",
+			"arguments": map[string]any{"command": "pwd > ran", "workdir": cwd}}, "agent:main:main")
+		if r := gc.result(t, fmt.Sprint("tool", i)); !r.OK || !strings.Contains(r.PayloadJSON, `"isError":true`) || !strings.Contains(r.PayloadJSON, "outside this node") {
+			t.Errorf("execmesh_exec with workdir %q: %+v", cwd, r)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "ran")); err == nil {
+		t.Fatal("a run refused for its cwd wrote outside the workdir")
+	}
+	for _, tc := range []struct{ cwd, dir string }{{"", work}, {"sub", filepath.Join(work, "sub")}, {filepath.Join(work, "sub"), filepath.Join(work, "sub")}} {
+		if r := run("ok-"+tc.cwd, tc.cwd); !r.OK {
+			t.Fatalf("system.run with cwd %q: %+v", tc.cwd, r)
+		}
+		if b, err := os.ReadFile(filepath.Join(tc.dir, "ran")); err != nil || strings.TrimSpace(string(b)) != tc.dir {
+			t.Errorf("cwd %q ran in %q (%v), want %s", tc.cwd, b, err, tc.dir)
+		}
+	}
+}
+
+// TestCallSecurityTightensSystemRun: a system.run that asks for security
+// deny or ask always is refused although the node's base would run it.
+func TestCallSecurityTightensSystemRun(t *testing.T) {
+	g := newFakeGateway(t)
+	c, _ := startClient(t, g, nil) // base: security full, ask off
+	gc := g.next(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	for i, p := range []map[string]any{{"security": "deny"}, {"ask": "always"}} {
+		p["command"] = []string{"/bin/sh", "-lc", "touch " + marker}
+		p["sessionKey"] = "agent:main:main"
+		gc.invoke(t, fmt.Sprint("t", i), c.DeviceID(), CmdSystemRun, p, "")
+		if r := gc.result(t, fmt.Sprint("t", i)); r.OK || r.Error == nil || r.Error.Code != CodeSystemRunDenied {
+			t.Errorf("system.run with %v: %+v", p, r)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("a run the call's own policy refuses ran")
+	}
 }

@@ -41,7 +41,7 @@
 //	system.run                runs synchronously on the session core; exec.finished or exec.denied follow
 //	system.which              {bins: {name: path}} on the node's own PATH
 //	system.execApprovals.get  the node's exec-approvals.json {path, exists, hash, file}
-//	system.execApprovals.set  replaces it, given baseHash
+//	system.execApprovals.set  replaces it, given baseHash (Config.ApprovalsWritable)
 //	mcp.tools.call.v1         the plugin tools execmesh_exec and execmesh_process
 //
 // Every run goes through the node's host pipeline: its environment rules,

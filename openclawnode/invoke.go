@@ -152,6 +152,10 @@ func (c *Client) run(ctx context.Context, cn *conn, req InvokeRequest) outcome {
 		if c.cfg.ApprovalsSet == nil {
 			return fail(CodeUnavailable, "this node has no exec approvals file")
 		}
+		if !c.cfg.ApprovalsWritable {
+			c.log.Warn("the OpenClaw gateway tried to replace the node's exec approvals; refused (--openclaw-approvals-set allows it)")
+			return fail(CodeInvalidRequest, "this node's exec approvals are read-only to the OpenClaw gateway (the node allows changes with --openclaw-approvals-set)")
+		}
 		var p struct {
 			File     json.RawMessage `json:"file"`
 			BaseHash string          `json:"baseHash"`
@@ -267,11 +271,40 @@ func (c *Client) prepare(params []byte) outcome {
 	if e != nil {
 		return outcome{err: e}
 	}
+	if _, e := c.workdir(str(p.Cwd)); e != nil {
+		return outcome{err: e}
+	}
 	plan := runPlan{Argv: p.Command, Cwd: p.Cwd, CommandText: text, AgentID: p.AgentID, SessionKey: p.SessionKey}
 	return outcome{payload: map[string]any{
 		"plan":                plan,
 		"allowAlwaysCoverage": map[string]any{"complete": false, "patterns": []any{}},
 	}}
+}
+
+// workdir is the directory a run of OpenClaw's works in: dir, which must
+// be Config.Workdir or beneath it (symbolic links resolved), or
+// Config.Workdir when dir is empty.
+func (c *Client) workdir(dir string) (string, *ErrorShape) {
+	base := c.cfg.Workdir
+	if dir == "" || base == "" {
+		if dir == "" {
+			return base, nil
+		}
+		return dir, nil
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(base, dir)
+	}
+	real := filepath.Clean(dir)
+	if r, err := filepath.EvalSymlinks(real); err == nil {
+		real = r
+	}
+	if rel, err := filepath.Rel(base, real); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		c.log.Warn("the OpenClaw gateway asked for a directory outside the node's workdir; refused", "cwd", dir, "workdir", base)
+		return "", &ErrorShape{Code: CodeInvalidRequest,
+			Message: fmt.Sprintf("INVALID_REQUEST: cwd %s is outside this node's working directory %s", dir, base)}
+	}
+	return real, nil
 }
 
 // policyFor is the run's policy: the node's base, tightened by what the
@@ -343,11 +376,15 @@ func (c *Client) systemRun(ctx context.Context, cn *conn, params []byte) outcome
 		// decision execmesh's policy acts on, so it loosens nothing.
 		c.log.Info("system.run carries an OpenClaw approval; the node's own policy decides", "runId", ev.RunID)
 	}
-	security, ask := c.policyFor("", "")
+	workdir, e := c.workdir(str(p.Cwd))
+	if e != nil {
+		return outcome{err: e}
+	}
+	security, ask := c.policyFor(str(p.Security), str(p.Ask))
 	req := protocol.ExecRequest{
 		SessionKey: scopeKey(sessionKey), AgentID: str(p.AgentID), Target: protocol.TargetNode, Sync: true,
 		Security: security, Ask: ask,
-		Args: protocol.ExecArgs{Command: text, Workdir: str(p.Cwd), Env: p.Env},
+		Args: protocol.ExecArgs{Command: text, Workdir: workdir, Env: p.Env},
 	}
 	if req.AgentID == "" {
 		req.AgentID = agentOf(sessionKey)

@@ -158,6 +158,11 @@ func (c *Client) callTool(ctx context.Context, req InvokeRequest, params []byte)
 		case a.Elevated != nil && *a.Elevated:
 			return toolError("elevated is not available on this node")
 		}
+		dir, e := c.workdir(a.Workdir)
+		if e != nil {
+			return toolError(e.Message)
+		}
+		a.Workdir = dir
 		security, ask := c.policyFor(a.Security, a.Ask)
 		a.Host, a.Security, a.Ask, a.Elevated = "", "", "", nil
 		reply, err := c.cfg.Host.Exec(ctx, protocol.ExecRequest{SessionKey: key, AgentID: agentOf(req.SessionKey),

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -16,6 +19,7 @@ func TestNodeOpenClawFlags(t *testing.T) {
 	}{
 		{"token without a gateway", nil, []string{"--openclaw-token", "t"}, "--openclaw-token needs --openclaw-gateway"},
 		{"token from the environment without a gateway", map[string]string{"EXECMESH_OPENCLAW_TOKEN": "t"}, nil, "--openclaw-token needs --openclaw-gateway"},
+		{"approvals set without a gateway", nil, []string{"--openclaw-approvals-set"}, "--openclaw-approvals-set needs --openclaw-gateway"},
 		{"not a WebSocket URL", nil, []string{"--openclaw-gateway", "http://127.0.0.1:18789"}, "--openclaw-gateway: openclawnode: gateway URL"},
 		{"gateway from the environment", map[string]string{"EXECMESH_OPENCLAW_GATEWAY": "127.0.0.1:18789"}, nil, "want ws://HOST:PORT"},
 	}
@@ -25,6 +29,40 @@ func TestNodeOpenClawFlags(t *testing.T) {
 			r := runCLI(t, tt.env, "", args...)
 			if r.code == 0 || !strings.Contains(r.stderr, tt.want) {
 				t.Fatalf("exit %d, stderr %q; want %q", r.code, r.stderr, tt.want)
+			}
+		})
+	}
+}
+
+// TestNodeSecrets: a node hides from its confined commands its own state
+// dir and credentials, and the state dir of a gateway on the same
+// machine (the environment's, or ~/.execmesh) when it exists.
+func TestNodeSecrets(t *testing.T) {
+	home := t.TempDir()
+	gwDir := filepath.Join(home, ".execmesh")
+	other := t.TempDir()
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	tests := []struct {
+		name string
+		env  map[string]string
+		mk   []string
+		want []string
+	}{
+		{"no gateway here", map[string]string{"HOME": home}, nil, nil},
+		{"a gateway in ~/.execmesh", map[string]string{"HOME": home}, []string{gwDir}, []string{gwDir}},
+		{"and one in $EXECMESH_STATE_DIR", map[string]string{"HOME": home, envStateDir: other}, []string{other}, []string{other, gwDir}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, d := range tt.mk {
+				if err := os.MkdirAll(d, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := nodeSecrets("/state", "/creds", "", env(tt.env))
+			want := append([]string{"/state", "/creds", ""}, tt.want...)
+			if !slices.Equal(got, want) {
+				t.Errorf("nodeSecrets = %q, want %q", got, want)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/spf13/cobra"
 
+	"github.com/execmesh/execmesh/config"
 	"github.com/execmesh/execmesh/internal/statelock"
 	"github.com/execmesh/execmesh/metrics"
 	"github.com/execmesh/execmesh/nodeagent"
@@ -65,6 +66,7 @@ type nodeFlags struct {
 	security, ask, logLevel, metricsAddr                      string
 	confine                                                   string
 	openclawGateway, openclawToken                            string
+	openclawApprovalsSet                                      bool
 }
 
 func (c *cli) newNodeCmd() *cobra.Command {
@@ -101,6 +103,7 @@ func (c *cli) newNodeCmd() *cobra.Command {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`addr`/metrics, e.g. 127.0.0.1:9101 (or $EXECMESH_NODE_METRICS_ADDR; default: off)")
 	fs.StringVar(&f.openclawGateway, "openclaw-gateway", "", "also serve an OpenClaw gateway as its node host, at ws://`URL` (protocol 4; or $EXECMESH_OPENCLAW_GATEWAY); without NATS settings the node serves OpenClaw only")
+	fs.BoolVar(&f.openclawApprovalsSet, "openclaw-approvals-set", false, "let the OpenClaw gateway replace this node's exec-approvals.json (system.execApprovals.set); the file is the node's policy for every gateway it serves")
 	fs.StringVar(&f.openclawToken, "openclaw-token", "", "the OpenClaw gateway's `token` (gateway.auth.token; or $EXECMESH_OPENCLAW_TOKEN; default: the device token the gateway issued earlier)")
 	fs.StringVar(&f.confine, "confine", "", "kernel confinement of allowlist runs: auto (Landlock where the kernel has it; else every program that is not a safe bin asks) or off (always ask)")
 	completeValues(cmd, "security", "deny", "allowlist", "full")
@@ -185,7 +188,9 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 	}
 	switch mode := pick(f.confine, ev.Confine); mode {
 	case "", "auto", "off":
-		cfg.Confine = confineConfig(mode, cfg.StateDir, cfg.Client.CredsFile, cfg.Client.NKeySeedFile)
+		// The default state dir of a gateway on the same machine is
+		// hidden too: its operator token approves this node's runs.
+		cfg.Confine = confineConfig(mode, nodeSecrets(cfg.StateDir, cfg.Client.CredsFile, cfg.Client.NKeySeedFile, c.getenv)...)
 	default:
 		return usageErrorf("node: --confine: invalid value %q (allowed: auto, off)", mode)
 	}
@@ -193,6 +198,9 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 	ocURL, ocToken := pick(f.openclawGateway, ev.OpenClawGateway), pick(f.openclawToken, ev.OpenClawToken)
 	if ocToken != "" && ocURL == "" {
 		return usageErrorf("node: --openclaw-token needs --openclaw-gateway")
+	}
+	if f.openclawApprovalsSet && ocURL == "" {
+		return usageErrorf("node: --openclaw-approvals-set needs --openclaw-gateway")
 	}
 	// The OpenClaw connection is told of the exits of its sessions; it is
 	// built before the agent starts, so the hook sees it set.
@@ -223,7 +231,7 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 			URL: ocURL, Token: ocToken, StateDir: cfg.StateDir, DisplayName: agent.Name(),
 			Version: cfg.Version, PathEnv: c.getenv("PATH"), Logger: log,
 			Host: agent.Host(), Which: agent.Which, ApprovalsGet: agent.ApprovalsGet, ApprovalsSet: agent.ApprovalsSet,
-			Security: cfg.Security, Ask: cfg.Ask,
+			Security: cfg.Security, Ask: cfg.Ask, Workdir: ocWorkdir(cfg.Cwd), ApprovalsWritable: f.openclawApprovalsSet,
 		})
 		if err != nil {
 			return fmt.Errorf("node: --openclaw-gateway: %w", err)
@@ -277,4 +285,35 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 		return err
 	}
 	return nil
+}
+
+// nodeSecrets are the paths a node's confined commands must not see:
+// its state dir and NATS credentials, and the state dir an execmesh
+// gateway on the same machine keeps by default ($EXECMESH_STATE_DIR,
+// ~/.execmesh), when there is one: its operator token approves this
+// node's runs, and a node's gateway may well be another process of the
+// same user on the same machine.
+func nodeSecrets(stateDir, creds, seed string, getenv func(string) string) []string {
+	out := []string{stateDir, creds, seed}
+	for _, d := range []string{getenv(envStateDir), config.DefaultStateDir(getenv)} {
+		if d == "" || d == stateDir {
+			continue
+		}
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// ocWorkdir is the directory OpenClaw's runs work beneath: the node's
+// --workdir, else its current directory, symbolic links resolved.
+func ocWorkdir(dir string) string {
+	if dir == "" {
+		dir, _ = os.Getwd()
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return realDir(dir)
 }

@@ -306,8 +306,8 @@ var deviceLine = regexp.MustCompile(`OpenClaw device ([0-9a-f]{64})`)
 
 // startNode runs `execmesh node --openclaw-gateway` (without NATS unless
 // extra says otherwise) under security full and ask off (the approvals
-// file may tighten it), until the test ends, and waits until it is
-// connected to OpenClaw.
+// file may tighten it; OpenClaw may replace the file), until the test
+// ends, and waits until it is connected to OpenClaw.
 func startNode(t *testing.T, bin string, gw *openclawtest.Gateway, stateDir string, extra ...string) *nodeRun {
 	t.Helper()
 	if stateDir == "" {
@@ -315,7 +315,8 @@ func startNode(t *testing.T, bin string, gw *openclawtest.Gateway, stateDir stri
 	}
 	n := &nodeRun{out: &testutil.SyncBuffer{}, stateDir: stateDir, done: make(chan struct{})}
 	n.cmd = exec.Command(bin, append([]string{"node", "--state-dir", n.stateDir, "--name", "execmesh-test-node",
-		"--openclaw-gateway", "ws://127.0.0.1:" + strconv.Itoa(gw.Port), "--security", "full", "--ask", "off", "--log-level", "debug"}, extra...)...)
+		"--openclaw-gateway", "ws://127.0.0.1:" + strconv.Itoa(gw.Port), "--openclaw-approvals-set",
+		"--security", "full", "--ask", "off", "--log-level", "debug"}, extra...)...)
 	n.cmd.Env = os.Environ()
 	if !slices.Contains(extra, "--openclaw-token") {
 		n.cmd.Env = append(n.cmd.Env, "EXECMESH_OPENCLAW_TOKEN="+gw.Token)
