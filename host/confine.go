@@ -93,6 +93,41 @@ type confined struct {
 	tmp  string
 }
 
+// systemDirs are where the system keeps what it runs or reads as
+// configuration later, outside any run's confinement: programs and
+// libraries, cron and unit files, profiles, the loader's preload list,
+// sudoers, package state. The directory tree is the filesystem
+// hierarchy's, the same on every Linux system.
+func systemDirs() []string {
+	return []string{"/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/var/lib", "/var/spool"}
+}
+
+// laterRead returns the directory that makes workdir no place for a
+// confined command to write in, or "": one of systemDirs with workdir
+// beneath it or above it, the user's home with workdir above it, or a
+// dot-directory of the home (.ssh, .config, .local …) with workdir
+// beneath it. A confined command may write beneath its workdir, and what
+// it leaves there would run later with someone else's authority (a cron
+// job, a unit file, a shell profile, an authorized key).
+func laterRead(workdir, home string) string {
+	for _, d := range systemDirs() {
+		if confine.Within(workdir, d) || confine.Within(d, workdir) {
+			return d
+		}
+	}
+	if home == "" || home == "/" {
+		return ""
+	}
+	home = filepath.Clean(home)
+	if home != workdir && confine.Within(home, workdir) {
+		return home
+	}
+	if rel, ok := strings.CutPrefix(workdir, home+"/"); ok && strings.HasPrefix(rel, ".") {
+		return filepath.Join(home, strings.SplitN(rel, "/", 2)[0])
+	}
+	return ""
+}
+
 // confineRun builds the helper's run of one allowlist command: the plan
 // (or, for an approved command, the shell with the command as written)
 // in a confinement that executes only what the allowlist, the safe bins
@@ -126,6 +161,10 @@ func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Sett
 	if workdir == "/" {
 		return nil, protocol.Errorf(protocol.ErrSecurityViolation,
 			"Security Violation: workdir / under security allowlist: a command may write beneath its workdir, and this one would write anywhere; choose a project directory")
+	}
+	if d := laterRead(workdir, env["HOME"]); d != "" {
+		return nil, protocol.Errorf(protocol.ErrSecurityViolation,
+			"Security Violation: workdir %s under security allowlist: a command may write beneath its workdir, and %s holds what the system or its users run or read later, outside any policy; choose a project directory", workdir, d)
 	}
 	for _, h := range l.cfg.Confine.Hide {
 		if confine.Within(workdir, h) {

@@ -351,3 +351,37 @@ func TestConfinedTMPDIRRemoved(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestLaterRead: a workdir in or above the system's directories, above
+// the home directory, or in one of its dot-directories is no place for
+// a confined command to write; a project directory, the home directory
+// itself (documented) and the temporary directory are.
+func TestLaterRead(t *testing.T) {
+	home := "/home/u"
+	tests := []struct{ workdir, want string }{
+		{"/etc", "/etc"},
+		{"/etc/cron.d", "/etc"},
+		{"/usr/local/lib", "/usr"},
+		{"/var", "/var/lib"},
+		{"/var/spool/cron", "/var/spool"},
+		{"/boot", "/boot"},
+		{"/home", "/home/u"},
+		{"/home/u/.ssh", "/home/u/.ssh"},
+		{"/home/u/.config/autostart", "/home/u/.config"},
+		{"/home/u", ""},
+		{"/home/u/project", ""},
+		{"/home/u/project/.git", ""},
+		{"/srv/app", ""},
+		{"/tmp/x", ""},
+		{"/var/tmp/x", ""},
+		{"/etcetera", ""},
+	}
+	for _, tt := range tests {
+		if got := laterRead(tt.workdir, home); got != tt.want {
+			t.Errorf("laterRead(%q, %q) = %q, want %q", tt.workdir, home, got, tt.want)
+		}
+	}
+	if got := laterRead("/home", ""); got != "" {
+		t.Errorf("without a home: %q", got)
+	}
+}

@@ -1,11 +1,15 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -344,5 +348,37 @@ func TestConfinePlantedUnderPattern(t *testing.T) {
 	mustNotExist(t, marker, "a program planted under an allowlist pattern")
 	if st, text := outStatus(res), outText(res); st != "approval-pending" && !strings.Contains(text, "Permission denied") && !strings.Contains(text, "refused by policy") {
 		t.Fatalf("planted program: %s %q", st, text)
+	}
+}
+
+// TestConfineWorkdirNotWhereCodeRunsLater: a confined command may write
+// beneath its workdir, so a workdir in the system's directories (or
+// above them), or in a dot-directory of the home, is refused before
+// anything runs: an allowlisted git told to write its config into
+// /etc would otherwise leave what cron, a profile or the loader runs
+// later, outside any policy.
+func TestConfineWorkdirNotWhereCodeRunsLater(t *testing.T) {
+	requireLandlock(t)
+	d := confineDaemon(t, "auto", nil, realBin(t, "git"))
+	probe := "/etc/execmesh-probe-" + strconv.Itoa(os.Getpid()) + ".cfg"
+	t.Cleanup(func() { os.Remove(probe) })
+	for _, workdir := range []string{"/etc", "/var", "/usr/local"} {
+		b, _ := json.Marshal(map[string]any{"tool": "exec", "args": map[string]any{"command": "git config --file " + probe + " a.b c", "workdir": workdir, "timeout": 30}})
+		res, err := http.Post(d.url+"/tools/invoke", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "Security Violation: workdir "+workdir) {
+			t.Errorf("workdir %s: %d %s", workdir, res.StatusCode, body)
+		}
+		mustNotExist(t, probe, "git config --file "+probe)
+	}
+	// A project directory works as before.
+	work := t.TempDir()
+	res := d.invoke("exec", map[string]any{"command": "git config --file " + filepath.Join(work, "x.cfg") + " a.b c", "workdir": work, "timeout": 30})
+	if outStatus(res) != "completed" {
+		t.Fatalf("git config in a project directory: %s %q", outStatus(res), outText(res))
 	}
 }
