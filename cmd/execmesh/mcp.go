@@ -78,11 +78,7 @@ const openclawRequestTimeoutMs = 150000
 // printMCPConfig prints an MCP client's configuration for this server,
 // with the flags' gateway URL, token and sessionKey, as JSON.
 func (c *cli) printMCPConfig(f *clientFlags, client string) error {
-	cfg, err := f.load(c)
-	if err != nil {
-		return err
-	}
-	cl, err := f.clientFor(c, cfg)
+	cl, err := f.client(c)
 	if err != nil {
 		return err
 	}

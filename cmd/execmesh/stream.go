@@ -470,11 +470,7 @@ Without -f, print the session's retained output (execmesh process log).`,
 
 // runLogText prints a session's retained output (process log).
 func (c *cli) runLogText(cmd *cobra.Command, f *clientFlags, id string) error {
-	cfg, err := f.load(c)
-	if err != nil {
-		return err
-	}
-	cl, err := f.clientFor(c, cfg)
+	cl, err := f.client(c)
 	if err != nil {
 		return err
 	}
@@ -494,11 +490,7 @@ func (c *cli) runLogText(cmd *cobra.Command, f *clientFlags, id string) error {
 // runAttach joins a running session.
 func (c *cli) runAttach(cmd *cobra.Command, f *clientFlags, o streamOptions, id string) error {
 	ctx := cmd.Context()
-	cfg, err := f.load(c)
-	if err != nil {
-		return err
-	}
-	cl, err := f.clientFor(c, cfg)
+	cl, err := f.client(c)
 	if err != nil {
 		return err
 	}
