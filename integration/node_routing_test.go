@@ -157,7 +157,9 @@ func TestMCPSendsClientDirectory(t *testing.T) {
 	}
 	connect := func(extra ...string) *mcp.ClientSession {
 		t.Helper()
-		cmd := exec.Command(bin, append([]string{"mcp"}, extra...)...)
+		// --structured-content: the details object (its cwd) comes
+		// only to a client that asks for it.
+		cmd := exec.Command(bin, append([]string{"mcp", "--structured-content"}, extra...)...)
 		cmd.Dir = clientDir
 		cmd.Env = cleanEnv(map[string]string{"HOME": d.home, "EXECMESH_GATEWAY_URL": d.url, "EXECMESH_STATE_DIR": d.stateDir})
 		client := mcp.NewClient(&mcp.Implementation{Name: "execmesh-integration", Version: "1"}, nil)
