@@ -203,7 +203,7 @@ func TestE2ECallAndAuth(t *testing.T) {
 func TestE2ESessionDefaultsAndAdmin(t *testing.T) {
 	t.Parallel()
 	env := startGateway(t, nil)
-	if r := runCLI(t, env, "", "session", "exec", "--ask", "always"); r.code != 0 || !strings.Contains(r.stdout, "always") {
+	if r := runCLIRetrying(t, env, "", "session", "exec", "--ask", "always"); r.code != 0 || !strings.Contains(r.stdout, "always") {
 		t.Fatalf("set: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
 	if r := runCLI(t, env, "", "session", "exec", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"ask": "always"`) {

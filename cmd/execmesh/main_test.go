@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 )
 
 // result is what one in-process run of the CLI produced.
@@ -21,6 +22,24 @@ type result struct {
 func runCLI(t *testing.T, env map[string]string, stdin string, args ...string) result {
 	t.Helper()
 	return runCLICtx(t.Context(), t, env, stdin, args...)
+}
+
+// runCLIRetrying is runCLI, run again (for up to 30 s) while the gateway
+// answers with a retryable error, as a client is told to: a gateway that
+// has just started on a loaded machine may not reach its JetStream store
+// within the 5 s an operation waits.
+func runCLIRetrying(t *testing.T, env map[string]string, stdin string, args ...string) result {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := runCLI(t, env, stdin, args...)
+		retryable := strings.Contains(r.stdout, `"retryable": true`) || strings.HasSuffix(strings.TrimSpace(r.stderr), "; retry") ||
+			strings.Contains(r.stderr, "Retry.")
+		if r.code == 0 || !retryable || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 func runCLICtx(ctx context.Context, t *testing.T, env map[string]string, stdin string, args ...string) result {

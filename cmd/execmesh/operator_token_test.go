@@ -75,7 +75,7 @@ func TestOperatorTokenSent(t *testing.T) {
 // environment's tool token, and returns its approval id.
 func pendingApproval(t *testing.T, env map[string]string) string {
 	t.Helper()
-	r := runCLI(t, env, "", "call", `{"tool":"exec","args":{"command":"echo needs-approval"}}`)
+	r := runCLIRetrying(t, env, "", "call", `{"tool":"exec","args":{"command":"echo needs-approval"}}`)
 	var ans struct {
 		Result struct {
 			Details struct {
