@@ -464,3 +464,30 @@ func TestLinkedExecutableDoesNotRun(t *testing.T) {
 		t.Fatalf("stdout %q stderr %q", r.stdout, r.stderr)
 	}
 }
+
+// TestWriteRootMovedAfterCheck: a write root is granted only at the real
+// path the daemon checked. A root whose path leads elsewhere when the
+// helper makes its rule (a directory swapped for a link to /etc by a
+// command racing the check; here a link from the start) makes the helper
+// refuse to run, and nothing is written where the link leads.
+func TestWriteRootMovedAfterCheck(t *testing.T) {
+	requireLandlock(t)
+	sh := realPath(t, "sh")
+	ld := interp(t, sh)
+	work, elsewhere := t.TempDir(), t.TempDir()
+	link := filepath.Join(work, "p")
+	if err := os.Symlink(elsewhere, link); err != nil {
+		t.Fatal(err)
+	}
+	r := runHelper(t, Spec{
+		Pipeline: [][]string{{sh, "-c", "echo planted > " + filepath.Join(link, "x") + " && echo wrote"}},
+		Exec:     []File{{Path: sh}}, Interpreters: []File{{Path: ld}},
+		Write: []string{link, "/dev/null"},
+	}, work)
+	if r.code == 0 || strings.Contains(r.stdout, "wrote") || !strings.Contains(r.stderr, "changed since it was checked") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, "x")); err == nil {
+		t.Fatal("wrote through a write root that led elsewhere")
+	}
+}

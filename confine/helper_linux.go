@@ -336,7 +336,7 @@ func restrict(spec *Spec) error {
 		}
 	}
 	for _, w := range spec.Write {
-		if err := addRule(rs, File{Path: w}, (writeDirRights|ll.AccessFSIoctlDev)&handled, true); err != nil {
+		if err := addRule(rs, File{Path: w, exact: true}, (writeDirRights|ll.AccessFSIoctlDev)&handled, true); err != nil {
 			return err
 		}
 	}
@@ -369,6 +369,20 @@ func addRule(rs int, f File, rights uint64, tree bool) error {
 	}
 	if f.Ino != 0 && (st.Dev != f.Dev || st.Ino != f.Ino) {
 		return nil
+	}
+	if f.exact && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		// The daemon checked this directory by its real path; a rename
+		// in that path since (a directory swapped for a link to /etc by
+		// a command racing the check) must not move the rule elsewhere.
+		// The rule is bound to the descriptor, so its real path is what
+		// is granted.
+		real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		if err != nil {
+			return fmt.Errorf("landlock: %s: %w", f.Path, err)
+		}
+		if real != filepath.Clean(f.Path) {
+			return fmt.Errorf("write root %s leads to %s now; it changed since it was checked", f.Path, real)
+		}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		if tree {

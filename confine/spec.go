@@ -39,6 +39,10 @@ type File struct {
 	Path string `json:"path"`
 	Dev  uint64 `json:"dev,omitempty"`
 	Ino  uint64 `json:"ino,omitempty"`
+
+	// exact: a directory must be at Path itself when its rule is made,
+	// not reached through a link (the helper's write roots).
+	exact bool
 }
 
 // Spec is what the helper sets up and runs. The zero value runs Pipeline
@@ -63,7 +67,9 @@ type Spec struct {
 	// interpreter, refused by the supervisor as a program of their own.
 	Interpreters []File `json:"interpreters,omitempty"`
 	// Write are the directories (or files) beneath which the command may
-	// create, change and remove files.
+	// create, change and remove files. A directory must be given by its
+	// real path: the helper refuses to run when it no longer is one (a
+	// component renamed to a link since the daemon checked it).
 	Write []string `json:"write,omitempty"`
 	// Hide are the paths masked with an empty read-only mount.
 	Hide []string `json:"hide,omitempty"`

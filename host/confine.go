@@ -99,7 +99,24 @@ type confined struct {
 // sudoers, package state. The directory tree is the filesystem
 // hierarchy's, the same on every Linux system.
 func systemDirs() []string {
-	return []string{"/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/var/lib", "/var/spool"}
+	return []string{"/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/run", "/var/lib", "/var/spool"}
+}
+
+// userHomes returns the home directories /etc/passwd names, the
+// system's accounts included.
+func userHomes() []string {
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return nil
+	}
+	var homes []string
+	for line := range strings.Lines(string(b)) {
+		f := strings.Split(strings.TrimSpace(line), ":")
+		if len(f) >= 6 && filepath.IsAbs(f[5]) && f[5] != "/" {
+			homes = append(homes, filepath.Clean(f[5]))
+		}
+	}
+	return homes
 }
 
 // laterRead returns the directory that makes workdir no place for a
@@ -109,21 +126,31 @@ func systemDirs() []string {
 // beneath it. A confined command may write beneath its workdir, and what
 // it leaves there would run later with someone else's authority (a cron
 // job, a unit file, a shell profile, an authorized key).
-func laterRead(workdir, home string) string {
+//
+// Every home directory of the system's accounts (others) counts as the
+// user's own does, and more: workdir may not be another account's home
+// itself either (its dotfiles run as that account).
+func laterRead(workdir, home string, others []string) string {
 	for _, d := range systemDirs() {
 		if confine.Within(workdir, d) || confine.Within(d, workdir) {
 			return d
 		}
 	}
-	if home == "" || home == "/" {
-		return ""
+	if home != "" && home != "/" {
+		home = filepath.Clean(home)
+	} else {
+		home = ""
 	}
-	home = filepath.Clean(home)
-	if home != workdir && confine.Within(home, workdir) {
-		return home
-	}
-	if rel, ok := strings.CutPrefix(workdir, home+"/"); ok && strings.HasPrefix(rel, ".") {
-		return filepath.Join(home, strings.SplitN(rel, "/", 2)[0])
+	for _, h := range append([]string{home}, others...) {
+		if h == "" {
+			continue
+		}
+		if confine.Within(h, workdir) && (h != workdir || h != home) {
+			return h
+		}
+		if rel, ok := strings.CutPrefix(workdir, h+"/"); ok && strings.HasPrefix(rel, ".") {
+			return filepath.Join(h, strings.SplitN(rel, "/", 2)[0])
+		}
 	}
 	return ""
 }
@@ -162,7 +189,7 @@ func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Sett
 		return nil, protocol.Errorf(protocol.ErrSecurityViolation,
 			"Security Violation: workdir / under security allowlist: a command may write beneath its workdir, and this one would write anywhere; choose a project directory")
 	}
-	if d := laterRead(workdir, env["HOME"]); d != "" {
+	if d := laterRead(workdir, env["HOME"], userHomes()); d != "" {
 		return nil, protocol.Errorf(protocol.ErrSecurityViolation,
 			"Security Violation: workdir %s under security allowlist: a command may write beneath its workdir, and %s holds what the system or its users run or read later, outside any policy; choose a project directory", workdir, d)
 	}
@@ -190,10 +217,18 @@ func (l *Local) confineRun(r run, workdir string, env map[string]string, s *Sett
 	if err != nil {
 		return nil, fmt.Errorf("exec: session TMPDIR: %w", err)
 	}
-	spec.Write = append(spec.Write, workdir, tmp)
+	// Write roots by their real paths: the helper grants a directory
+	// only at the path checked here (Spec.Write).
+	realPath := func(p string) string {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+		return filepath.Clean(p)
+	}
+	spec.Write = append(spec.Write, workdir, realPath(tmp))
 	for _, w := range s.AllowlistWrites {
 		if filepath.IsAbs(w) {
-			spec.Write = append(spec.Write, filepath.Clean(w))
+			spec.Write = append(spec.Write, realPath(w))
 		}
 	}
 	// What other confined commands could write is no code to this one:

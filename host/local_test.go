@@ -353,9 +353,10 @@ func TestConfinedTMPDIRRemoved(t *testing.T) {
 }
 
 // TestLaterRead: a workdir in or above the system's directories, above
-// the home directory, or in one of its dot-directories is no place for
-// a confined command to write; a project directory, the home directory
-// itself (documented) and the temporary directory are.
+// the home directory or another account's, another account's home
+// itself, or a dot-directory of any home is no place for a confined
+// command to write; a project directory, the user's own home (documented)
+// and the temporary directory are.
 func TestLaterRead(t *testing.T) {
 	home := "/home/u"
 	tests := []struct{ workdir, want string }{
@@ -375,13 +376,21 @@ func TestLaterRead(t *testing.T) {
 		{"/tmp/x", ""},
 		{"/var/tmp/x", ""},
 		{"/etcetera", ""},
+		{"/opt", "/opt"},
+		{"/run/user/0/systemd", "/run"},
+		{"/home/v", "/home/v"},
+		{"/home/v/.bashrc.d", "/home/v/.bashrc.d"},
+		{"/home/v/project", ""},
+		{"/var/www", "/var/www"},
+		{"/var/www/site", ""},
 	}
+	others := []string{"/home/v", "/var/www", home}
 	for _, tt := range tests {
-		if got := laterRead(tt.workdir, home); got != tt.want {
+		if got := laterRead(tt.workdir, home, others); got != tt.want {
 			t.Errorf("laterRead(%q, %q) = %q, want %q", tt.workdir, home, got, tt.want)
 		}
 	}
-	if got := laterRead("/home", ""); got != "" {
+	if got := laterRead("/home", "", nil); got != "" {
 		t.Errorf("without a home: %q", got)
 	}
 }

@@ -690,7 +690,8 @@ func TestRunsStayBeneathWorkdir(t *testing.T) {
 }
 
 // TestCallSecurityTightensSystemRun: a system.run that asks for security
-// deny or ask always is refused although the node's base would run it.
+// deny or ask always is refused although the node's base would run it,
+// and one whose security or ask the node cannot read is refused too.
 func TestCallSecurityTightensSystemRun(t *testing.T) {
 	g := newFakeGateway(t)
 	c, _ := startClient(t, g, nil) // base: security full, ask off
@@ -702,6 +703,13 @@ func TestCallSecurityTightensSystemRun(t *testing.T) {
 		gc.invoke(t, fmt.Sprint("t", i), c.DeviceID(), CmdSystemRun, p, "")
 		if r := gc.result(t, fmt.Sprint("t", i)); r.OK || r.Error == nil || r.Error.Code != CodeSystemRunDenied {
 			t.Errorf("system.run with %v: %+v", p, r)
+		}
+	}
+	for i, p := range []map[string]any{{"security": "bogus"}, {"ask": "never"}} {
+		p["command"] = []string{"/bin/sh", "-lc", "touch " + marker}
+		gc.invoke(t, fmt.Sprint("u", i), c.DeviceID(), CmdSystemRun, p, "")
+		if r := gc.result(t, fmt.Sprint("u", i)); r.OK || r.Error == nil || r.Error.Code != CodeInvalidRequest {
+			t.Errorf("system.run with %v: %+v, want INVALID_REQUEST", p, r)
 		}
 	}
 	if _, err := os.Stat(marker); err == nil {

@@ -222,6 +222,18 @@ func decodeRun(params []byte) (runParams, *ErrorShape) {
 	if len(p.Command) == 0 || p.Command[0] == "" {
 		return p, &ErrorShape{Code: CodeInvalidRequest, Message: "command required"}
 	}
+	// A policy the node cannot read is refused, not ignored: it was
+	// meant to tighten something.
+	if v := str(p.Security); v != "" {
+		if _, ok := approvals.NormalizeSecurity(v); !ok {
+			return p, &ErrorShape{Code: CodeInvalidRequest, Message: fmt.Sprintf("INVALID_REQUEST: security %q (want deny, allowlist or full)", v)}
+		}
+	}
+	if v := str(p.Ask); v != "" {
+		if _, ok := approvals.NormalizeAsk(v); !ok {
+			return p, &ErrorShape{Code: CodeInvalidRequest, Message: fmt.Sprintf("INVALID_REQUEST: ask %q (want off, on-miss or always)", v)}
+		}
+	}
 	return p, nil
 }
 

@@ -35,8 +35,9 @@ func TestNodeOpenClawFlags(t *testing.T) {
 }
 
 // TestNodeSecrets: a node hides from its confined commands its own state
-// dir and credentials, and the state dir of a gateway on the same
-// machine (the environment's, or ~/.execmesh) when it exists.
+// dir and credentials, and the default state dirs of a gateway on the
+// same machine (the environment's and ~/.execmesh), whether or not they
+// exist when the node starts: a gateway started later is hidden too.
 func TestNodeSecrets(t *testing.T) {
 	home := t.TempDir()
 	gwDir := filepath.Join(home, ".execmesh")
@@ -45,25 +46,21 @@ func TestNodeSecrets(t *testing.T) {
 	tests := []struct {
 		name string
 		env  map[string]string
-		mk   []string
 		want []string
 	}{
-		{"no gateway here", map[string]string{"HOME": home}, nil, nil},
-		{"a gateway in ~/.execmesh", map[string]string{"HOME": home}, []string{gwDir}, []string{gwDir}},
-		{"and one in $EXECMESH_STATE_DIR", map[string]string{"HOME": home, envStateDir: other}, []string{other}, []string{other, gwDir}},
+		{"~/.execmesh, not made yet", map[string]string{"HOME": home}, []string{gwDir}},
+		{"and $EXECMESH_STATE_DIR", map[string]string{"HOME": home, envStateDir: other}, []string{other, gwDir}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, d := range tt.mk {
-				if err := os.MkdirAll(d, 0o700); err != nil {
-					t.Fatal(err)
-				}
-			}
 			got := nodeSecrets("/state", "/creds", "", env(tt.env))
 			want := append([]string{"/state", "/creds", ""}, tt.want...)
 			if !slices.Equal(got, want) {
 				t.Errorf("nodeSecrets = %q, want %q", got, want)
 			}
 		})
+	}
+	if _, err := os.Stat(gwDir); err == nil {
+		t.Fatal("the test made ~/.execmesh")
 	}
 }

@@ -290,16 +290,15 @@ func (c *cli) serveNode(ctx context.Context, f *nodeFlags) error {
 // nodeSecrets are the paths a node's confined commands must not see:
 // its state dir and NATS credentials, and the state dir an execmesh
 // gateway on the same machine keeps by default ($EXECMESH_STATE_DIR,
-// ~/.execmesh), when there is one: its operator token approves this
-// node's runs, and a node's gateway may well be another process of the
-// same user on the same machine.
+// ~/.execmesh): its operator token approves this node's runs, and a
+// node's gateway may well be another process of the same user on the
+// same machine. They are listed whether or not they exist yet: each run
+// masks what exists when it starts, so a gateway started after the node
+// is hidden too.
 func nodeSecrets(stateDir, creds, seed string, getenv func(string) string) []string {
 	out := []string{stateDir, creds, seed}
 	for _, d := range []string{getenv(envStateDir), config.DefaultStateDir(getenv)} {
-		if d == "" || d == stateDir {
-			continue
-		}
-		if st, err := os.Stat(d); err == nil && st.IsDir() {
+		if d != "" && d != stateDir {
 			out = append(out, d)
 		}
 	}
