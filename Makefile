@@ -4,7 +4,7 @@
 GO        ?= go
 BIN       := bin/execmesh
 PKGS      := ./...
-TESTFLAGS ?= -race -count=1 -timeout 20m
+TESTFLAGS ?= -race -count=1 -timeout 25m
 
 .PHONY: all build install run test test-short bench bench-go lint deps clean man install-man
 

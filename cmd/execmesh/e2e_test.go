@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -50,7 +52,42 @@ func startGateway(t *testing.T, mutate func(*config.Config)) map[string]string {
 			t.Errorf("gateway Close: %v", err)
 		}
 	})
+	if cfg.Tools.Exec.Security == "full" && cfg.Tools.Exec.Ask == "off" {
+		warmUp(t, srv.URL, cfg.Gateway.Auth.Token)
+	}
 	return map[string]string{envGatewayURL: srv.URL}
+}
+
+// warmUp starts a background session under a sessionKey of its own until
+// one starts: a gateway just made, on a machine loaded by the other test
+// packages, may take longer than an operation's 5 s to reach its
+// JetStream store, and answers a retryable 503 meanwhile. The tests then
+// meet a gateway whose store answers. Only under security full and ask
+// off: elsewhere the start would leave an approval behind.
+func warmUp(t *testing.T, url, token string) {
+	t.Helper()
+	body := `{"tool":"exec","sessionKey":"agent:warmup:main","args":{"command":"true","background":true}}`
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodPost, url+"/tools/invoke", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("warm-up call: %v", err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		switch {
+		case res.StatusCode == http.StatusOK:
+			return
+		case res.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline):
+			t.Fatalf("warm-up call: %d %s", res.StatusCode, b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func TestE2EExec(t *testing.T) {
