@@ -285,17 +285,9 @@ func (a *Agent) Run(ctx context.Context, closeTimeout time.Duration) error {
 // may start before its gateway), registers the micro service and starts
 // the heartbeats. ctx bounds the join only.
 func (a *Agent) Start(ctx context.Context) error {
-	a.mu.Lock()
-	if a.closing {
-		a.mu.Unlock()
-		return ErrClosed
+	if err := a.begin(false); err != nil {
+		return err
 	}
-	if a.started {
-		a.mu.Unlock()
-		return errors.New("nodeagent: already started")
-	}
-	a.started = true
-	a.mu.Unlock()
 
 	cc := a.cfg.Client
 	if a.cfg.Join != "" {
@@ -390,6 +382,26 @@ func (a *Agent) Start(ctx context.Context) error {
 	// What a crashed earlier run left was ended when the session core
 	// started; each session's agent hears of it through the durable exit
 	// stream, as of an exit.
+	a.reportLost()
+	return nil
+}
+
+// begin marks the agent started (local: without NATS), once.
+func (a *Agent) begin(local bool) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closing {
+		return ErrClosed
+	}
+	if a.started {
+		return errors.New("nodeagent: already started")
+	}
+	a.started, a.local = true, local
+	return nil
+}
+
+// reportLost tells what a crashed earlier run left, as exits.
+func (a *Agent) reportLost() {
 	for _, l := range a.lost {
 		a.log.Warn("session lost by an earlier run", "sessionId", l.SessionID, "sessionKey", l.SessionKey,
 			"command", l.Command, "startedAt", l.StartedAt, "ended", l.Ended, "reason", l.Reason)
@@ -397,7 +409,6 @@ func (a *Agent) Start(ctx context.Context) error {
 			StartedAt: l.StartedAt.UnixMilli(), Lost: l.Reason})
 	}
 	a.lost = nil
-	return nil
 }
 
 func hasCredentials(cc bus.ClientConfig) bool {

@@ -2,9 +2,6 @@ package nodeagent
 
 import (
 	"encoding/json"
-	"errors"
-
-	"github.com/execmesh/execmesh/protocol"
 )
 
 // The agent's parts that a node-host protocol other than execmesh's NATS
@@ -40,24 +37,10 @@ func (a *Agent) ApprovalsSet(file json.RawMessage, baseHash string) (json.RawMes
 // another protocol's connection only. Exit events go to Config.OnExit and
 // nowhere else; what a crashed earlier run left is logged and told there.
 func (a *Agent) StartLocal() error {
-	a.mu.Lock()
-	if a.closing {
-		a.mu.Unlock()
-		return ErrClosed
+	if err := a.begin(true); err != nil {
+		return err
 	}
-	if a.started {
-		a.mu.Unlock()
-		return errors.New("nodeagent: already started")
-	}
-	a.started, a.local = true, true
-	a.mu.Unlock()
 	a.log.Info("node agent started without NATS", "name", a.name, "platform", a.platform)
-	for _, l := range a.lost {
-		a.log.Warn("session lost by an earlier run", "sessionId", l.SessionID, "sessionKey", l.SessionKey,
-			"command", l.Command, "startedAt", l.StartedAt, "ended", l.Ended, "reason", l.Reason)
-		a.onExit(protocol.ExitEvent{SessionID: l.SessionID, SessionKey: l.SessionKey, Command: l.Command,
-			StartedAt: l.StartedAt.UnixMilli(), Lost: l.Reason})
-	}
-	a.lost = nil
+	a.reportLost()
 	return nil
 }

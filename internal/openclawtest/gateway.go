@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -15,10 +14,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/execmesh/execmesh/internal/testutil"
 )
 
 // Gateway is a running OpenClaw gateway (`openclaw gateway run`) on
@@ -36,7 +36,7 @@ type Gateway struct {
 	in   *Install
 	env  []string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testutil.SyncBuffer
 	done chan struct{}
 }
 
@@ -73,7 +73,7 @@ func StartGateway(t testing.TB, in *Install, opts GatewayOptions) *Gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{Port: port, Token: "openclawtest-" + strconv.Itoa(port), Dir: dir, in: in, out: &syncBuffer{}, done: make(chan struct{})}
+	g := &Gateway{Port: port, Token: "openclawtest-" + strconv.Itoa(port), Dir: dir, in: in, out: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	g.Config = mergeConfig(map[string]any{
 		"gateway": map[string]any{
 			"mode": "local", "port": port, "bind": "loopback",
@@ -293,23 +293,3 @@ func freePort() (int, error) {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var _ io.Writer = (*syncBuffer)(nil)
